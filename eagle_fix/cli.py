@@ -1,0 +1,52 @@
+"""`eagle-fix` command line: only wires subcommands; each module owns its args and main."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from eagle_fix.errors import EagleFixError
+
+# (subcommand, module, help). Each module has add_cli_args(parser) and cli_main(args) -> int.
+COMMANDS = (
+    ("doctor", "eagle_fix.doctor", "check whether the installed vLLM covers a draft's positions"),
+    ("train-tiny", "eagle_fix.training", "train the tiny Llama target + EAGLE3 draft (CPU, seeded)"),
+    ("run", "eagle_fix.sweep", "run the benchmark sweep on the real engine, one JSON line per point"),
+    ("report", "eagle_fix.report", "tables and plots from asv results and run JSON lines"),
+    ("compare", "eagle_fix.compare", "direction-aware regression gate between two result sets"),
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="eagle-fix", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, module_name, help_text in COMMANDS:
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:  # a subcommand whose module is not there yet stays listed
+            p = sub.add_parser(name, help=f"{help_text} (unavailable: {exc})")
+            p.set_defaults(_module=None, _error=str(exc))
+            continue
+        p = sub.add_parser(name, help=help_text, description=(module.__doc__ or help_text))
+        module.add_cli_args(p)
+        p.set_defaults(_module=module)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args._module is None:
+            raise EagleFixError(f"`eagle-fix {args.command}` is unavailable: {args._error}")
+        return int(args._module.cli_main(args) or 0)
+    except EagleFixError as exc:
+        print(f"eagle-fix {args.command}: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print(f"eagle-fix {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
