@@ -1,0 +1,35 @@
+"""Constants and the profile switch shared by the asv benchmarks (glue only: logic lives in eagle_fix)."""
+
+import os
+
+# Name as `eagle-fix run --profile`: cpu-quick | cpu | gpu-dummy | gpu. Unset: the package's default
+# for this machine (eagle_fix.models.default_profile_name()).
+PROFILE_ENV = "EAGLE_FIX_PROFILE"
+
+# asv params must be fixed at import time: the union of every profile's contexts. Combinations
+# the chosen profile does not run are skipped (NotImplementedError in setup), not failed.
+ALL_CONTEXTS = (8192, 16384, 32768, 65536, 131072)
+MODES = ("eager", "compile")
+NUM_SPECULATIVE_TOKENS = 3
+POSITIONS = tuple(range(1, NUM_SPECULATIVE_TOKENS + 1))
+
+# setup_cache runs the whole grid; each point has its own watchdog inside eagle_fix.sweep.
+SWEEP_TIMEOUT_S = 4 * 3600
+# Bump a benchmark's version only when what it measures changes: a new version starts a new history.
+VERSION = "1"
+
+
+def profile_name() -> str:
+    """The profile this asv run measures."""
+    name = os.environ.get(PROFILE_ENV)
+    if name:
+        return name
+    from eagle_fix.models import default_profile_name
+
+    return default_profile_name()
+
+
+def profile_contexts(name: str) -> tuple:
+    from eagle_fix.models import get_profile
+
+    return tuple(get_profile(name).contexts)

@@ -1,0 +1,36 @@
+#!/usr/bin/env python
+"""Write ~/.asv-machine.json for this box (`asv machine --yes`) plus device keys the dashboard filters on."""
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from eagle_fix.errors import EagleFixError  # noqa: E402
+from eagle_fix.results import write_asv_machine  # noqa: E402
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--machine", help="machine name (default: asv's, the host name)")
+    parser.add_argument("--asv", default=str(Path(sys.executable).with_name("asv")),
+                        help="asv executable (default: the one next to this Python)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="extra key for the machine entry, e.g. --set runner=gpu-ci-1")
+    args = parser.parse_args()
+    extra = dict(kv.split("=", 1) for kv in args.set)
+    try:
+        entry = write_asv_machine(machine=args.machine, asv=args.asv, extra=extra)
+    except EagleFixError as exc:
+        print(f"asv_machine: error: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(entry, indent=2, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    sys.exit(main())
