@@ -1,0 +1,141 @@
+"""The asv dashboard renders our benchmark graphs in real headless Chromium (`asv publish`, then a browser)."""
+
+import functools
+import http.server
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from eagle_fix.report import localize_dashboard
+
+ROOT = Path(__file__).resolve().parents[1]
+ASV = Path(sys.executable).with_name("asv")
+JS_DIR = ROOT / "build" / "asv-js"
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+GRAPHS = ("bench_eagle.Sweep.track_output_throughput", "bench_eagle.Sweep.track_acceptance_length")
+
+
+def need(condition: bool, reason: str):
+    """Skip on a developer box; in CI a missing prerequisite is a failure (scripts/setup-browser.sh)."""
+    if not condition:
+        if IN_CI:
+            pytest.fail(f"{reason} (CI=true: run scripts/setup-browser.sh in CI)")
+        pytest.skip(reason)
+
+
+def committed_results() -> Path | None:
+    """results/ with asv results of a real run, if the repository has them."""
+    results = ROOT / "results"
+    files = [p for p in results.glob("*/*.json") if p.name != "machine.json"]
+    return results if files and (results / "benchmarks.json").is_file() else None
+
+
+def synthetic_results(tmp: Path) -> Path:
+    """Stand-in when no real run is committed yet: asv's own discovery of our suite, plus made-up
+    values (1, 2, 3, ...) for HEAD, so that the test still exercises publish and the browser."""
+    results = tmp / "results"
+    conf = asv_conf(tmp, results, tmp / "unused-html")
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                          check=True).stdout.strip()
+    env = dict(os.environ, HOME=str(tmp))  # asv reads ~/.asv-machine.json; keep the user's untouched
+    for cmd in (["machine", "--yes", "--machine", "dashboard-test"],
+                ["run", f"-Eexisting:{sys.executable}", "--bench", "just-discover",
+                 "--set-commit-hash", head, "--machine", "dashboard-test"]):
+        proc = subprocess.run([str(ASV), "--config", str(conf), *cmd], cwd=ROOT, env=env,
+                              capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    import itertools
+
+    benchmarks = json.loads((results / "benchmarks.json").read_text())
+    data = {
+        "commit_hash": head, "env_name": "existing-py_test", "date": int(time.time() * 1000),
+        "params": {"machine": "dashboard-test", "python": "3.11"}, "python": "3.11",
+        "requirements": {}, "env_vars": {}, "version": 2, "durations": {},
+        "result_columns": ["result", "params", "version", "started_at", "duration"],
+        "results": {
+            name: [[float(i + 1) for i in range(len(list(itertools.product(*b["params"]))))],
+                   b["params"], b["version"], 0, 1.0]
+            for name, b in benchmarks.items() if name != "version"
+        },
+    }
+    (results / "dashboard-test" / f"{head[:8]}-existing-py_test.json").write_text(json.dumps(data))
+    return results
+
+
+def asv_conf(tmp: Path, results: Path, html: Path) -> Path:
+    """The project's asv.conf.json with absolute repo/results/html paths, so nothing lands in the checkout."""
+    from asv import util
+
+    conf = util.load_json(ROOT / "asv.conf.json", js_comments=True)
+    conf.update(repo=str(ROOT), results_dir=str(results), html_dir=str(html),
+                benchmark_dir=str(ROOT / "benchmarks"), env_dir=str(tmp / "env"))
+    path = tmp / "asv.conf.json"
+    path.write_text(json.dumps(conf))
+    return path
+
+
+@pytest.fixture(scope="module")
+def dashboard(tmp_path_factory):
+    """asv publish into a tmp html/, made offline-capable, served on 127.0.0.1."""
+    need(shutil.which("chromium") is not None, "chromium is not installed (scripts/setup-browser.sh)")
+    need((JS_DIR / "jquery@3.3.1").is_dir(), f"asv's dashboard JavaScript is not in {JS_DIR} (scripts/setup-browser.sh)")
+    tmp = tmp_path_factory.mktemp("dashboard")
+    results = committed_results() or synthetic_results(tmp)
+    html = tmp / "html"
+    conf = asv_conf(tmp, results, html)
+    proc = subprocess.run([str(ASV), "--config", str(conf), "publish", "--no-pull"], cwd=ROOT,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert (html / "index.html").is_file()
+    assert localize_dashboard(html, JS_DIR) >= 10
+    handler = functools.partial(QuietHandler, directory=str(html))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield {"url": f"http://127.0.0.1:{server.server_address[1]}/", "html": html, "results": results}
+    server.shutdown()
+
+
+class QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+def chromium(*args: str) -> subprocess.CompletedProcess:
+    # --no-sandbox: CI runs as root; virtual time lets asv's XHR + flot finish before the dump.
+    return subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu",
+                           "--virtual-time-budget=20000", *args],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_published_index_lists_our_benchmarks(dashboard):
+    index = json.loads((dashboard["html"] / "index.json").read_text())
+    for graph in GRAPHS:
+        assert graph in index["benchmarks"]
+    assert index["params"]["machine"], "no machine in the dashboard"
+
+
+@pytest.mark.parametrize("graph", GRAPHS)
+def test_graph_renders_in_chromium(dashboard, graph):
+    proc = chromium("--dump-dom", dashboard["url"] + "#" + graph)
+    dom = proc.stdout
+    assert "Can not determine continental origin" not in dom, "asv's JavaScript failed to load"
+    # flot draws onto these canvases and writes the axis ticks as text: the graph is there.
+    assert dom.count('class="flot-base"') >= 1, dom[-3000:]
+    ticks = re.findall(r'class="flot-tick-label[^"]*"[^>]*>([^<]+)<', dom)
+    assert len(ticks) >= 2, f"no axis tick labels in the rendered graph of {graph}"
+    assert "context_len-8192" in dom, "the legend does not name our context_len parameter"
+
+
+def test_screenshot_is_not_blank(dashboard, tmp_path):
+    shot = tmp_path / "graph.png"
+    chromium("--window-size=1200,800", f"--screenshot={shot}", dashboard["url"] + "#" + GRAPHS[0])
+    data = shot.read_bytes()
+    assert data.startswith(b"\x89PNG") and len(data) > 20_000  # a blank page compresses to a few kB
