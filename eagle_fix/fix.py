@@ -12,7 +12,8 @@ import logging
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-logger = logging.getLogger("eagle_fix")
+# A child of vLLM's logger: inside an engine the INFO line prints with vLLM's own format.
+logger = logging.getLogger("vllm.eagle_fix")
 
 # RoPE types whose only dependence on the length is the size of the cos/sin cache, so raising
 # max_position_embeddings changes nothing but how far the cache reaches. Others (yarn, longrope,

@@ -1,0 +1,43 @@
+"""Shared test fixtures: paths, a subprocess runner for per-process plugin modes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_CONFIGS = ROOT.parent / "shared" / "data" / "configs"
+
+
+def real_shape_pair() -> tuple[Path, Path]:
+    """The original report's target/draft configs (config.json only), shipped in the package."""
+    from eagle_fix.models import real_shape_configs
+
+    return real_shape_configs()
+
+
+def run_py(code: str, *, mode: str | None = None, timeout: int = 300, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run Python in a fresh process: vLLM loads plugins once per process, so each mode needs its own."""
+    full_env = {**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})}
+    if mode is not None:
+        full_env["EAGLE_FIX_MODE"] = mode
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout, env=full_env, cwd=ROOT)
+
+
+def last_json(stdout: str) -> dict:
+    """The last line of stdout that is a JSON object (vLLM may print before it)."""
+    for line in reversed(stdout.splitlines()):
+        line = line.strip()
+        if line.startswith("{"):
+            return json.loads(line)
+    raise AssertionError(f"no JSON line in output:\n{stdout[-2000:]}")
+
+
+@pytest.fixture(scope="session")
+def shared_pair() -> tuple[Path, Path]:
+    return real_shape_pair()
