@@ -1,0 +1,272 @@
+"""Which target/draft pair a run uses (shipped tiny pair, real-shape configs, user checkpoints)
+and the checks that reject a bad pair in one line before any engine starts."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+import struct
+
+from eagle_fix.errors import EagleFixError
+
+DATA = pathlib.Path(__file__).parent / "data"
+TINY = DATA / "tiny"
+CONFIGS = DATA / "configs"
+
+# Draft architectures vLLM serves as EAGLE / EAGLE3 drafts (plus the speculators format,
+# recognised by its `speculators_model_type` field).
+EAGLE3_ARCHS = {"LlamaForCausalLMEagle3", "Eagle3LlamaForCausalLM", "Eagle3Speculator"}
+EAGLE_ARCHS = {"EagleLlamaForCausalLM", "LlamaForCausalLMEagle", "EagleSpeculator"}
+FULL_SWEEP = (8192, 16384, 32768, 65536, 131072)
+
+
+def tiny_pair() -> tuple[pathlib.Path, pathlib.Path]:
+    """The shipped trained pair: a 4-layer Llama target (131072 positions, llama3 RoPE) and a
+    1-layer EAGLE3 draft with max_position_embeddings 2048, as in the original report."""
+    return TINY / "target", TINY / "draft"
+
+
+def real_shape_configs() -> tuple[pathlib.Path, pathlib.Path]:
+    """config.json-only folders of Llama-3.1-8B-Instruct and yuhuili's EAGLE3 draft (dummy weights)."""
+    return CONFIGS / "llama-3.1-8b-instruct", CONFIGS / "eagle3-llama3.1-instruct-8b"
+
+
+@dataclasses.dataclass(frozen=True)
+class Profile:
+    """One named way to run the sweep: which pair, which contexts, which engine knobs."""
+
+    name: str
+    target: pathlib.Path | None
+    draft: pathlib.Path | None
+    load_format: str  # "auto" (real weights) or "dummy" (random weights from config.json)
+    contexts: tuple[int, ...]
+    synthetic_acceptance_length: float | None  # random weights accept nothing: fake a rate
+    device: str  # "cpu" or "cuda"
+    output_len: int = 64
+    num_speculative_tokens: int = 3
+    batch_size: int = 1
+    kv_cache_gib: float | None = None  # VLLM_CPU_KVCACHE_SPACE on CPU; None = engine default
+    gpu_memory_utilization: float | None = None
+    enforce_eager: bool = True
+
+    def speculative_config(self) -> dict:
+        """The `speculative_config` dict for `vllm.LLM`."""
+        if self.draft is None:
+            raise EagleFixError(f"profile {self.name!r} has no draft: pass --draft DIR")
+        cfg = {"method": "eagle3", "model": str(self.draft),
+               "num_speculative_tokens": self.num_speculative_tokens}
+        if self.synthetic_acceptance_length is not None:
+            cfg["rejection_sample_method"] = "synthetic"
+            cfg["synthetic_acceptance_length"] = self.synthetic_acceptance_length
+        return cfg
+
+    def max_model_len(self) -> int:
+        return max(self.contexts) + self.output_len + self.num_speculative_tokens + 1
+
+
+def _profiles() -> dict[str, Profile]:
+    t, d = tiny_pair()
+    rt, rd = real_shape_configs()
+    return {
+        "cpu-quick": Profile("cpu-quick", t, d, "auto", (8192,), None, "cpu", kv_cache_gib=1.0),
+        # 131072 tokens of the tiny pair's KV are ~0.6 GiB (target 4 KiB/token + draft 1 KiB).
+        "cpu": Profile("cpu", t, d, "auto", FULL_SWEEP, None, "cpu", kv_cache_gib=2.0),
+        "gpu-dummy": Profile("gpu-dummy", rt, rd, "dummy", FULL_SWEEP, 2.5, "cuda",
+                             gpu_memory_utilization=0.9),
+        "gpu": Profile("gpu", None, None, "auto", FULL_SWEEP, None, "cuda", gpu_memory_utilization=0.9),
+    }
+
+
+PROFILES: dict[str, Profile] = _profiles()
+
+
+def get_profile(name: str, *, target=None, draft=None) -> Profile:
+    """The named profile, with user-named target/draft folders swapped in (`gpu` needs both)."""
+    if name not in PROFILES:
+        raise EagleFixError(f"unknown profile {name!r}: choose one of {', '.join(PROFILES)}")
+    prof = PROFILES[name]
+    if name == "gpu" and (target is None or draft is None):
+        raise EagleFixError("profile 'gpu' runs your own checkpoints: pass both --target DIR and --draft DIR "
+                            "(local folders; nothing is downloaded)")
+    changes = {}
+    if target is not None:
+        changes["target"] = pathlib.Path(target)
+    if draft is not None:
+        changes["draft"] = pathlib.Path(draft)
+    return dataclasses.replace(prof, **changes) if changes else prof
+
+
+def default_profile_name(*, models_named: bool = False) -> str:
+    """CUDA present: the real-shape dummy run (or `gpu` for named checkpoints); else `cpu`."""
+    try:
+        import torch
+
+        cuda = torch.cuda.is_available()
+    except ImportError:
+        cuda = False
+    if cuda:
+        return "gpu" if models_named else "gpu-dummy"
+    return "cpu"
+
+
+# ---------------------------------------------------------------- validation
+
+def _config(folder: pathlib.Path, role: str) -> dict:
+    if not folder.is_dir():
+        raise EagleFixError(f"{role} folder {folder} does not exist: pass a local model folder "
+                            f"(run `eagle-fix train-tiny` to rebuild the shipped tiny pair)")
+    path = folder / "config.json"
+    if not path.is_file():
+        raise EagleFixError(f"{path} is missing: the {role} folder needs its config.json next to the weights")
+    try:
+        cfg = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise EagleFixError(f"{path} is not valid JSON ({exc}): restore the {role}'s original config.json")
+    if not isinstance(cfg, dict):
+        raise EagleFixError(f"{path} is not a JSON object: restore the {role}'s original config.json")
+    return cfg
+
+
+def _read_header(path: pathlib.Path) -> dict:
+    """The safetensors header (names, dtypes, shapes), checking the file holds every byte it
+    declares: catches truncated downloads without loading any tensor."""
+    fix = "re-download or re-save it (for the tiny pair: `eagle-fix train-tiny`)"
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as f:
+            raw = f.read(8)
+            if len(raw) < 8:
+                raise ValueError("shorter than its 8-byte header length")
+            (n,) = struct.unpack("<Q", raw)
+            if n > size - 8 or n > 100 * 2**20:
+                raise ValueError(f"header length {n} exceeds the file ({size} bytes)")
+            header = json.loads(f.read(n))
+    except (OSError, ValueError, UnicodeDecodeError) as exc:
+        raise EagleFixError(f"{path} is corrupted or truncated ({exc}): {fix}")
+    if not isinstance(header, dict):
+        raise EagleFixError(f"{path} has a malformed header: {fix}")
+    end = 0
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        try:
+            end = max(end, int(info["data_offsets"][1]))
+        except (TypeError, KeyError, IndexError, ValueError):
+            raise EagleFixError(f"{path} has a malformed header entry {name!r}: {fix}")
+    if 8 + n + end > size:
+        raise EagleFixError(f"{path} is truncated ({size} bytes, header declares {8 + n + end}): {fix}")
+    return {k: v for k, v in header.items() if k != "__metadata__"}
+
+
+def _tensors(folder: pathlib.Path, role: str) -> dict[str, tuple[list[int], pathlib.Path]]:
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        raise EagleFixError(f"{folder} has no *.safetensors weight file: save the {role} with "
+                            f"safe_serialization=True, or run with load_format dummy")
+    out = {}
+    for f in files:
+        for name, info in _read_header(f).items():
+            out[name] = (list(info.get("shape", [])), f)
+    return out
+
+
+def _find(tensors: dict, suffix: str):
+    for name, val in tensors.items():
+        if name == suffix or name.endswith("." + suffix):
+            return name, val
+    return None, None
+
+
+def _expect(tensors: dict, suffix: str, shape: list[int], folder: pathlib.Path, role: str, why: str) -> None:
+    name, val = _find(tensors, suffix)
+    if name is None:
+        return  # optional / shared tensors: vLLM fills them in or reports its own error
+    got, f = val
+    if got != shape:
+        raise EagleFixError(f"{f}: tensor {name} has shape {got} but config.json says {shape} ({why}): "
+                            f"the {role}'s weights and config.json do not belong together")
+
+
+def _draft_kind(cfg: dict) -> str | None:
+    archs = set(cfg.get("architectures") or [])
+    smt = str(cfg.get("speculators_model_type", "")).lower()
+    if archs & EAGLE3_ARCHS or smt == "eagle3":
+        return "eagle3"
+    if archs & EAGLE_ARCHS or smt == "eagle":
+        return "eagle"
+    return None
+
+
+def validate_pair(target_dir, draft_dir, *, load_format: str = "auto") -> None:
+    """Raise EagleFixError (one line: the file and the fix) for a pair the engine would fail
+    on, or silently mis-measure, before spending an engine start on it."""
+    target_dir, draft_dir = pathlib.Path(target_dir), pathlib.Path(draft_dir)
+    tcfg = _config(target_dir, "target")
+    dcfg = _config(draft_dir, "draft")
+    tpath, dpath = target_dir / "config.json", draft_dir / "config.json"
+    kind = _draft_kind(dcfg)
+    if kind is None:
+        raise EagleFixError(f"{dpath}: architectures {dcfg.get('architectures')} is not an EAGLE/EAGLE3 draft: "
+                            f"pass an EAGLE3 draft folder (e.g. LlamaForCausalLMEagle3) as the draft")
+    if _draft_kind(tcfg) is not None:
+        raise EagleFixError(f"{tpath} describes an EAGLE draft: pass the base model as target and the draft as draft")
+    inner = dcfg.get("transformer_layer_config") or {}
+    for key in ("vocab_size", "hidden_size", "num_hidden_layers"):
+        if not isinstance(tcfg.get(key), int):
+            raise EagleFixError(f"{tpath} lacks an integer {key!r}: restore the target's original config.json")
+    tv = tcfg["vocab_size"]
+    dv = dcfg.get("vocab_size", inner.get("vocab_size"))
+    if dv is not None and dv != tv:
+        raise EagleFixError(f"{dpath}: draft vocab_size {dv} != target vocab_size {tv} ({tpath}): "
+                            f"the draft was trained for another target's vocabulary; use the matching draft")
+    dvs = dcfg.get("draft_vocab_size", tv)
+    if not isinstance(dvs, int) or not 0 < dvs <= tv:
+        raise EagleFixError(f"{dpath}: draft_vocab_size {dvs!r} must be an integer in 1..{tv} (the target's vocab)")
+    if load_format == "dummy":
+        return
+
+    H, L = tcfg["hidden_size"], tcfg["num_hidden_layers"]
+    heads = tcfg.get("num_attention_heads", 1)
+    hd = tcfg.get("head_dim") or H // heads
+    tt = _tensors(target_dir, "target")
+    _expect(tt, "embed_tokens.weight", [tv, H], target_dir, "target", "vocab_size x hidden_size")
+    if not tcfg.get("tie_word_embeddings", False):
+        _expect(tt, "lm_head.weight", [tv, H], target_dir, "target", "vocab_size x hidden_size")
+    _expect(tt, "layers.0.self_attn.q_proj.weight", [heads * hd, H], target_dir, "target",
+            "num_attention_heads*head_dim x hidden_size")
+    if _find(tt, f"layers.{L - 1}.self_attn.q_proj.weight")[0] is None and _find(tt, "layers.0.self_attn.q_proj.weight")[0]:
+        raise EagleFixError(f"{target_dir}: no weights for layer {L - 1} but config.json says num_hidden_layers={L}: "
+                            f"the weights and config.json do not belong together")
+
+    dt = _tensors(draft_dir, "draft")
+    dH = inner.get("hidden_size", dcfg.get("hidden_size", H))
+    dheads = inner.get("num_attention_heads", dcfg.get("num_attention_heads", heads))
+    dhd = inner.get("head_dim", dcfg.get("head_dim")) or dH // dheads
+    tH = dcfg.get("target_hidden_size", H)
+    if kind == "eagle3":
+        eagle = dcfg.get("eagle_config") or {}
+        ids = eagle.get("eagle_aux_hidden_state_layer_ids") or dcfg.get("eagle_aux_hidden_state_layer_ids")
+        n_aux = len(ids) if ids else 3
+        if ids and len(set(ids)) != len(ids):
+            raise EagleFixError(f"{dpath}: eagle_aux_hidden_state_layer_ids {ids} repeats a layer: "
+                                f"list distinct target layers (< {L})")
+        if ids and not all(isinstance(i, int) and 0 <= i <= L for i in ids):
+            raise EagleFixError(f"{dpath}: eagle_aux_hidden_state_layer_ids {ids} outside the target's 0..{L}")
+        if not ids and len({2, L // 2, L - 3}) < 3:
+            raise EagleFixError(f"{dpath}: vLLM's default aux layers (2, {L // 2}, {L - 3}) repeat for a "
+                                f"{L}-layer target: set eagle_config.eagle_aux_hidden_state_layer_ids")
+        _expect(dt, "fc.weight", [dH, n_aux * tH], draft_dir, "draft", "hidden_size x aux_layers*target_hidden")
+        qin = 2 * dH
+    else:
+        qin = dH
+    _expect(dt, "midlayer.self_attn.q_proj.weight", [dheads * dhd, qin], draft_dir, "draft",
+            "num_attention_heads*head_dim x input width")
+    _expect(dt, "lm_head.weight", [dvs, dH], draft_dir, "draft", "draft_vocab_size x hidden_size")
+    name, val = _find(dt, "d2t")
+    if name is not None and val[0] != [dvs]:
+        raise EagleFixError(f"{val[1]}: d2t has shape {val[0]} but draft_vocab_size is {dvs} ({dpath}): "
+                            f"the draft's vocabulary mapping and config.json do not belong together")
+    if name is None and dvs != tv:
+        raise EagleFixError(f"{draft_dir}: draft_vocab_size {dvs} != target vocab {tv} but no d2t tensor maps "
+                            f"draft ids to target ids: ship the draft's d2t")

@@ -1,0 +1,155 @@
+"""Shipped tiny pair, real-shape configs, profiles and the one-line pair validation."""
+
+import json
+import shutil
+
+import pytest
+
+from eagle_fix import models
+from eagle_fix.errors import EagleFixError
+
+
+def _cfg(folder):
+    return json.loads((folder / "config.json").read_text())
+
+
+def test_tiny_pair_shipped_configs():
+    t, d = models.tiny_pair()
+    assert t.is_dir() and d.is_dir()
+    tc, dc = _cfg(t), _cfg(d)
+    assert tc["max_position_embeddings"] >= 131072
+    assert tc.get("head_dim", tc["hidden_size"] // tc["num_attention_heads"]) == 64
+    rope = tc.get("rope_parameters") or tc.get("rope_scaling")
+    assert rope["rope_type"] == "llama3" and rope["factor"] == 8.0
+    assert dc["architectures"] == ["LlamaForCausalLMEagle3"]
+    assert dc["max_position_embeddings"] == 2048  # like the draft in the original report
+    assert "rope_scaling" not in dc and "rope_parameters" not in dc
+    ids = dc["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
+    assert len(ids) == 3 and len(set(ids)) == 3 and max(ids) < tc["num_hidden_layers"]
+    assert dc["vocab_size"] == tc["vocab_size"] and dc["draft_vocab_size"] < tc["vocab_size"]
+
+
+def test_tiny_pair_size_limit():
+    t, d = models.tiny_pair()
+    total = sum(f.stat().st_size for folder in (t, d) for f in folder.rglob("*") if f.is_file())
+    assert total <= 20 * 2**20
+
+
+def test_real_shape_configs():
+    t, d = models.real_shape_configs()
+    assert _cfg(t)["num_hidden_layers"] == 32
+    assert _cfg(d)["max_position_embeddings"] == 2048
+    models.validate_pair(t, d, load_format="dummy")
+
+
+def test_validate_accepts_shipped_pair():
+    models.validate_pair(*models.tiny_pair())
+
+
+@pytest.fixture
+def pair(tmp_path):
+    t, d = models.tiny_pair()
+    shutil.copytree(t, tmp_path / "target")
+    shutil.copytree(d, tmp_path / "draft")
+    return tmp_path / "target", tmp_path / "draft"
+
+
+def _edit(folder, **changes):
+    cfg = _cfg(folder)
+    cfg.update(changes)
+    (folder / "config.json").write_text(json.dumps(cfg))
+
+
+def test_missing_folder(tmp_path):
+    with pytest.raises(EagleFixError, match="does not exist"):
+        models.validate_pair(tmp_path / "nope", models.tiny_pair()[1])
+
+
+def test_missing_config(pair):
+    (pair[1] / "config.json").unlink()
+    with pytest.raises(EagleFixError, match=r"draft/config.json is missing"):
+        models.validate_pair(*pair)
+
+
+def test_malformed_config(pair):
+    (pair[0] / "config.json").write_text("{not json")
+    with pytest.raises(EagleFixError, match=r"target/config.json is not valid JSON"):
+        models.validate_pair(*pair)
+
+
+@pytest.mark.parametrize("role", [0, 1])
+def test_truncated_weights(pair, role):
+    f = pair[role] / "model.safetensors"
+    data = f.read_bytes()
+    f.write_bytes(data[: len(data) // 2])
+    with pytest.raises(EagleFixError, match=r"model.safetensors is truncated"):
+        models.validate_pair(*pair)
+
+
+def test_garbage_header(pair):
+    (pair[0] / "model.safetensors").write_bytes(b"\xff" * 64)
+    with pytest.raises(EagleFixError, match=r"model.safetensors is corrupted or truncated"):
+        models.validate_pair(*pair)
+
+
+def test_missing_weights(pair):
+    (pair[1] / "model.safetensors").unlink()
+    with pytest.raises(EagleFixError, match=r"no \*.safetensors weight file"):
+        models.validate_pair(*pair)
+    models.validate_pair(*pair, load_format="dummy")  # dummy weights need configs only
+
+
+def test_config_tensor_mismatch(pair):
+    _edit(pair[0], hidden_size=512)
+    with pytest.raises(EagleFixError, match=r"embed_tokens.weight has shape .* do not belong together"):
+        models.validate_pair(*pair)
+
+
+def test_draft_fc_mismatch(pair):
+    _edit(pair[1], eagle_config={"use_aux_hidden_state": True, "eagle_aux_hidden_state_layer_ids": [0, 1, 2, 3]})
+    with pytest.raises(EagleFixError, match=r"fc.weight has shape"):
+        models.validate_pair(*pair)
+
+
+def test_repeated_aux_layers(pair):
+    _edit(pair[1], eagle_config={"use_aux_hidden_state": True, "eagle_aux_hidden_state_layer_ids": [1, 1, 3]})
+    with pytest.raises(EagleFixError, match="repeats a layer"):
+        models.validate_pair(*pair)
+
+
+def test_vocab_mismatch(pair):
+    _edit(pair[1], vocab_size=1024)
+    with pytest.raises(EagleFixError, match=r"draft vocab_size 1024 != target vocab_size 512"):
+        models.validate_pair(*pair)
+
+
+def test_d2t_mismatch(pair):
+    _edit(pair[1], draft_vocab_size=128)
+    with pytest.raises(EagleFixError, match=r"lm_head.weight has shape|d2t has shape"):
+        models.validate_pair(*pair)
+
+
+def test_not_a_draft(pair):
+    with pytest.raises(EagleFixError, match="is not an EAGLE/EAGLE3 draft"):
+        models.validate_pair(pair[0], pair[0])
+
+
+def test_profiles():
+    assert set(models.PROFILES) == {"cpu-quick", "cpu", "gpu-dummy", "gpu"}
+    assert models.get_profile("cpu-quick").contexts == (8192,)
+    assert models.get_profile("cpu").contexts == (8192, 16384, 32768, 65536, 131072)
+    gd = models.get_profile("gpu-dummy")
+    assert gd.load_format == "dummy" and gd.device == "cuda"
+    sc = gd.speculative_config()
+    assert sc["rejection_sample_method"] == "synthetic" and sc["synthetic_acceptance_length"] == 2.5
+    assert "rejection_sample_method" not in models.get_profile("cpu").speculative_config()
+    g = models.get_profile("gpu", target="/m/t", draft="/m/d")
+    assert str(g.target) == "/m/t" and str(g.draft) == "/m/d"
+    assert models.default_profile_name() in {"cpu", "gpu-dummy"}
+
+
+def test_profile_errors():
+    with pytest.raises(EagleFixError, match="cpu-quick, cpu, gpu-dummy, gpu"):
+        models.get_profile("tpu")
+    with pytest.raises(EagleFixError, match="--target DIR and --draft DIR"):
+        models.get_profile("gpu", target="/m/t")
