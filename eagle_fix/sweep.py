@@ -34,7 +34,7 @@ RECORD_KEYS = (
     "drafter_coverage", "drafter_steps", "drafter_proposals", "max_seq_len_drafted", "speedup",
     "peak_gpu_memory_bytes", "kv_cache_capacity_tokens", "peak_host_memory_bytes", "startup_s", "compile_s",
     "vllm_version", "model_runner", "fix_state", "torch_version", "device", "git_commit", "synthetic_acceptance",
-    "engine_log", "timestamp",
+    "draft_rotary_positions", "flags", "engine_log", "timestamp",
 )
 
 
@@ -166,7 +166,7 @@ def run_sweep(args: RunArgs) -> list[dict[str, Any]]:
     try:
         for group in _groups(todo):
             spec = _engine_spec(run, group[0])
-            fix_state = _fix_state(run, group[0])
+            doctor = _fix_state(run, group[0])
             pending = list(group)
             while pending:
                 log = run.log_dir / f"{group[0].mode}-{group[0].arm}-{group[0].fix or 'none'}-{int(time.time())}.log"
@@ -176,7 +176,7 @@ def run_sweep(args: RunArgs) -> list[dict[str, Any]]:
                     engine = EngineProcess(spec, log, startup_timeout_s=STARTUP_TIMEOUT_S)
                 except EngineDied as exc:
                     for p in pending:  # an engine that cannot start fails all its points the same way
-                        rec = _record(run, p, common, fix_state, status="failed", error=str(exc), engine_log=str(log))
+                        rec = _record(run, p, common, doctor, status="failed", error=str(exc), engine_log=str(log))
                         records.append(_emit(run, rec, bar))
                     break
                 sampler.watch(engine.pid)
@@ -192,12 +192,12 @@ def run_sweep(args: RunArgs) -> list[dict[str, Any]]:
                             result = engine.run_point(cmd, timeout_s=_point_timeout(run, p))
                         except EngineDied as exc:
                             pending.pop(0)
-                            rec = _record(run, p, common, fix_state, status="failed", error=str(exc), ready=ready,
+                            rec = _record(run, p, common, doctor, status="failed", error=str(exc), ready=ready,
                                           memory=sampler.peaks(), engine_log=str(log))
                             records.append(_emit(run, rec, bar))
                             break  # restart the engine for the remaining points
                         pending.pop(0)
-                        rec = _record(run, p, common, fix_state, status="ok", result=result, ready=ready,
+                        rec = _record(run, p, common, doctor, status="ok", result=result, ready=ready,
                                       memory=sampler.peaks(), engine_log=str(log))
                         if p.arm == "baseline":
                             baselines[(p.context_len, p.mode)] = rec
@@ -255,12 +255,12 @@ def _emit(run: Resolved, record: dict[str, Any], bar: Any) -> dict[str, Any]:
     return record
 
 
-def _record(run: Resolved, p: Point, common: dict[str, Any], fix_state: str | None, *, status: str, result: dict | None = None,
+def _record(run: Resolved, p: Point, common: dict[str, Any], doctor: dict[str, Any] | None, *, status: str, result: dict | None = None,
             error: str | None = None, ready: dict | None = None, memory: dict | None = None, engine_log: str | None = None) -> dict[str, Any]:
     rec: dict[str, Any] = dict.fromkeys(RECORD_KEYS)
     rec.update(common)
     rec.update(context_len=p.context_len, mode=p.mode, arm=p.arm, fix=p.fix, status=status, error=error,
-               prompt_len=prompt_len(p.context_len, run), fix_state=fix_state if p.arm != "baseline" else None,
+               prompt_len=prompt_len(p.context_len, run),
                engine_log=engine_log, timestamp=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
     if p.arm == "baseline":
         rec["num_speculative_tokens"] = None
@@ -273,7 +273,23 @@ def _record(run: Resolved, p: Point, common: dict[str, Any], fix_state: str | No
         for key in RECORD_KEYS:
             if key in result:
                 rec[key] = result[key]
+    if doctor:
+        rec["fix_state"] = doctor.get("verdict")
+        rec["draft_rotary_positions"] = (doctor.get("draft") or {}).get("effective_max_position_embeddings")
+    rec["flags"] = _flags(rec)
     return rec
+
+
+def _flags(rec: dict[str, Any]) -> list[str]:
+    """What vLLM's counters alone would hide, named so a reader (and the tests) can see it."""
+    flags = []
+    if rec.get("num_drafts") and rec.get("drafter_coverage") == 0:
+        flags.append("zero_filled_drafts: the counters counted drafts but the drafter never ran")
+    rotary, reached = rec.get("draft_rotary_positions"), rec.get("max_seq_len_drafted")
+    if rotary and reached and reached + (rec.get("num_speculative_tokens") or 0) > rotary:
+        flags.append(f"rotary_cache_overrun: drafter fed positions up to {reached + rec['num_speculative_tokens'] - 1} "
+                     f"with a {rotary}-position rotary cache")
+    return flags
 
 
 def _speedup(rec: dict[str, Any], baseline: dict[str, Any] | None) -> float | None:
@@ -334,8 +350,8 @@ def _engine_spec(run: Resolved, p: Point):
     )
 
 
-def _fix_state(run: Resolved, p: Point) -> str | None:
-    """The doctor's verdict for this arm, from a child process (the plugin mode is per process)."""
+def _fix_state(run: Resolved, p: Point) -> dict[str, Any] | None:
+    """The doctor's report for this arm, from a child process (the plugin mode is per process)."""
     if p.arm == "baseline":
         return None
     from eagle_fix.engine import FIX_MODES
@@ -346,8 +362,8 @@ def _fix_state(run: Resolved, p: Point) -> str | None:
            "--num-speculative-tokens", str(run.args.num_speculative_tokens)]
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
-        return json.loads(out.stdout)["verdict"]
-    except (OSError, subprocess.SubprocessError, ValueError, KeyError):
+        return json.loads(out.stdout)
+    except (OSError, subprocess.SubprocessError, ValueError):
         return None
 
 

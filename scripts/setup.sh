@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Create .venv in the repository root and install eagle-fix with the real vLLM engine for CPU.
-#   scripts/setup.sh          engine + dev tools (tests, asv, pytest-benchmark)
+#   scripts/setup.sh                 engine + dev tools (tests, asv, pytest-benchmark)
+#   scripts/setup.sh --with-browser  also headless Chromium + asv's dashboard JS (dashboard test)
 # On this project's machines pip finds torch 2.13.0+cpu in its local wheel folder (pip's
 # find-links). Elsewhere, point pip at PyTorch's CPU index first, e.g.
 #   PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu scripts/setup.sh
@@ -22,3 +23,6 @@ fi
 # engine needs none of them.
 .venv/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec >>"$log" 2>&1 || true
 .venv/bin/python -c "import vllm, torch; print(f'eagle-fix setup: vllm {vllm.__version__}, torch {torch.__version__}: ok')" 2>>"$log" | tail -1
+if [ "${1:-}" = "--with-browser" ]; then
+    scripts/setup-browser.sh
+fi
