@@ -294,15 +294,26 @@ def train_draft(target, steps: int, seed: int, seq_len: int = 1024, batch: int =
         for g_ in opt.param_groups:
             g_["lr"] = _lr(step, steps, lr)
         ids = _batch(step, batch, seq_len, seed + 1, V)
+        L = ids.shape[1]
         aux, greedy = target_pass(ids)
         labels = t2d[torch.cat([greedy[:, 1:], greedy[:, -1:]], 1)]  # index p predicts greedy[p+1]
         labels[:, -1] = -100
         outs = draft_ttt_forward(draft, lambda t: embed(t).detach(), ids, greedy, aux, TTT_STEPS,
                                  heads, kvh, hd, DRAFT_ROPE_THETA)
+        # Steps >= 2 are fed the target's greedy tokens, so their label (the target's greedy
+        # next token given the true context) is right only where the corpus agreed with the
+        # target's greedy choice along the chain; in generation it always does.
+        agree = torch.zeros_like(ids, dtype=torch.bool)
+        agree[:, :-1] = ids[:, 1:] == greedy[:, :-1]
+        chain_ok = torch.ones_like(agree)
         loss, accs = 0.0, []
         for k, (w, lo) in enumerate(zip(weights, outs)):
             lab = labels.clone()
             lab[:, :k] = -100
+            if k > 0:
+                prev = torch.cat([torch.ones_like(agree[:, : k - 1]), agree[:, : L - k + 1]], 1)
+                chain_ok = chain_ok & prev
+                lab[~chain_ok] = -100
             loss = loss + w * torch.nn.functional.cross_entropy(lo.float().flatten(0, 1), lab.flatten(),
                                                                 ignore_index=-100)
             valid = lab != -100
@@ -347,6 +358,8 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--draft-steps", type=int, default=150)
     parser.add_argument("--seq-len", type=int, default=384)
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    parser.add_argument("--target-from", type=pathlib.Path, default=None,
+                        help="reuse this trained target folder; train (and write) only the draft")
 
 
 def cli_main(args: argparse.Namespace) -> int:
@@ -359,11 +372,18 @@ def cli_main(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
     torch.use_deterministic_algorithms(True, warn_only=True)
     t0 = time.time()
-    target, tloss = train_target(args.target_steps, args.seed, seq_len=args.seq_len)
+    if args.target_from is not None:
+        from transformers import LlamaForCausalLM
+
+        if not (args.target_from / "config.json").is_file():
+            raise EagleFixError(f"{args.target_from}/config.json is missing: pass a folder written by train-tiny")
+        target, tloss = LlamaForCausalLM.from_pretrained(args.target_from, dtype=torch.float32), float("nan")
+    else:
+        target, tloss = train_target(args.target_steps, args.seed, seq_len=args.seq_len)
     t1 = time.time()
     tacc = target_accuracy(target, args.seed, seq_len=args.seq_len)
-    tdir = args.out / "target"
-    target.to(torch.bfloat16).save_pretrained(tdir, safe_serialization=True)
+    if args.target_from is None:
+        target.to(torch.bfloat16).save_pretrained(args.out / "target", safe_serialization=True)
     target.float()
     draft, d2t, stats = train_draft(target, args.draft_steps, args.seed, seq_len=args.seq_len)
     t2 = time.time()
