@@ -226,14 +226,23 @@ def _spec_counters(llm: Any) -> dict[str, Any]:
 
 
 def _compile_seconds(log_path: str | None) -> float | None:
+    """torch.compile time from the engine's log: vLLM's own total on CUDA ("torch.compile took X s
+    in total"), else the CPU runner's compile warm-up span (its log lines have 1 s resolution)."""
     if not log_path:
         return None
-    total = None
-    for line in log_tail(Path(log_path), 2_000_000):
-        m = re.search(r"torch\.compile took ([\d.]+) s in total", line)
-        if m:
-            total = (total or 0.0) + float(m.group(1))
-    return total
+    lines = log_tail(Path(log_path), 2_000_000)
+    totals = [float(m.group(1)) for line in lines if (m := re.search(r"torch\.compile took ([\d.]+) s in total", line))]
+    if totals:
+        return sum(totals)
+    stamp = r"(\d\d-\d\d \d\d:\d\d:\d\d)"
+    start = [m.group(1) for line in lines if (m := re.search(stamp + r".*Warming up model for the compilation", line))]
+    end = [m.group(1) for line in lines if (m := re.search(stamp + r".*Warming up done", line))]
+    if not start or not end:
+        return None
+    import datetime as dt
+
+    parse = lambda s: dt.datetime.strptime(s, "%m-%d %H:%M:%S")  # noqa: E731
+    return max(0.0, (parse(end[-1]) - parse(start[-1])).total_seconds())
 
 
 def _child_main(spec_json: str, reply_fd: int) -> int:
