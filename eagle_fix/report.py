@@ -73,6 +73,32 @@ def markdown_table(df) -> str:
     return "\n".join(lines)
 
 
+def fix_ab_table(df) -> str | None:
+    """The fix A/B at a glance: acceptance length / drafter coverage per fix arm x mode x context,
+    or the failure's cause. None when the rows hold a single fix arm."""
+    ab = df[(df["arm"] == "eagle3") & df["fix"].notna()]
+    if ab["fix"].nunique() < 2:
+        return None
+
+    def cell(row) -> str:
+        if row["status"] != "ok":
+            error = str(row.get("error") or "")
+            cause = error.split("cause: ", 1)[1].split(";")[0] if "cause: " in error else error.splitlines()[0][:60]
+            return f"failed: {cause}"
+        cov = row.get("drafter_coverage")
+        cov_text = "–" if cov is None or (isinstance(cov, float) and math.isnan(cov)) else f"{cov:.0%}"
+        return f"{_cell(row['acceptance_length'], '{:.2f}', 'acceptance_length')} / {cov_text}"
+
+    ctxs = sorted(int(c) for c in ab["context_len"].unique())
+    lines = ["| fix | doctor | mode | " + " | ".join(f"{c}" for c in ctxs) + " |",
+             "|---|---|---|" + "|".join("---" for _ in ctxs) + "|"]
+    for (fix, mode), g in ab.groupby(["fix", "mode"], sort=True):
+        by_ctx = {int(r["context_len"]): cell(r) for _, r in g.iterrows()}
+        state = g["fix_state"].dropna().iloc[0] if "fix_state" in g and g["fix_state"].notna().any() else "–"
+        lines.append(f"| {fix} | {state} | {mode} | " + " | ".join(by_ctx.get(c, "–") for c in ctxs) + " |")
+    return "\n".join(lines)
+
+
 def _plot(df, out: Path, name: str, title: str, ylabel: str, columns, arms) -> Path | None:
     import matplotlib
 
@@ -105,7 +131,7 @@ def _plot(df, out: Path, name: str, title: str, ylabel: str, columns, arms) -> P
         return None
     ax.set_xscale("log", base=2)
     ctxs = sorted(df["context_len"].dropna().unique())
-    ax.set_xticks(ctxs, [f"{int(c) // 1024}K" for c in ctxs])
+    ax.set_xticks(ctxs, [f"{c / 1024:g}K" for c in ctxs])
     ax.set_xlabel("context length (tokens, log2)")
     ax.set_ylabel(ylabel)
     ax.set_title(title)
@@ -135,6 +161,9 @@ def write_report(paths, out: Path) -> dict:
         for version, vdf in pdf.groupby("vllm_version"):
             md += ["", f"vLLM {version}, {len(vdf)} points ({(vdf['status'] != 'ok').sum()} failed)", "",
                    markdown_table(vdf)]
+            ab = fix_ab_table(vdf)
+            if ab:
+                md += ["", "Fix A/B (EAGLE3 arm): acceptance length / drafter coverage, or why the point failed", "", ab]
         md.append("")
         md += [f"![{p.stem}]({profile}/{p.name})" for p in files]
         md.append("")
