@@ -389,7 +389,7 @@ def cli_main(args: argparse.Namespace) -> int:
     t2 = time.time()
     save_draft(draft, d2t, args.out / "draft", target.config.vocab_size)
     print(json.dumps({
-        "target_loss": round(tloss, 4), "target_greedy_acc": round(tacc, 4),
+        "target_loss": None if math.isnan(tloss) else round(tloss, 4), "target_greedy_acc": round(tacc, 4),
         "draft_loss": round(stats["draft_loss"], 4),
         "draft_acc_per_step": [round(a, 4) for a in stats["draft_acc"]],
         "draft_vocab_coverage": round(stats["draft_vocab_coverage"], 4),
