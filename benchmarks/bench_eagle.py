@@ -66,7 +66,7 @@ class Sweep(_SweepBase):
     track_acceptance_length.version = VERSION
 
     def track_speedup(self, cache, context_len, mode):
-        """EAGLE3 output throughput over the baseline arm's at the same point."""
+        """EAGLE3 decode throughput over the baseline arm's at the same point (prefill is the same work in both)."""
         return self._value(cache, "speedup", context_len, mode)
 
     track_speedup.unit = "x"
