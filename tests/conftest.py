@@ -38,6 +38,18 @@ def last_json(stdout: str) -> dict:
     raise AssertionError(f"no JSON line in output:\n{stdout[-2000:]}")
 
 
+def asv_conf(tmp: Path, results: Path, html: Path) -> Path:
+    """The project's asv.conf.json with absolute repo/results/html paths, so nothing lands in the checkout."""
+    from asv import util
+
+    conf = util.load_json(ROOT / "asv.conf.json", js_comments=True)
+    conf.update(repo=str(ROOT), results_dir=str(results), html_dir=str(html),
+                benchmark_dir=str(ROOT / "benchmarks"), env_dir=str(tmp / "env"))
+    path = tmp / "asv.conf.json"
+    path.write_text(json.dumps(conf))
+    return path
+
+
 @pytest.fixture(scope="session")
 def shared_pair() -> tuple[Path, Path]:
     return real_shape_pair()

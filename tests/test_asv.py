@@ -9,32 +9,21 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, asv_conf
 
 pytestmark = pytest.mark.engine
-
-
-def _conf(tmp: Path) -> Path:
-    text = (ROOT / "asv.conf.json").read_text()
-    conf = json.loads(re.sub(r"^\s*//.*$", "", text, flags=re.M))
-    conf.update(repo=str(ROOT), benchmark_dir=str(ROOT / "benchmarks"), results_dir=str(tmp / "results"),
-                html_dir=str(tmp / "html"), env_dir=str(tmp / "env"))
-    path = tmp / "asv.conf.json"
-    path.write_text(json.dumps(conf))
-    return path
 
 
 @pytest.fixture(scope="session")
 def asv_quick(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("asv")
-    conf = _conf(tmp)
+    conf = asv_conf(tmp, tmp / "results", tmp / "html")
     asv = str(Path(sys.executable).with_name("asv"))
     env = {**os.environ, "EAGLE_FIX_PROFILE": "cpu-quick", "EAGLE_FIX_RUN_OUT": str(tmp / "run.jsonl")}
     subprocess.run([sys.executable, str(ROOT / "scripts" / "asv_machine.py")], check=True, env=env,

@@ -16,7 +16,8 @@ import pytest
 
 from eagle_fix.report import localize_dashboard
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import ROOT, asv_conf
+
 ASV = Path(sys.executable).with_name("asv")
 JS_DIR = ROOT / "build" / "asv-js"
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
@@ -68,18 +69,6 @@ def synthetic_results(tmp: Path) -> Path:
     }
     (results / "dashboard-test" / f"{head[:8]}-existing-py_test.json").write_text(json.dumps(data))
     return results
-
-
-def asv_conf(tmp: Path, results: Path, html: Path) -> Path:
-    """The project's asv.conf.json with absolute repo/results/html paths, so nothing lands in the checkout."""
-    from asv import util
-
-    conf = util.load_json(ROOT / "asv.conf.json", js_comments=True)
-    conf.update(repo=str(ROOT), results_dir=str(results), html_dir=str(html),
-                benchmark_dir=str(ROOT / "benchmarks"), env_dir=str(tmp / "env"))
-    path = tmp / "asv.conf.json"
-    path.write_text(json.dumps(conf))
-    return path
 
 
 @pytest.fixture(scope="module")
