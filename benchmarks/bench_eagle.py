@@ -1,6 +1,6 @@
 """EAGLE3 at long contexts in the real vLLM engine: one sweep per asv run, one tracked number per point."""
 
-from .common import (ALL_CONTEXTS, MODES, NUM_SPECULATIVE_TOKENS, POSITIONS, SWEEP_TIMEOUT_S,
+from .common import (ALL_CONTEXTS, MODES, NUM_SPECULATIVE_TOKENS, POSITIONS, REPO, SWEEP_TIMEOUT_S,
                      VERSION, profile_contexts, profile_name)
 
 
@@ -10,11 +10,11 @@ def _run_sweep():
     from eagle_fix.sweep import RunArgs, run_sweep
 
     profile = profile_name()
-    out = run_out_path(profile)
+    out = run_out_path(profile, conf_dir=REPO)
     out.parent.mkdir(parents=True, exist_ok=True)
     if out.exists():  # same commit again (another vLLM, a retry): keep the earlier run's lines
         out.rename(out.with_name(f"{out.name}.{int(out.stat().st_mtime)}.old"))
-    records = run_sweep(RunArgs(profile=profile, modes=MODES, arms=("eagle3", "baseline"),
+    records = run_sweep(RunArgs(profile=profile, contexts=profile_contexts(profile), modes=MODES, arms=("eagle3", "baseline"),
                                 fixes=("on",), num_speculative_tokens=NUM_SPECULATIVE_TOKENS,
                                 out=out))
     return {"profile": profile, "contexts": profile_contexts(profile), "records": records,

@@ -1,6 +1,7 @@
 """Constants and the profile switch shared by the asv benchmarks (glue only: logic lives in eagle_fix)."""
 
 import os
+from pathlib import Path
 
 # Name as `eagle-fix run --profile`: cpu-quick | cpu | gpu-dummy | gpu. Unset: the package's default
 # for this machine (eagle_fix.models.default_profile_name()).
@@ -29,7 +30,17 @@ def profile_name() -> str:
     return default_profile_name()
 
 
+# Optional reduced set of contexts, e.g. EAGLE_FIX_CONTEXTS=8192,16384: the profile's own set
+# otherwise. (On 2 CPU cores a 131072-token prefill of the tiny pair takes ~30 min per engine.)
+CONTEXTS_ENV = "EAGLE_FIX_CONTEXTS"
+# The repository root: asv runs setup_cache in a scratch folder, so paths are anchored here.
+REPO = Path(__file__).resolve().parents[1]
+
+
 def profile_contexts(name: str) -> tuple:
+    override = os.environ.get(CONTEXTS_ENV)
+    if override:
+        return tuple(int(c) for c in override.split(",") if c.strip())
     from eagle_fix.models import get_profile
 
     return tuple(get_profile(name).contexts)
