@@ -32,7 +32,10 @@ GIB = 1024 ** 3
 
 # name, title, y label, column(s), arms drawn
 PLOTS = (
-    ("throughput", "Output throughput", "output tokens/s", "output_throughput_tok_s", ("eagle3", "baseline")),
+    ("throughput", "Output throughput (end to end: prefill included)", "output tokens/s", "output_throughput_tok_s",
+     ("eagle3", "baseline")),
+    ("decode_throughput", "Decode throughput (after the first token)", "tokens/s", "decode_throughput_tok_s",
+     ("eagle3", "baseline")),
     ("acceptance_length", "Acceptance length (1 + accepted / drafts)", "tokens per step", "acceptance_length", ("eagle3",)),
     ("drafter_coverage", "Drafter coverage (share of steps that drafted)", "fraction", "drafter_coverage", ("eagle3",)),
     ("memory", "Peak memory", "GiB", ("peak_gpu_memory_bytes", "peak_host_memory_bytes"), ("eagle3", "baseline")),
@@ -118,7 +121,7 @@ def _plot(df, out: Path, name: str, title: str, ylabel: str, columns, arms) -> P
                 continue
             if column.endswith("memory_bytes"):
                 ys = ys / GIB
-            label = f"{arm}, {mode}, fix {fix}"
+            label = f"{arm}, {mode}" + (f", fix {fix}" if isinstance(fix, str) else "")
             if len(columns) > 1:
                 label = f"{column.split('_')[1]}: {label}"
             if len(versions) > 1:

@@ -120,9 +120,12 @@ def records_frame(records: Iterable[dict], *, source: str = "jsonl", origin: str
 
 
 def _asv_result_files(results_dir: Path) -> list[Path]:
+    """asv's per-machine folders are the ones holding a machine.json (results/pytest-benchmark and
+    results/runs are not asv's)."""
     skip = {"machine.json", "benchmarks.json"}
     return sorted(
-        p for p in results_dir.glob("*/*.json") if p.name not in skip and p.parent.name != "runs"
+        p for p in results_dir.glob("*/*.json")
+        if p.name not in skip and (p.parent / "machine.json").is_file()
     )
 
 
@@ -163,6 +166,8 @@ def load_asv_file(path: str | os.PathLike) -> list[dict]:
                 "status": "ok", "timestamp": data.get("date"), "env_name": data.get("env_name"),
                 "per_position_acceptance": [],
             })
+            if value is None:  # asv: null = the benchmark failed; NaN = skipped (not in the profile)
+                row.setdefault("_failed", set()).add(column)
             value = float("nan") if value is None else float(value)
             if column == "per_position_acceptance":
                 pos = int(combo[2])
@@ -171,12 +176,27 @@ def load_asv_file(path: str | os.PathLike) -> list[dict]:
                 ppa[pos - 1] = value
             else:
                 row[column] = value
+    sidecar = _sidecar_records(path.parent.parent, machine, data["commit_hash"])
+    out = []
     for row in rows.values():
-        # A point whose throughput asv could not record is a failed point for compare.
+        failed = row.pop("_failed", set())
         if math.isnan(row.get("output_throughput_tok_s", float("nan"))):
+            if "output_throughput_tok_s" not in failed:
+                continue  # skipped: a context the profile did not run is not a point
+            # A point whose throughput asv could not record is a failed point for compare.
             row["status"] = "failed"
-            row["error"] = "no asv result (benchmark failed, skipped or timed out)"
-    return list(rows.values())
+            row["error"] = "no asv result (benchmark failed or timed out)"
+        if sidecar:
+            row.setdefault("vllm_version", sidecar[0].get("vllm_version"))
+            row.setdefault("torch_version", sidecar[0].get("torch_version"))
+        out.append(row)
+    return out
+
+
+def _sidecar_records(results_dir: Path, machine: str, commit: str) -> list[dict]:
+    """The JSON lines the sweep behind an asv run wrote (run_out_path()), when there is one file."""
+    found = sorted((results_dir / "runs").glob(f"{machine}-{commit[:8]}-*.jsonl"))
+    return load_jsonl(found[0]) if len(found) == 1 else []
 
 
 def _unrepr(value: Any) -> Any:

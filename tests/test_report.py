@@ -53,7 +53,7 @@ def test_report_writes_tables_and_pngs(tmp_path, capsys):
     assert "vLLM 0.32.0, 9 points (0 failed)" in md and "vLLM 0.33.0, 9 points (0 failed)" in md
     assert "| 16384 | compile | eagle3 | on | ok | 27.00 |" in md  # the NEW fixture's throughput
     pngs = sorted(p.name for p in (out / "cpu-quick").glob("*.png"))
-    assert pngs == ["acceptance_length.png", "drafter_coverage.png", "memory.png", "throughput.png"]
+    assert pngs == ["acceptance_length.png", "decode_throughput.png", "drafter_coverage.png", "memory.png", "throughput.png"]
     for name in pngs:
         data = (out / "cpu-quick" / name).read_bytes()
         assert data.startswith(PNG_MAGIC) and len(data) > 10_000
