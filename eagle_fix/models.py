@@ -61,9 +61,6 @@ class Profile:
             cfg["synthetic_acceptance_length"] = self.synthetic_acceptance_length
         return cfg
 
-    def max_model_len(self) -> int:
-        return max(self.contexts) + self.output_len + self.num_speculative_tokens + 1
-
 
 def _profiles() -> dict[str, Profile]:
     t, d = tiny_pair()

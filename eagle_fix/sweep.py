@@ -69,9 +69,9 @@ class RunArgs:
             target=Path(args.target) if args.target else None,
             draft=Path(args.draft) if args.draft else None,
             contexts=tuple(parse_positive_int(c, "--contexts") for c in _csv(args.contexts)) if args.contexts else None,
-            modes=_choices(args.modes, MODES, "--modes"),
-            arms=_choices(args.arms, ARMS, "--arms"),
-            fixes=_choices(args.fix, FIXES, "--fix"),
+            modes=tuple(_csv(args.modes)),  # checked with the Python API's input, in resolve()
+            arms=tuple(_csv(args.arms)),
+            fixes=tuple(_csv(args.fix)),
             batch_size=parse_positive_int(args.batch_size, "--batch-size"),
             output_len=parse_positive_int(args.output_len, "--output-len") if args.output_len else None,
             num_speculative_tokens=parse_positive_int(args.num_speculative_tokens, "--num-speculative-tokens"),
@@ -414,14 +414,6 @@ def _progress(total: int, initial: int, enabled: bool) -> Any:
 
 def _csv(value: str) -> list[str]:
     return [v.strip() for v in str(value).split(",") if v.strip()]
-
-
-def _choices(value: str, allowed: tuple[str, ...], flag: str) -> tuple[str, ...]:
-    values = tuple(_csv(value))
-    bad = [v for v in values if v not in allowed]
-    if bad or not values:
-        raise EagleFixError(f"{flag} {','.join(bad) or '(empty)'}: unknown; choose from {','.join(allowed)}")
-    return values
 
 
 # --------------------------------------------------------------------------- CLI
