@@ -68,13 +68,11 @@ class EngineSpec:
         if self.gpu_memory_utilization:
             kwargs["gpu_memory_utilization"] = self.gpu_memory_utilization
         if self.draft is not None:
-            spec: dict[str, Any] = {"method": "eagle3", "model": self.draft,
-                                    "num_speculative_tokens": self.num_speculative_tokens}
-            if self.synthetic_acceptance_length is not None:
-                spec["rejection_sample_method"] = "synthetic"
-                spec["synthetic_acceptance_length"] = self.synthetic_acceptance_length
-            kwargs["speculative_config"] = spec
+            from eagle_fix.models import speculative_config
             from eagle_fix.plugin import WORKER_EXTENSION
+
+            kwargs["speculative_config"] = speculative_config(self.draft, self.num_speculative_tokens,
+                                                              self.synthetic_acceptance_length)
 
             kwargs["worker_extension_cls"] = WORKER_EXTENSION
         return kwargs

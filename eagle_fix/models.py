@@ -54,12 +54,18 @@ class Profile:
         """The `speculative_config` dict for `vllm.LLM`."""
         if self.draft is None:
             raise EagleFixError(f"profile {self.name!r} has no draft: pass --draft DIR")
-        cfg = {"method": "eagle3", "model": str(self.draft),
-               "num_speculative_tokens": self.num_speculative_tokens}
-        if self.synthetic_acceptance_length is not None:
-            cfg["rejection_sample_method"] = "synthetic"
-            cfg["synthetic_acceptance_length"] = self.synthetic_acceptance_length
-        return cfg
+        return speculative_config(self.draft, self.num_speculative_tokens, self.synthetic_acceptance_length)
+
+
+def speculative_config(draft: str | pathlib.Path, num_speculative_tokens: int,
+                       synthetic_acceptance_length: float | None = None) -> dict:
+    """The `speculative_config` dict for `vllm.LLM`: one place for profiles and engine specs."""
+    cfg = {"method": "eagle3", "model": str(draft), "num_speculative_tokens": num_speculative_tokens}
+    if synthetic_acceptance_length is not None:
+        # Random (dummy) weights accept nothing: vLLM's synthetic rejection sampler fakes a rate.
+        cfg["rejection_sample_method"] = "synthetic"
+        cfg["synthetic_acceptance_length"] = synthetic_acceptance_length
+    return cfg
 
 
 def _profiles() -> dict[str, Profile]:

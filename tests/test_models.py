@@ -153,3 +153,16 @@ def test_profile_errors():
         models.get_profile("tpu")
     with pytest.raises(EagleFixError, match="--target DIR and --draft DIR"):
         models.get_profile("gpu", target="/m/t")
+
+
+def test_engine_spec_takes_the_profiles_speculative_config():
+    """The sweep's engine and the profile must say the same thing to vLLM (one builder for both)."""
+    from eagle_fix.engine import EngineSpec
+
+    gd = models.get_profile("gpu-dummy")
+    spec = EngineSpec(target=str(gd.target), draft=str(gd.draft), mode="eager", fix="on", max_model_len=8192,
+                      num_speculative_tokens=gd.num_speculative_tokens, load_format=gd.load_format,
+                      synthetic_acceptance_length=gd.synthetic_acceptance_length)
+    assert spec.llm_kwargs()["speculative_config"] == gd.speculative_config()
+    baseline = EngineSpec(target=str(gd.target), draft=None, mode="eager", fix=None, max_model_len=8192)
+    assert "speculative_config" not in baseline.llm_kwargs()
