@@ -2,13 +2,19 @@
 """Harness overhead: decode throughput as `eagle-fix run` measures it vs a bare `LLM.generate` script,
 same engine settings, side by side in one run (target: <= 1% apart).
 
-  .venv/bin/python scripts/harness_overhead.py [--context 4096] [--output-len 256] [--repeats 5]
+  .venv/bin/python scripts/harness_overhead.py [--context 4096] [--output-len 256] [--pairs 12]
 
-The bare side is what a user would write: one engine in this process, a prefill run (1 token), then
-the timed run served by the prefix cache. Its decode rate is taken two ways: from vLLM's own
-first/last token timestamps (the harness's definition, so the difference is the harness's cost:
-child process, pipe, counters, drafter RPCs, memory sampler thread) and from wall time,
-(n - 1) / (t_run - t_cached_1_token_run).
+Both engines are up at once and the measurements alternate (harness, bare, harness, bare, ...), so
+drift of a shared machine falls on both sides alike; the figure is the median of the per-pair ratios.
+
+- harness side: the sweep's own machinery, an `EngineProcess` (child process, JSON pipe, counters,
+  drafter-stats RPCs) with the sweep's `MemorySampler` thread watching its process tree;
+- bare side: what a user would write, one `vllm.LLM` in this process, a 1-token run (prefill, then
+  served by the prefix cache), then the timed run. Its decode rate is taken from vLLM's own
+  first/last-token timestamps (the harness's definition) and from wall time,
+  (n - 1) / (t_run - t_cached_1_token_run).
+
+A pair counts only if both sides produced the same tokens (same work).
 """
 
 from __future__ import annotations
@@ -24,65 +30,100 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-def bare(spec, prompt_len: int, output_len: int, repeats: int) -> tuple[list[float], list[float]]:
-    os.environ.update(spec.env())
-    from vllm import LLM, SamplingParams
-    from vllm.inputs import TokensPrompt
+class Bare:
+    def __init__(self, spec, prompt_len: int, output_len: int):
+        os.environ.update(spec.env())
+        from vllm import LLM, SamplingParams
+        from vllm.inputs import TokensPrompt
 
-    from eagle_fix.workload import make_prompts
+        from eagle_fix.workload import make_prompts
 
-    kwargs = spec.llm_kwargs()
-    kwargs.pop("worker_extension_cls", None)  # the bare script knows nothing of eagle-fix
-    llm = LLM(**kwargs)
-    vocab = llm.llm_engine.vllm_config.model_config.get_vocab_size()
-    prompt = [TokensPrompt(prompt_token_ids=make_prompts(prompt_len, 1, vocab_size=vocab)[0])]
-    llm.generate(prompt, SamplingParams(temperature=0, max_tokens=1, ignore_eos=True), use_tqdm=False)
-    rates, wall_rates = [], []
-    for _ in range(repeats):
+        kwargs = spec.llm_kwargs()
+        kwargs.pop("worker_extension_cls", None)  # the bare script knows nothing of eagle-fix
+        self.llm = LLM(**kwargs)
+        vocab = self.llm.llm_engine.vllm_config.model_config.get_vocab_size()
+        self.prompt = [TokensPrompt(prompt_token_ids=make_prompts(prompt_len, 1, vocab_size=vocab)[0])]
+        self.one = SamplingParams(temperature=0, max_tokens=1, ignore_eos=True)
+        self.run = SamplingParams(temperature=0, max_tokens=output_len, ignore_eos=True)
+        self.llm.generate(self.prompt, self.one, use_tqdm=False)  # the long prefill, once
+
+    def measure(self) -> tuple[float, float, list[int]]:
         t0 = time.perf_counter()
-        llm.generate(prompt, SamplingParams(temperature=0, max_tokens=1, ignore_eos=True), use_tqdm=False)
+        self.llm.generate(self.prompt, self.one, use_tqdm=False)
         t_first = time.perf_counter() - t0
         t0 = time.perf_counter()
-        out = llm.generate(prompt, SamplingParams(temperature=0, max_tokens=output_len, ignore_eos=True), use_tqdm=False)
+        out = self.llm.generate(self.prompt, self.run, use_tqdm=False)
         total = time.perf_counter() - t0
-        n = len(out[0].outputs[0].token_ids)
+        ids = list(out[0].outputs[0].token_ids)
         m = out[0].metrics
-        rates.append((n - 1) / (m.last_token_ts - m.first_token_ts))
-        wall_rates.append((n - 1) / (total - t_first))
-    return rates, wall_rates
+        return (len(ids) - 1) / (m.last_token_ts - m.first_token_ts), (len(ids) - 1) / (total - t_first), ids[:16]
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--context", type=int, default=4096)
     parser.add_argument("--output-len", type=int, default=256)
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--pairs", type=int, default=12)
     parser.add_argument("--mode", default="eager")
-    parser.add_argument("--out", default="results/harness-overhead.json")
+    parser.add_argument("--out", default="results/overhead/harness.json")
     args = parser.parse_args()
 
-    from eagle_fix.models import get_profile
-    from eagle_fix.sweep import RunArgs, resolve, run_sweep, _engine_spec, Point
+    import tempfile
 
-    # The same point `repeats` times on one engine, as the sweep measures it.
-    run_args = RunArgs(profile="cpu-quick", contexts=(args.context,) * args.repeats, modes=(args.mode,),
-                       arms=("eagle3",), output_len=args.output_len, progress=False)
-    records = run_sweep(run_args)
-    harness = [r["decode_throughput_tok_s"] for r in records]
-    rec = records[0]
-    run = resolve(run_args)
+    from eagle_fix.engine import EngineProcess
+    from eagle_fix.memory import MemorySampler
+    from eagle_fix.sweep import Point, RunArgs, _engine_spec, prompt_len, resolve
+
+    run = resolve(RunArgs(profile="cpu-quick", contexts=(args.context,), modes=(args.mode,), arms=("eagle3",),
+                          output_len=args.output_len, progress=False))
     spec = _engine_spec(run, Point(args.context, args.mode, "eagle3", "on"))
-    bare_rates, bare_wall = bare(spec, rec["prompt_len"], args.output_len, args.repeats)
-    h, b, w = statistics.median(harness), statistics.median(bare_rates), statistics.median(bare_wall)
-    result = {"context": args.context, "output_len": args.output_len, "mode": args.mode, "repeats": args.repeats,
-              "harness_decode_tok_s": harness, "bare_decode_tok_s": bare_rates, "bare_wall_decode_tok_s": bare_wall,
-              "median_harness": h, "median_bare": b, "median_bare_wall": w,
-              "relative_difference": (h - b) / b, "relative_difference_wall": (h - w) / w,
-              "acceptance_length": [r["acceptance_length"] for r in records],
-              "profile": get_profile("cpu-quick").name}
+    plen = prompt_len(args.context, run)
+    cmd = {"op": "point", "prompt_len": plen, "batch_size": 1, "output_len": args.output_len, "seed": 0}
+
+    sampler = MemorySampler()
+    log = Path(tempfile.mkdtemp(prefix="eagle-fix-overhead-")) / "engine.log"
+    engine = EngineProcess(spec, log)
+    bare = Bare(spec, plen, args.output_len)
+    rows = []
+    try:
+        engine.run_point(cmd, timeout_s=600)  # warm-up: the harness side's long prefill, once
+        for i in range(args.pairs):
+            sampler.watch(engine.pid)  # as in the sweep: the sampler runs while the harness measures
+            sampler.reset_peaks()
+            h = engine.run_point(cmd, timeout_s=600)
+            sampler.peaks()
+            sampler.watch(None)
+            b, w, ids = bare.measure()
+            same = h["output_token_ids_head"] == ids
+            rows.append({"harness": h["decode_throughput_tok_s"], "bare": b, "bare_wall": w,
+                         "acceptance_length": h.get("acceptance_length"), "same_tokens": same})
+            print(f"pair {i + 1}/{args.pairs}: harness {h['decode_throughput_tok_s']:.1f}  bare {b:.1f}  "
+                  f"(wall {w:.1f}) tok/s{'' if same else '  DIFFERENT TOKENS: not counted'}", flush=True)
+    finally:
+        engine.close()
+        sampler.close()
+
+    ok = [r for r in rows if r["same_tokens"]]
+    if not ok:
+        print("harness_overhead: no pair produced the same tokens on both sides; nothing to compare", file=sys.stderr)
+        return 1
+    ratios = [r["harness"] / r["bare"] - 1 for r in ok]
+    ratios_wall = [r["harness"] / r["bare_wall"] - 1 for r in ok]
+    result = {
+        "command": " ".join(["scripts/harness_overhead.py", *sys.argv[1:]]),
+        "profile": "cpu-quick", "context": args.context, "output_len": args.output_len, "mode": args.mode,
+        "pairs": rows,
+        "median_harness_tok_s": statistics.median(r["harness"] for r in ok),
+        "median_bare_tok_s": statistics.median(r["bare"] for r in ok),
+        "relative_difference": statistics.median(ratios),  # harness / bare - 1, median over pairs
+        "relative_difference_wall": statistics.median(ratios_wall),
+        "pair_spread": [min(ratios), max(ratios)],
+    }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result, indent=2))
+    print(f"harness vs bare decode throughput: {result['relative_difference']:+.1%} (median of {len(ok)} pairs; "
+          f"pairs ranged {min(ratios):+.1%} .. {max(ratios):+.1%}); wall-time definition "
+          f"{result['relative_difference_wall']:+.1%} -> {args.out}")
     return 0
 
 
