@@ -68,7 +68,6 @@ class MemorySampler:
         self._tree: _ProcessTree | None = None
         self._handle = _nvml_handle()
         self.idle_gpu_bytes = gpu_used_bytes(self._handle) if self._handle is not None else None
-        self._pid: int | None = None
         self._peak_gpu = 0
         self._peak_host = 0
         self._stop = threading.Event()
@@ -81,7 +80,6 @@ class MemorySampler:
 
     def watch(self, pid: int | None) -> None:
         """Sample this process and its descendants from now on."""
-        self._pid = pid
         self._tree = _ProcessTree(pid, self.tree_refresh_s) if pid is not None else None
 
     def reset_peaks(self) -> None:
@@ -140,21 +138,3 @@ class _ProcessTree:
             except psutil.Error:
                 pass
         return total
-
-
-def tree_rss_bytes(pid: int) -> int:
-    """RSS of a process and all its descendants (engine core and workers are children)."""
-    import psutil
-
-    try:
-        root = psutil.Process(pid)
-        procs = [root] + root.children(recursive=True)
-    except psutil.Error:
-        return 0
-    total = 0
-    for p in procs:
-        try:
-            total += p.memory_info().rss
-        except psutil.Error:
-            pass
-    return total

@@ -193,9 +193,14 @@ def load_asv_file(path: str | os.PathLike) -> list[dict]:
     return out
 
 
+def _sidecar_files(results_dir: Path, machine: str, commit: str) -> list[Path]:
+    """The JSON lines files the sweep behind an asv run wrote (named by run_out_path())."""
+    return sorted((results_dir / "runs").glob(f"{machine}-{commit[:8]}-*.jsonl"))
+
+
 def _sidecar_records(results_dir: Path, machine: str, commit: str) -> list[dict]:
-    """The JSON lines the sweep behind an asv run wrote (run_out_path()), when there is one file."""
-    found = sorted((results_dir / "runs").glob(f"{machine}-{commit[:8]}-*.jsonl"))
+    """The sweep's records behind an asv run, when there is one file."""
+    found = _sidecar_files(results_dir, machine, commit)
     return load_jsonl(found[0]) if len(found) == 1 else []
 
 
@@ -213,8 +218,7 @@ def _unrepr(value: Any) -> Any:
 
 def _sidecar_profile(results_dir: Path, machine: str, commit: str) -> str | None:
     """The profile of the sweep asv ran, from its JSON lines file named by run_out_path()."""
-    found = sorted((results_dir / "runs").glob(f"{machine}-{commit[:8]}-*.jsonl"))
-    profiles = {p.stem[len(machine) + 10:] for p in found}
+    profiles = {p.stem[len(machine) + 10:] for p in _sidecar_files(results_dir, machine, commit)}
     return profiles.pop() if len(profiles) == 1 else None
 
 
