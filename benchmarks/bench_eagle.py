@@ -44,52 +44,36 @@ class _SweepBase:
                            position=position)
 
 
+def _track(column, unit, doc=None):
+    """An asv track_ method returning `column` of the sweep's record at (context_len, mode).
+
+    asv names a class's benchmark by the attribute it is bound to, so the names (and the committed
+    results keyed by them) are those of the class body below.
+    """
+
+    def track(self, cache, context_len, mode):
+        return self._value(cache, column, context_len, mode)
+
+    track.unit, track.version = unit, VERSION
+    track.__doc__ = doc or f"`{column}` of the sweep's record at this point."
+    track.pretty_source = f"return point_value(cache['records'], {column!r}, context_len=context_len, mode=mode)"
+    return track
+
+
 class Sweep(_SweepBase):
     """The EAGLE3 arm (fix on, or upstream where the engine has it) per context length x mode."""
 
-    def track_output_throughput(self, cache, context_len, mode):
-        return self._value(cache, "output_throughput_tok_s", context_len, mode)
-
-    track_output_throughput.unit = "tok/s"
-    track_output_throughput.version = VERSION
-
-    def track_decode_throughput(self, cache, context_len, mode):
-        return self._value(cache, "decode_throughput_tok_s", context_len, mode)
-
-    track_decode_throughput.unit = "tok/s"
-    track_decode_throughput.version = VERSION
-
-    def track_acceptance_length(self, cache, context_len, mode):
-        return self._value(cache, "acceptance_length", context_len, mode)
-
-    track_acceptance_length.unit = "tokens"
-    track_acceptance_length.version = VERSION
-
-    def track_speedup(self, cache, context_len, mode):
-        """EAGLE3 decode throughput over the baseline arm's at the same point (prefill is the same work in both)."""
-        return self._value(cache, "speedup", context_len, mode)
-
-    track_speedup.unit = "x"
-    track_speedup.version = VERSION
-
-    def track_ttft(self, cache, context_len, mode):
-        return self._value(cache, "ttft_s", context_len, mode)
-
-    track_ttft.unit = "seconds"
-    track_ttft.version = VERSION
-
-    def track_drafter_coverage(self, cache, context_len, mode):
-        """Share of decode steps that drafted: below 1 when the drafter gives up (vLLM #34734)."""
-        return self._value(cache, "drafter_coverage", context_len, mode)
-
-    track_drafter_coverage.unit = "fraction"
-    track_drafter_coverage.version = VERSION
-
-    def track_kv_cache_capacity(self, cache, context_len, mode):
-        return self._value(cache, "kv_cache_capacity_tokens", context_len, mode)
-
-    track_kv_cache_capacity.unit = "tokens"
-    track_kv_cache_capacity.version = VERSION
+    track_output_throughput = _track("output_throughput_tok_s", "tok/s", "End-to-end output tokens per second.")
+    track_decode_throughput = _track("decode_throughput_tok_s", "tok/s", "Output tokens per second after the first.")
+    track_acceptance_length = _track("acceptance_length", "tokens",
+                                     "1 + accepted/drafts, from deltas of vLLM's own counters.")
+    track_speedup = _track("speedup", "x", "EAGLE3 decode throughput over the baseline arm's at the same point "
+                                           "(prefill is the same work in both).")
+    track_ttft = _track("ttft_s", "seconds", "Time to first token (the prefill of the whole context).")
+    track_drafter_coverage = _track("drafter_coverage", "fraction",
+                                    "Share of decode steps that drafted: below 1 when the drafter gives up "
+                                    "(vLLM #34734).")
+    track_kv_cache_capacity = _track("kv_cache_capacity_tokens", "tokens")
 
 
 class GPUMemory(_SweepBase):
@@ -100,11 +84,8 @@ class GPUMemory(_SweepBase):
         if cache["profile"].startswith("cpu"):
             raise NotImplementedError("no GPU memory on a CPU profile")
 
-    def track_peak_gpu_memory(self, cache, context_len, mode):
-        return self._value(cache, "peak_gpu_memory_bytes", context_len, mode)
-
-    track_peak_gpu_memory.unit = "bytes"
-    track_peak_gpu_memory.version = VERSION
+    track_peak_gpu_memory = _track("peak_gpu_memory_bytes", "bytes",
+                                   "Peak NVML device memory used minus the idle level before the engine started.")
 
 
 class PerPosition(_SweepBase):
