@@ -54,6 +54,28 @@ def latest(df):
     return df.drop_duplicates(keys, keep="last").drop(columns="_order")
 
 
+SPEEDUP_MATCH = ("profile", "vllm_version", "device_name", "context_len", "mode", "batch_size", "output_len")
+
+
+def fill_speedup(df):
+    """Speedup for EAGLE3 points whose baseline ran apart (one `eagle-fix run` per arm, as for the long
+    128K points): decode throughput over that of the baseline row with the same profile, vLLM, device
+    and point. A speedup the sweep computed within one run is kept as it is."""
+    df = df.copy()
+    match = [c for c in SPEEDUP_MATCH if c in df.columns]
+
+    def key(frame):
+        return frame[match].astype(str).agg("|".join, axis=1)
+
+    base = df[(df["arm"] == "baseline") & (df["status"] == "ok") & df["decode_throughput_tok_s"].notna()]
+    rate = dict(zip(key(base), base["decode_throughput_tok_s"]))
+    need = (df["arm"] == "eagle3") & df["speedup"].isna() & df["decode_throughput_tok_s"].notna()
+    if need.any() and rate:
+        base_rate = key(df[need]).map(rate).astype(float)
+        df.loc[need, "speedup"] = df.loc[need, "decode_throughput_tok_s"] / base_rate
+    return df
+
+
 def _cell(value, fmt: str, column: str) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "–"
@@ -149,11 +171,13 @@ def _plot(df, out: Path, name: str, title: str, ylabel: str, columns, arms) -> P
 
 def write_report(paths, out: Path) -> dict:
     """Write report.md, index.html and PNGs per profile into out; returns {profile: [files]}."""
-    df = latest(load_results(paths))
+    df = fill_speedup(latest(load_results(paths)))
     out.mkdir(parents=True, exist_ok=True)
     md = ["# eagle-fix report", "",
           "Newest measurement per profile, vLLM version and point. asv results carry the EAGLE3 arm "
-          "with the fix on; `eagle-fix run` files carry every arm.", ""]
+          "with the fix on; `eagle-fix run` files carry every arm. Speedup is EAGLE3 decode throughput over "
+          "the baseline's at the same point: from the same run where it ran both arms, else from the "
+          "newest baseline of the same profile, vLLM and device.", ""]
     written: dict[str, list[Path]] = {}
     for profile, pdf in df.groupby("profile"):
         pdir = out / str(profile)

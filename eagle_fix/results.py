@@ -99,7 +99,7 @@ def records_frame(records: Iterable[dict], *, source: str = "jsonl", origin: str
     import pandas as pd
 
     df = pd.DataFrame(list(records))
-    for col in (*KEY_COLUMNS, "profile", "status", "error", "git_commit", "vllm_version",
+    for col in (*KEY_COLUMNS, "profile", "status", "error", "git_commit", "vllm_version", "timestamp",
                 "per_position_acceptance", *METRICS_BY_COLUMN, "kv_cache_capacity_tokens"):
         if col not in df.columns:
             df[col] = None

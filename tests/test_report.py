@@ -8,7 +8,7 @@ import pytest
 
 from eagle_fix import cli
 from eagle_fix.errors import EagleFixError
-from eagle_fix.report import latest, markdown_table, write_report
+from eagle_fix.report import fill_speedup, latest, markdown_table, write_report
 from eagle_fix.results import load_results
 
 DATA = Path(__file__).parent / "data"
@@ -43,6 +43,25 @@ def test_markdown_table():
     assert len(table) == 2 + 9
     assert "| 16384 | eager | eagle3 | off | ok | 14.00 | 15.00 | 1.00 | 0% | 0.93x | 4.20 | – | 2.24 | 40960 |" in table
     assert table[2].startswith("| 8192 |")  # sorted by context, numerically
+
+
+def test_speedup_from_a_baseline_run_apart(tmp_path):
+    common = {"profile": "cpu", "vllm_version": "0.32.0", "device": {"name": "cpu"}, "context_len": 131072,
+              "mode": "eager", "batch_size": 1, "output_len": 64, "status": "ok"}
+    (tmp_path / "eagle3.jsonl").write_text(json.dumps(
+        {**common, "arm": "eagle3", "fix": "on", "decode_throughput_tok_s": 4.0, "speedup": None}) + "\n")
+    (tmp_path / "baseline.jsonl").write_text(json.dumps(
+        {**common, "arm": "baseline", "fix": None, "decode_throughput_tok_s": 5.0, "speedup": None}) + "\n"
+        + json.dumps({**common, "mode": "compile", "arm": "baseline", "fix": None,
+                      "decode_throughput_tok_s": 8.0, "speedup": None}) + "\n")
+    df = fill_speedup(latest(load_results([tmp_path])))
+    eagle = df[df.arm == "eagle3"].iloc[0]
+    assert eagle["speedup"] == pytest.approx(0.8)  # the eager baseline's, not the compile one's
+    assert df[df.arm == "baseline"]["speedup"].isna().all()
+    # a speedup measured within one run stays as it was
+    within = fill_speedup(latest(load_results([DATA / "fixture-base.jsonl"])))
+    before = latest(load_results([DATA / "fixture-base.jsonl"]))
+    assert within["speedup"].equals(before["speedup"])
 
 
 def test_report_writes_tables_and_pngs(tmp_path, capsys):
