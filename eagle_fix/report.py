@@ -59,20 +59,24 @@ SPEEDUP_MATCH = ("profile", "vllm_version", "device_name", "context_len", "mode"
 
 def fill_speedup(df):
     """Speedup for EAGLE3 points whose baseline ran apart (one `eagle-fix run` per arm, as for the long
-    128K points): decode throughput over that of the baseline row with the same profile, vLLM, device
-    and point. A speedup the sweep computed within one run is kept as it is."""
+    128K points), by the sweep's own definition (eagle_fix.sweep.speedup) against the baseline row
+    with the same profile, vLLM, device and point. A speedup the sweep computed within one run is
+    kept as it is."""
+    from eagle_fix.sweep import speedup
+
     df = df.copy()
     match = [c for c in SPEEDUP_MATCH if c in df.columns]
 
     def key(frame):
         return frame[match].astype(str).agg("|".join, axis=1)
 
-    base = df[(df["arm"] == "baseline") & (df["status"] == "ok") & df["decode_throughput_tok_s"].notna()]
-    rate = dict(zip(key(base), base["decode_throughput_tok_s"]))
-    need = (df["arm"] == "eagle3") & df["speedup"].isna() & df["decode_throughput_tok_s"].notna()
-    if need.any() and rate:
-        base_rate = key(df[need]).map(rate).astype(float)
-        df.loc[need, "speedup"] = df.loc[need, "decode_throughput_tok_s"] / base_rate
+    base = df[(df["arm"] == "baseline") & (df["status"] == "ok")]
+    # rows come from latest(), oldest first: the last baseline per key is the newest
+    baselines = dict(zip(key(base), base.to_dict("records")))
+    need = (df["arm"] == "eagle3") & df["speedup"].isna()
+    if need.any() and baselines:
+        df.loc[need, "speedup"] = [speedup(rec, baselines.get(k)) for k, rec in
+                                   zip(key(df[need]), df[need].to_dict("records"))]
     return df
 
 

@@ -202,7 +202,7 @@ def run_sweep(args: RunArgs) -> list[dict[str, Any]]:
                         if p.arm == "baseline":
                             baselines[(p.context_len, p.mode)] = rec
                         else:
-                            rec["speedup"] = _speedup(rec, baselines.get((p.context_len, p.mode)))
+                            rec["speedup"] = speedup(rec, baselines.get((p.context_len, p.mode)))
                         records.append(_emit(run, rec, bar))
                 finally:
                     engine.close()
@@ -292,7 +292,7 @@ def _flags(rec: dict[str, Any]) -> list[str]:
     return flags
 
 
-def _speedup(rec: dict[str, Any], baseline: dict[str, Any] | None) -> float | None:
+def speedup(rec: dict[str, Any], baseline: dict[str, Any] | None) -> float | None:
     """Decode throughput over the baseline's at the same point: prefill is the same work in both arms."""
     if not baseline or not rec.get("decode_throughput_tok_s") or not baseline.get("decode_throughput_tok_s"):
         return None
