@@ -1,0 +1,112 @@
+"""Inside the engine's process: what one point measures (TTFT, decode, vLLM's spec-decode counters,
+the drafter's own counters) around calls to a live `vllm.LLM`. The process plumbing is eagle_fix.engine."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+from eagle_fix.engine import EngineSpec, log_tail
+
+
+def spec_counters(llm: Any) -> dict[str, Any]:
+    """vLLM's own spec-decode counters (cumulative; the caller takes after-minus-before)."""
+    out: dict[str, Any] = {"drafts": 0, "draft_tokens": 0, "accepted": 0, "per_pos": []}
+    names = {"vllm:spec_decode_num_drafts": "drafts", "vllm:spec_decode_num_draft_tokens": "draft_tokens",
+             "vllm:spec_decode_num_accepted_tokens": "accepted"}
+    for metric in llm.get_metrics():
+        if metric.name in names:
+            out[names[metric.name]] += getattr(metric, "value", 0)
+        elif metric.name == "vllm:spec_decode_num_accepted_tokens_per_pos":
+            values = list(getattr(metric, "values", []))
+            prev = out["per_pos"]
+            out["per_pos"] = [a + b for a, b in zip(values, prev)] if prev else values
+    return out
+
+
+def compile_seconds(log_path: str | None) -> float | None:
+    """torch.compile time from the engine's log: vLLM's own total on CUDA ("torch.compile took X s
+    in total"), else the CPU runner's compile warm-up span (its log lines have 1 s resolution)."""
+    if not log_path:
+        return None
+    lines = log_tail(Path(log_path), 2_000_000)
+    totals = [float(m.group(1)) for line in lines if (m := re.search(r"torch\.compile took ([\d.]+) s in total", line))]
+    if totals:
+        return sum(totals)
+    stamp = r"(\d\d-\d\d \d\d:\d\d:\d\d)"
+    start = [m.group(1) for line in lines if (m := re.search(stamp + r".*Warming up model for the compilation", line))]
+    end = [m.group(1) for line in lines if (m := re.search(stamp + r".*Warming up done", line))]
+    if not start or not end:
+        return None
+    import datetime as dt
+
+    parse = lambda s: dt.datetime.strptime(s, "%m-%d %H:%M:%S")  # noqa: E731
+    return max(0.0, (parse(end[-1]) - parse(start[-1])).total_seconds())
+
+
+def drafter_stats(llm: Any) -> dict[str, Any]:
+    """Counters of the drafter's real work, summed over the engine's workers."""
+    per_worker = llm.collective_rpc("eagle_fix_drafter_stats")
+    total: dict[str, Any] = dict(per_worker[0]) if per_worker else {}
+    for other in per_worker[1:]:
+        for key in ("spec_steps", "fits_steps", "proposals"):
+            total[key] += other[key]
+        total["max_seq_len_drafted"] = max(total["max_seq_len_drafted"], other["max_seq_len_drafted"])
+    return total
+
+
+def measure_point(llm: Any, spec: EngineSpec, cmd: dict[str, Any], vocab: int, SamplingParams: Any, TokensPrompt: Any) -> dict[str, Any]:
+    from eagle_fix.workload import make_prompts
+
+    prompt_len, batch, output_len = int(cmd["prompt_len"]), int(cmd["batch_size"]), int(cmd["output_len"])
+    prompts = [TokensPrompt(prompt_token_ids=p) for p in make_prompts(prompt_len, batch, vocab_size=vocab, seed=int(cmd.get("seed", 0)))]
+
+    # 1. TTFT: the full, uncached prefill (one token out). It also fills the prefix cache, so the
+    #    measured decode run below does not pay the long prefill a second time.
+    t0 = time.perf_counter()
+    llm.generate(prompts, SamplingParams(temperature=0, max_tokens=1, ignore_eos=True), use_tqdm=False)
+    ttft_s = time.perf_counter() - t0
+
+    # 2. Decode: counters and drafter stats as after-minus-before around this call only.
+    before = spec_counters(llm) if spec.draft else None
+    if spec.draft:
+        llm.collective_rpc("eagle_fix_reset_drafter_stats")
+    t1 = time.perf_counter()
+    outputs = llm.generate(prompts, SamplingParams(temperature=0, max_tokens=output_len, ignore_eos=True), use_tqdm=False)
+    wall_s = time.perf_counter() - t1
+    n_out = sum(len(o.outputs[0].token_ids) for o in outputs)
+    firsts = [o.metrics.first_token_ts for o in outputs if getattr(o, "metrics", None) and o.metrics.first_token_ts]
+    lasts = [o.metrics.last_token_ts for o in outputs if getattr(o, "metrics", None) and o.metrics.last_token_ts]
+    decode_s = (max(lasts) - min(firsts)) if firsts and lasts and max(lasts) > min(firsts) else None
+    result: dict[str, Any] = {
+        "event": "point",
+        "prompt_len": prompt_len,
+        "ttft_s": ttft_s,
+        "decode_wall_s": wall_s,
+        "decode_s": decode_s,
+        "output_tokens": n_out,
+        "output_throughput_tok_s": n_out / (ttft_s + (decode_s if decode_s is not None else wall_s)),
+        "decode_throughput_tok_s": (n_out - batch) / decode_s if decode_s else None,
+        "output_token_ids_head": list(outputs[0].outputs[0].token_ids[:16]),
+    }
+    if spec.draft:
+        after = spec_counters(llm)
+        drafts = after["drafts"] - before["drafts"]
+        accepted = after["accepted"] - before["accepted"]
+        per_pos = [a - b for a, b in zip(after["per_pos"], before["per_pos"] or [0] * len(after["per_pos"]))]
+        stats = drafter_stats(llm)
+        result.update({
+            "num_drafts": drafts,
+            "num_draft_tokens": after["draft_tokens"] - before["draft_tokens"],
+            "num_accepted_tokens": accepted,
+            # vLLM's own formulas (spec-decode metrics): 1 + accepted / drafts; rate_i = accepted_i / drafts.
+            "acceptance_length": 1.0 + accepted / drafts if drafts else 1.0,
+            "per_position_acceptance": [x / drafts for x in per_pos] if drafts else [0.0] * len(per_pos),
+            "drafter_steps": stats.get("spec_steps"),
+            "drafter_proposals": stats.get("proposals"),
+            "drafter_coverage": (stats["proposals"] / stats["spec_steps"]) if stats.get("spec_steps") else None,
+            "max_seq_len_drafted": stats.get("max_seq_len_drafted"),
+        })
+    return result
