@@ -1,24 +1,28 @@
-"""EAGLE3 at long contexts in the real vLLM engine: one sweep per asv run, one tracked number per point."""
+"""EAGLE3 at long contexts in the real vLLM engine: one sweep per asv run, one tracked number per point.
+
+Every benchmark is lower-is-better (asv assumes so in `asv compare` and `asv continuous`): time per
+output token instead of throughput, target passes per token instead of acceptance length, the share
+of steps the drafter skipped instead of its coverage. A failed point is a failed benchmark."""
 
 from .common import (ALL_CONTEXTS, MODES, NUM_SPECULATIVE_TOKENS, POSITIONS, REPO, SWEEP_TIMEOUT_S,
-                     VERSION, profile_contexts, profile_name)
+                     VERSION, profile_contexts, profile_name, sweep_knobs)
 
 
 def _run_sweep():
-    """The whole grid of the chosen profile, also written as JSON lines (eagle_fix.results.run_out_path)."""
-    from eagle_fix.results import run_out_path
-    from eagle_fix.sweep import RunArgs, run_sweep
+    """The whole grid of the chosen profile, also written as JSON lines (eagle_fix.asv_suite.run_out_path)."""
+    from eagle_fix.asv_suite import asv_fix, run_out_path
+    from eagle_fix.plan import RunArgs
+    from eagle_fix.sweep import run_sweep
 
     profile = profile_name()
     out = run_out_path(profile, conf_dir=REPO)
     out.parent.mkdir(parents=True, exist_ok=True)
     if out.exists():  # same commit again (another vLLM, a retry): keep the earlier run's lines
         out.rename(out.with_name(f"{out.name}.{int(out.stat().st_mtime)}.old"))
-    records = run_sweep(RunArgs(profile=profile, contexts=profile_contexts(profile), modes=MODES, arms=("eagle3", "baseline"),
-                                fixes=("on",), num_speculative_tokens=NUM_SPECULATIVE_TOKENS,
-                                out=out))
-    return {"profile": profile, "contexts": profile_contexts(profile), "records": records,
-            "out": str(out)}
+    records = run_sweep(RunArgs(profile=profile, contexts=profile_contexts(profile), modes=MODES,
+                                arms=("eagle3", "baseline"), fixes=(asv_fix(),),
+                                num_speculative_tokens=NUM_SPECULATIVE_TOKENS, out=out, **sweep_knobs()))
+    return {"profile": profile, "contexts": profile_contexts(profile), "records": records, "out": str(out)}
 
 
 class _SweepBase:
@@ -27,6 +31,7 @@ class _SweepBase:
     params = (list(ALL_CONTEXTS), list(MODES))
     param_names = ("context_len", "mode")
     timeout = SWEEP_TIMEOUT_S
+    arm = "eagle3"
 
     def setup_cache(self):
         return _run_sweep()
@@ -38,42 +43,52 @@ class _SweepBase:
             raise NotImplementedError(f"context {context_len} not in profile {cache['profile']}")
 
     def _value(self, cache, column, context_len, mode, position=None):
-        from eagle_fix.results import point_value
+        from eagle_fix.asv_suite import point_value
 
-        return point_value(cache["records"], column, context_len=context_len, mode=mode,
+        return point_value(cache["records"], column, context_len=context_len, mode=mode, arm=self.arm,
                            position=position)
 
 
-def _track(column, unit, doc=None):
-    """An asv track_ method returning `column` of the sweep's record at (context_len, mode).
+def _track(column, unit, doc):
+    """An asv track_ method returning the lower-is-better form of `column` at (context_len, mode).
 
-    asv names a class's benchmark by the attribute it is bound to, so the names (and the committed
-    results keyed by them) are those of the class body below.
-    """
+    asv names a class's benchmark by the attribute it is bound to, so the names (and the results
+    keyed by them) are those of the class bodies below."""
 
     def track(self, cache, context_len, mode):
         return self._value(cache, column, context_len, mode)
 
     track.unit, track.version = unit, VERSION
-    track.__doc__ = doc or f"`{column}` of the sweep's record at this point."
-    track.pretty_source = f"return point_value(cache['records'], {column!r}, context_len=context_len, mode=mode)"
+    track.__doc__ = doc
+    track.pretty_source = f"return asv_value({column!r}, record[{column!r}])  # eagle_fix.asv_suite.point_value"
     return track
 
 
 class Sweep(_SweepBase):
-    """The EAGLE3 arm (fix on, or upstream where the engine has it) per context length x mode."""
+    """The EAGLE3 arm (fix on, or $EAGLE_FIX_ASV_FIX) per context length x mode."""
 
-    track_output_throughput = _track("output_throughput_tok_s", "tok/s", "End-to-end output tokens per second.")
-    track_decode_throughput = _track("decode_throughput_tok_s", "tok/s", "Output tokens per second after the first.")
-    track_acceptance_length = _track("acceptance_length", "tokens",
-                                     "1 + accepted/drafts, from deltas of vLLM's own counters.")
-    track_speedup = _track("speedup", "x", "EAGLE3 decode throughput over the baseline arm's at the same point "
-                                           "(prefill is the same work in both).")
+    track_tpot = _track("tpot_ms", "ms", "Time per output token after the first (median of the decode repeats).")
+    track_e2e_ms_per_token = _track("output_throughput_tok_s", "ms",
+                                    "End-to-end milliseconds per output token, prefill included (1000 / output throughput).")
     track_ttft = _track("ttft_s", "seconds", "Time to first token (the prefill of the whole context).")
-    track_drafter_coverage = _track("drafter_coverage", "fraction",
-                                    "Share of decode steps that drafted: below 1 when the drafter gives up "
-                                    "(vLLM #34734).")
-    track_kv_cache_capacity = _track("kv_cache_capacity_tokens", "tokens")
+    track_relative_decode_time = _track("speedup", "fraction",
+                                        "EAGLE3 decode time over the baseline arm's at the same point (1 / speedup; "
+                                        "below 1: speculation pays).")
+    track_target_passes_per_token = _track("acceptance_length", "passes/token",
+                                           "Target forward passes per output token (1 / acceptance length, from "
+                                           "vLLM's own counters).")
+    track_drafter_skipped_share = _track("drafter_coverage", "fraction",
+                                         "Share of decode steps in which the drafter did not run (1 - coverage): "
+                                         "vLLM's counters count zero-filled drafts as drafts.")
+    track_peak_host_memory = _track("peak_host_memory_bytes", "bytes", "Peak RSS of the engine's process tree.")
+
+
+class Baseline(_SweepBase):
+    """The no-speculation arm at the same points: an engine regression shows here first."""
+
+    arm = "baseline"
+    track_tpot = _track("tpot_ms", "ms", "Time per output token without speculation.")
+    track_ttft = _track("ttft_s", "seconds", "Time to first token without speculation.")
 
 
 class GPUMemory(_SweepBase):
@@ -89,14 +104,13 @@ class GPUMemory(_SweepBase):
 
 
 class PerPosition(_SweepBase):
-    """Acceptance rate of each draft position (1..k), vLLM's accepted_per_pos / drafts."""
+    """Rejected share of each draft position (1..k): 1 - vLLM's accepted_per_pos / drafts."""
 
     params = (list(ALL_CONTEXTS), list(MODES), list(POSITIONS))
     param_names = ("context_len", "mode", "position")
 
-    def track_per_position_acceptance(self, cache, context_len, mode, position):
+    def track_per_position_rejection(self, cache, context_len, mode, position):
         return self._value(cache, "per_position_acceptance", context_len, mode, position)
 
-    track_per_position_acceptance.unit = "rate"
-    track_per_position_acceptance.version = VERSION
-
+    track_per_position_rejection.unit = "rate"
+    track_per_position_rejection.version = VERSION

@@ -1,4 +1,4 @@
-"""Constants and the profile switch shared by the asv benchmarks (glue only: logic lives in eagle_fix)."""
+"""Constants and the reduced/full switches shared by the asv benchmarks (glue only: logic lives in eagle_fix)."""
 
 import os
 from pathlib import Path
@@ -44,3 +44,14 @@ def profile_contexts(name: str) -> tuple:
     from eagle_fix.models import get_profile
 
     return tuple(get_profile(name).contexts)
+
+
+# Samples per point (eagle-fix run --repeats / --ttft-repeats / --output-len), reduced for CI by
+# EAGLE_FIX_REPEATS, EAGLE_FIX_TTFT_REPEATS and EAGLE_FIX_OUTPUT_LEN; the profile's own otherwise.
+def sweep_knobs() -> dict:
+    knobs = {}
+    for env, name in (("EAGLE_FIX_REPEATS", "repeats"), ("EAGLE_FIX_TTFT_REPEATS", "ttft_repeats"),
+                      ("EAGLE_FIX_OUTPUT_LEN", "output_len")):
+        if os.environ.get(env):
+            knobs[name] = int(os.environ[env])
+    return knobs

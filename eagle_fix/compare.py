@@ -1,4 +1,12 @@
-"""`eagle-fix compare BASE NEW`: the regression gate asv compare cannot be (it assumes lower is better)."""
+"""`eagle-fix compare BASE NEW`: the regression gate, with statistics.
+
+A noisy metric (throughput, TPOT, TTFT, memory) is a regression only when its change is beyond the
+threshold *and* significant on the samples (eagle_fix.stats.judge: Mann–Whitney U at p < 0.01, or
+non-overlapping distribution-free intervals when there are too few samples for the test to reach
+that level); without samples on both sides it is `inconclusive`. Acceptance is judged on vLLM's
+counts (a two-proportion test with the draft as the unit); exact fields (status, coverage, KV
+capacity, flags) compare as they are. A failed point, or a point missing from NEW, fails the gate.
+"""
 
 from __future__ import annotations
 
@@ -9,10 +17,15 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from eagle_fix import record
 from eagle_fix.errors import EagleFixError
-from eagle_fix.results import KEY_COLUMNS, METRICS, load_asv_commit, load_asv_file, load_jsonl
+from eagle_fix.results import load_asv_commit, load_asv_file, load_jsonl
 
 DEFAULT_THRESHOLD = 0.05
+DEFAULT_ALPHA = 0.01
+FAILING = ("regression", "failed", "missing")
+# Derived from other gated numbers (so never judged twice) or without samples by construction.
+NOT_GATED = {"decode_pct_of_bandwidth", "prefill_pct_of_peak_flops"}
 
 
 @dataclass
@@ -24,32 +37,20 @@ class Change:
     base: float | None
     new: float | None
     change: float | None  # (new - base) / |base|
-    verdict: str  # ok | regression | improved | n/a | failed | fixed | failed-both
+    verdict: str  # regression | improved | within noise | inconclusive | same | failed | fixed | failed-both | missing
+    evidence: str = ""  # the p-value or interval behind the verdict
 
 
 @dataclass
 class Comparison:
     changes: list[Change] = field(default_factory=list)
-    only_base: list[tuple] = field(default_factory=list)
     only_new: list[tuple] = field(default_factory=list)
+    cross_machine: str | None = None
+    unknown_machine: bool = False
 
-    @property
-    def regressions(self) -> list[Change]:
-        return [c for c in self.changes if c.verdict in ("regression", "failed")]
-
-
-def _key(rec: dict) -> tuple:
-    return tuple(rec.get(k) for k in KEY_COLUMNS)
-
-
-def _index(records: list[dict], label: str) -> dict[tuple, dict]:
-    """Points by key; a later line wins (a resumed or re-run point replaces the earlier one)."""
-    out = {}
-    for rec in records:
-        if rec.get("context_len") is None or rec.get("mode") is None:
-            raise EagleFixError(f"{label}: a record without context_len/mode", exit_code=2)
-        out[_key(rec)] = rec
-    return out
+    def failures(self, *, strict: bool = False) -> list[Change]:
+        bad = FAILING + (("inconclusive",) if strict else ())
+        return [c for c in self.changes if c.verdict in bad]
 
 
 def _num(value) -> float | None:
@@ -60,68 +61,143 @@ def _num(value) -> float | None:
     return None if math.isnan(value) else value
 
 
-def compare_records(base: list[dict], new: list[dict], *, threshold: float = DEFAULT_THRESHOLD) -> Comparison:
-    """Match points by (context_len, mode, arm, fix) and judge each metric by its direction."""
+def _rel(vb: float, vn: float) -> float:
+    if vb == 0:
+        return 0.0 if vn == 0 else math.copysign(math.inf, vn)
+    return (vn - vb) / abs(vb)
+
+
+def _machines(records: list[dict]) -> set:
+    return {r.get("machine_id") for r in records}
+
+
+def check_machines(base: list[dict], new: list[dict], *, allow_cross_machine: bool) -> tuple[str | None, bool]:
+    """Refuse to judge records of different machines (asv refuses to merge them too). Returns the
+    cross-machine note (when allowed) and whether some record predates fingerprints."""
+    mb, mn = _machines(base), _machines(new)
+    unknown = None in mb or None in mn
+    known_b, known_n = mb - {None}, mn - {None}
+    if known_b and known_n and known_b != known_n:
+        what = f"BASE ran on {', '.join(sorted(known_b))}, NEW on {', '.join(sorted(known_n))}"
+        if not allow_cross_machine:
+            raise EagleFixError(f"{what}: a speed difference between machines is not a regression; compare runs of "
+                                f"one machine, or pass --allow-cross-machine to see the numbers anyway", exit_code=2)
+        return what, unknown
+    return None, unknown
+
+
+def compare_records(base: list[dict], new: list[dict], *, threshold: float = DEFAULT_THRESHOLD,
+                    alpha: float = DEFAULT_ALPHA, allow_missing: bool = False,
+                    allow_cross_machine: bool = False) -> Comparison:
+    """Match points by their identity (eagle_fix.record.IDENTITY) and judge each metric."""
+    from eagle_fix import stats
+
     if not (0 <= threshold < 1):
         raise EagleFixError(f"--threshold must be in [0, 1), got {threshold}", exit_code=2)
-    b, n = _index(base, "BASE"), _index(new, "NEW")
-    result = Comparison(only_base=sorted(set(b) - set(n), key=str), only_new=sorted(set(n) - set(b), key=str))
-    common = sorted(set(b) & set(n), key=lambda k: (k[0], str(k[1]), str(k[2]), str(k[3])))
-    if not common:
+    base = [record.upgrade(r) for r in base]
+    new = [record.upgrade(r) for r in new]
+    cross, unknown = check_machines(base, new, allow_cross_machine=allow_cross_machine)
+    b, n = record.index(base), record.index(new)
+    result = Comparison(only_new=sorted(set(n) - set(b), key=str), cross_machine=cross, unknown_machine=unknown)
+    if not set(b) & set(n):
         raise EagleFixError(
-            f"BASE and NEW share no point (context_len, mode, arm, fix): BASE has {len(b)}, NEW {len(n)}; "
-            "were they run with the same profile?",
-            exit_code=2,
-        )
-    for key in common:
-        rb, rn = b[key], n[key]
+            f"BASE and NEW share no point ({', '.join(record.IDENTITY)}): BASE has {len(b)}, NEW {len(n)}; "
+            "were they run with the same profile and settings?", exit_code=2)
+    for key in sorted(b, key=str):
+        rb, rn = b[key], n.get(key)
+        if rn is None:
+            result.changes.append(Change(key, "status", None, None, None,
+                                         "n/a" if allow_missing else "missing", "in BASE, not in NEW"))
+            continue
         ok_b, ok_n = rb.get("status") == "ok", rn.get("status") == "ok"
         if not (ok_b and ok_n):
             verdict = {(True, False): "failed", (False, True): "fixed"}.get((ok_b, ok_n), "failed-both")
-            result.changes.append(Change(key, "status", None, None, None, verdict))
+            error = rn.get("error") if not ok_n else rb.get("error")
+            result.changes.append(Change(key, "status", None, None, None, verdict,
+                                         str(error or "").splitlines()[0][:160] if error else ""))
             continue
-        for m in METRICS:
-            vb, vn = _num(rb.get(m.column)), _num(rn.get(m.column))
-            if vb is None or vn is None:
-                if vb is not None or vn is not None:  # measured on one side only: say so
-                    result.changes.append(Change(key, m.column, vb, vn, None, "n/a"))
+        for m in record.METRICS:
+            if m.column in NOT_GATED:
                 continue
-            if vb == 0:
-                change = 0.0 if vn == 0 else math.copysign(math.inf, vn)
-            else:
-                change = (vn - vb) / abs(vb)
-            better = change if m.higher_is_better else -change
-            verdict = "regression" if better < -threshold else "improved" if better > threshold else "ok"
-            result.changes.append(Change(key, m.column, vb, vn, change, verdict))
+            change = _judge_metric(m, rb, rn, threshold=threshold, alpha=alpha, stats=stats)
+            if change is not None:
+                result.changes.append(Change(key, *change))
+        new_flags = sorted(set(rn.get("flags") or []) - set(rb.get("flags") or []))
+        if new_flags:
+            result.changes.append(Change(key, "flags", None, None, None, "regression", "; ".join(f.split(":")[0] for f in new_flags)))
     return result
+
+
+def _judge_metric(m: record.Metric, rb: dict, rn: dict, *, threshold: float, alpha: float, stats) -> tuple | None:
+    vb, vn = _num(rb.get(m.column)), _num(rn.get(m.column))
+    if vb is None and vn is None:
+        return None
+    if vb is None or vn is None:  # measured on one side only: say so
+        return (m.column, vb, vn, None, "n/a", "measured on one side only")
+    change = _rel(vb, vn)
+    if m.column == "acceptance_length" and rb.get("num_drafts") and rn.get("num_drafts") \
+            and rb.get("num_accepted_tokens") is not None and rn.get("num_accepted_tokens") is not None:
+        k = rn.get("num_speculative_tokens") or len(rn.get("accepted_per_position") or []) or 1
+        p = stats.acceptance_change_p(rb["num_drafts"], rb["num_accepted_tokens"], rn["num_drafts"],
+                                      rn["num_accepted_tokens"], k)
+        if p is not None and p < alpha and vn != vb:
+            verdict = "improved" if vn > vb else "regression"
+        else:
+            verdict = "same" if vn == vb else "within noise"
+        return (m.column, vb, vn, change, verdict, f"p={p:.3g} (counts)" if p is not None else "")
+    if not m.noisy:
+        if vn == vb:
+            return (m.column, vb, vn, change, "same", "exact")
+        better = (vn > vb) == m.higher_is_better
+        return (m.column, vb, vn, change, "improved" if better else "regression", "exact")
+    sb = (rb.get("samples") or {}).get(m.column) or []
+    sn = (rn.get("samples") or {}).get(m.column) or []
+    if len(sb) < 2 or len(sn) < 2:
+        return (m.column, vb, vn, change, "inconclusive", f"samples {len(sb)} vs {len(sn)}")
+    j = stats.judge(sb, sn, higher_is_better=m.higher_is_better, threshold=threshold, alpha=alpha)
+    evidence = f"p={j['p']:.3g}" if j.get("p") is not None else ""
+    if j.get("ci95"):
+        lo, hi = j["ci95"]
+        evidence += f" ci [{lo:+.1%}, {hi:+.1%}]"
+    return (m.column, vb, vn, change, j["verdict"], f"{evidence.strip()} ({j.get('test', '')})".strip())
 
 
 def _fmt(v: float | None) -> str:
     if v is None:
         return "-"
-    if abs(v) >= 1e6:
-        return f"{v:.4g}"
-    return f"{v:.4g}" if abs(v) < 100 else f"{v:.1f}"
+    if float(v).is_integer() and abs(v) >= 100:
+        return f"{v:.0f}" if abs(v) < 1e6 else f"{v:.4g}"
+    return f"{v:.4g}" if abs(v) < 100 or abs(v) >= 1e6 else f"{v:.1f}"
 
 
-def format_comparison(cmp: Comparison, *, threshold: float) -> str:
-    """A plain-text table, one line per point and metric, and a summary line."""
-    header = ("context", "mode", "arm", "fix", "metric", "base", "new", "change", "verdict")
+def format_comparison(cmp: Comparison, *, threshold: float, strict: bool = False, show_same: bool = False) -> str:
+    """A plain-text table, one line per point and metric (unchanged exact ones only with show_same), and a summary."""
+    header = ("context", "mode", "arm", "fix", "metric", "base", "new", "change", "evidence", "verdict")
     rows = [header]
+    failing = cmp.failures(strict=strict)
+    note = " (cross-machine)" if cmp.cross_machine else ""
     for c in cmp.changes:
+        if c.verdict == "same" and not show_same:
+            continue
+        d = dict(zip(record.IDENTITY, c.key))
         change = "-" if c.change is None else ("inf" if math.isinf(c.change) else f"{c.change:+.1%}")
-        verdict = c.verdict.upper() if c in cmp.regressions else c.verdict
-        rows.append((*(str(x) for x in c.key), c.metric, _fmt(c.base), _fmt(c.new), change, verdict))
+        verdict = (c.verdict.upper() if c in failing else c.verdict) + note
+        rows.append((str(d["context_len"]), str(d["mode"]), str(d["arm"]), str(d["fix"] or "-"), c.metric,
+                     _fmt(c.base), _fmt(c.new), change, c.evidence, verdict))
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
-    for label, keys in (("only in BASE", cmp.only_base), ("only in NEW", cmp.only_new)):
-        for k in keys:
-            lines.append(f"{label}: context {k[0]} mode {k[1]} arm {k[2]} fix {k[3]}")
+    for k in cmp.only_new:
+        lines.append(f"only in NEW: {record.describe(k)}")
+    if cmp.cross_machine:
+        lines.append(f"cross-machine: {cmp.cross_machine}; speed differences here are the machines', not the code's")
+    if cmp.unknown_machine:
+        lines.append("note: some records predate machine fingerprints (schema 1); their machine cannot be checked")
+    counts = {v: sum(c.verdict == v for c in cmp.changes) for v in ("regression", "failed", "missing", "improved",
+                                                                     "within noise", "inconclusive", "same")}
     n_points = len({c.key for c in cmp.changes})
-    lines.append(
-        f"{n_points} points matched, {len(cmp.regressions)} regression(s) beyond {threshold:.0%} "
-        "(higher is better: throughput, acceptance, speedup, coverage; lower: memory, TTFT)"
-    )
+    lines.append(f"{n_points} points: " + ", ".join(f"{n} {v}" for v, n in counts.items() if n)
+                 + f" (threshold {threshold:.0%}; noisy metrics need p < {DEFAULT_ALPHA} too"
+                 + ("; --strict: inconclusive fails" if strict else "") + ")")
     return "\n".join(lines)
 
 
@@ -164,17 +240,23 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("base", metavar="BASE", help="`eagle-fix run` .jsonl, asv results .json, or a commit with asv results")
     parser.add_argument("new", metavar="NEW", help="same kinds as BASE")
     parser.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
-                        help="relative wrong-way change that fails the gate (default %(default)s = 5%%)")
-    parser.add_argument("--results-dir", default="results", help="asv results folder for commits (default %(default)s)")
-    parser.add_argument("--machine", default=None, help="asv machine to read commits from (default: all)")
+                        help="relative wrong-way change that can fail the gate (default %(default)s = 5%%)")
+    parser.add_argument("--strict", action="store_true", help="an inconclusive metric (no samples) fails the gate too")
+    parser.add_argument("--allow-missing", action="store_true", help="a point of BASE missing from NEW does not fail")
+    parser.add_argument("--allow-cross-machine", action="store_true",
+                        help="compare records of different machine fingerprints (marked on every row)")
+    parser.add_argument("--all", action="store_true", help="also list the exact metrics that did not change")
+    parser.add_argument("--results-dir", default="results", help="results folder for commits (default %(default)s)")
+    parser.add_argument("--machine", default=None, help="asv machine to read commits from (default: the only one)")
 
 
 def cli_main(args: argparse.Namespace) -> int:
-    """Exit 0: no regression; 1: a metric moved the wrong way beyond --threshold or a point failed; 2: unusable input."""
+    """Exit 0: no regression; 1: a regression, a failed point or a missing point; 2: unusable input."""
     if not (0 <= args.threshold < 1):
         raise EagleFixError(f"--threshold must be in [0, 1), got {args.threshold}", exit_code=2)
     base = load_side(args.base, results_dir=args.results_dir, machine=args.machine)
     new = load_side(args.new, results_dir=args.results_dir, machine=args.machine)
-    cmp = compare_records(base, new, threshold=args.threshold)
-    print(format_comparison(cmp, threshold=args.threshold))
-    return 1 if cmp.regressions else 0
+    cmp = compare_records(base, new, threshold=args.threshold, allow_missing=args.allow_missing,
+                          allow_cross_machine=args.allow_cross_machine)
+    print(format_comparison(cmp, threshold=args.threshold, strict=args.strict, show_same=args.all))
+    return 1 if cmp.failures(strict=args.strict) else 0

@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from eagle_fix import fix, plugin
-from eagle_fix.errors import EagleFixError
+from eagle_fix.checkpoint import checkpoint_max_position_embeddings, draft_format, read_config
+from eagle_fix.errors import EagleFixError, parse_positive_int
 
 VERDICT_EXIT = {"ok": 0, "fixed": 0, "limited": 2, "broken": 3}
 METHODS = ("eagle3", "eagle", "draft_model")
@@ -47,54 +48,6 @@ class DoctorArgs:
             num_speculative_tokens=parse_positive_int(args.num_speculative_tokens, "--num-speculative-tokens"),
             as_json=args.json,
         )
-
-
-def parse_positive_int(value: Any, flag: str) -> int:
-    """An integer > 0 from a CLI string ("8192", "8k", "128K" accepted), or a one-line error."""
-    text = str(value).strip().lower()
-    mult = 1024 if text.endswith("k") else 1
-    try:
-        n = int(text[:-1] if mult > 1 else text) * mult
-    except ValueError:
-        raise EagleFixError(f"{flag} {value!r} is not a number; give a positive integer such as 8192") from None
-    if n <= 0:
-        raise EagleFixError(f"{flag} {value!r} must be positive; give a positive integer such as 8192")
-    return n
-
-
-def read_config(folder: Path, flag: str) -> dict[str, Any]:
-    """The folder's config.json as a dict, or a one-line error naming the file."""
-    path = folder / "config.json"
-    if not path.is_file():
-        raise EagleFixError(f"{flag} {folder}: no config.json in that folder; point it at a Hugging Face model folder")
-    try:
-        data = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise EagleFixError(f"{path}: malformed JSON ({exc}); fix or re-download the file") from None
-    if not isinstance(data, dict):
-        raise EagleFixError(f"{path}: expected a JSON object; fix or re-download the file")
-    return data
-
-
-def draft_format(config: dict[str, Any]) -> str | None:
-    """'speculators', 'eagle3', 'eagle' or None (not a draft checkpoint vLLM's EAGLE path loads)."""
-    if config.get("speculators_model_type"):
-        return "speculators"
-    archs = " ".join(config.get("architectures") or [])
-    if "Eagle3" in archs or config.get("eagle_config") or "draft_vocab_size" in config:
-        return "eagle3"
-    if "Eagle" in archs or config.get("model_type") == "eagle":
-        return "eagle"
-    return None
-
-
-def checkpoint_max_position_embeddings(config: dict[str, Any]) -> int | None:
-    """As written in the checkpoint (speculators keeps it in transformer_layer_config)."""
-    layer = config.get("transformer_layer_config")
-    if isinstance(layer, dict) and layer.get("max_position_embeddings") is not None:
-        return int(layer["max_position_embeddings"])
-    value = config.get("max_position_embeddings")
-    return None if value is None else int(value)
 
 
 def engine_block_table_layout() -> str:

@@ -57,56 +57,83 @@ def drafter_stats(llm: Any) -> dict[str, Any]:
     return total
 
 
+def _decode_span(outputs: list) -> float | None:
+    """First to last token of the batch on the engine's own timestamps (the prefill is not in it)."""
+    firsts = [o.metrics.first_token_ts for o in outputs if getattr(o, "metrics", None) and o.metrics.first_token_ts]
+    lasts = [o.metrics.last_token_ts for o in outputs if getattr(o, "metrics", None) and o.metrics.last_token_ts]
+    return (max(lasts) - min(firsts)) if firsts and lasts and max(lasts) > min(firsts) else None
+
+
 def measure_point(llm: Any, spec: EngineSpec, cmd: dict[str, Any], vocab: int, SamplingParams: Any, TokensPrompt: Any) -> dict[str, Any]:
+    """TTFT `ttft_repeats` times (each a full prefill: the prefix cache is emptied first), then the
+    decode `repeats` times on the warm engine (the prefix cache serves the prefill). Returns raw
+    samples; medians and intervals are the parent's (eagle_fix.sweep) business.
+
+    The acceptance counts and the drafter's counters are taken around the first decode only: under
+    greedy sampling every repeat replays the same drafts, so pooling them would count one
+    experiment several times."""
     from eagle_fix.workload import make_prompts
 
     prompt_len, batch, output_len = int(cmd["prompt_len"]), int(cmd["batch_size"]), int(cmd["output_len"])
+    repeats, ttft_repeats = max(1, int(cmd.get("repeats", 1))), max(1, int(cmd.get("ttft_repeats", 1)))
     prompts = [TokensPrompt(prompt_token_ids=p) for p in make_prompts(prompt_len, batch, vocab_size=vocab, seed=int(cmd.get("seed", 0)))]
+    one = SamplingParams(temperature=0, max_tokens=1, ignore_eos=True)
+    full = SamplingParams(temperature=0, max_tokens=output_len, ignore_eos=True)
 
-    # 1. TTFT: the full, uncached prefill (one token out). It also fills the prefix cache, so the
-    #    measured decode run below does not pay the long prefill a second time.
-    t0 = time.perf_counter()
-    llm.generate(prompts, SamplingParams(temperature=0, max_tokens=1, ignore_eos=True), use_tqdm=False)
-    ttft_s = time.perf_counter() - t0
+    # 1. TTFT: the full, uncached prefill (one token out). The last one leaves the prefix cache
+    #    filled, so the decode runs below do not pay the long prefill again.
+    ttft = []
+    for _ in range(ttft_repeats):
+        llm.reset_prefix_cache()
+        t0 = time.perf_counter()
+        llm.generate(prompts, one, use_tqdm=False)
+        ttft.append(time.perf_counter() - t0)
+    ttft_mid = sorted(ttft)[len(ttft) // 2]
 
-    # 2. Decode: counters and drafter stats as after-minus-before around this call only.
-    before = spec_counters(llm) if spec.draft else None
-    if spec.draft:
-        llm.collective_rpc("eagle_fix_reset_drafter_stats")
-    t1 = time.perf_counter()
-    outputs = llm.generate(prompts, SamplingParams(temperature=0, max_tokens=output_len, ignore_eos=True), use_tqdm=False)
-    wall_s = time.perf_counter() - t1
-    n_out = sum(len(o.outputs[0].token_ids) for o in outputs)
-    firsts = [o.metrics.first_token_ts for o in outputs if getattr(o, "metrics", None) and o.metrics.first_token_ts]
-    lasts = [o.metrics.last_token_ts for o in outputs if getattr(o, "metrics", None) and o.metrics.last_token_ts]
-    decode_s = (max(lasts) - min(firsts)) if firsts and lasts and max(lasts) > min(firsts) else None
-    result: dict[str, Any] = {
-        "event": "point",
-        "prompt_len": prompt_len,
-        "ttft_s": ttft_s,
-        "decode_wall_s": wall_s,
-        "decode_s": decode_s,
-        "output_tokens": n_out,
-        "output_throughput_tok_s": n_out / (ttft_s + (decode_s if decode_s is not None else wall_s)),
-        "decode_throughput_tok_s": (n_out - batch) / decode_s if decode_s else None,
-        "output_token_ids_head": list(outputs[0].outputs[0].token_ids[:16]),
-    }
-    if spec.draft:
-        after = spec_counters(llm)
-        drafts = after["drafts"] - before["drafts"]
-        accepted = after["accepted"] - before["accepted"]
-        per_pos = [a - b for a, b in zip(after["per_pos"], before["per_pos"] or [0] * len(after["per_pos"]))]
-        stats = drafter_stats(llm)
-        result.update({
-            "num_drafts": drafts,
-            "num_draft_tokens": after["draft_tokens"] - before["draft_tokens"],
-            "num_accepted_tokens": accepted,
-            # vLLM's own formulas (spec-decode metrics): 1 + accepted / drafts; rate_i = accepted_i / drafts.
-            "acceptance_length": 1.0 + accepted / drafts if drafts else 1.0,
-            "per_position_acceptance": [x / drafts for x in per_pos] if drafts else [0.0] * len(per_pos),
-            "drafter_steps": stats.get("spec_steps"),
-            "drafter_proposals": stats.get("proposals"),
-            "drafter_coverage": (stats["proposals"] / stats["spec_steps"]) if stats.get("spec_steps") else None,
-            "max_seq_len_drafted": stats.get("max_seq_len_drafted"),
-        })
+    samples: dict[str, list[float]] = {"ttft_s": ttft, "decode_throughput_tok_s": [], "tpot_ms": [],
+                                       "output_throughput_tok_s": [], "decode_wall_s": []}
+    result: dict[str, Any] = {"event": "point", "prompt_len": prompt_len, "samples": samples}
+    for i in range(repeats):
+        counted = spec.draft is not None and i == 0
+        if counted:
+            before = spec_counters(llm)
+            llm.collective_rpc("eagle_fix_reset_drafter_stats")
+        t1 = time.perf_counter()
+        outputs = llm.generate(prompts, full, use_tqdm=False)
+        wall_s = time.perf_counter() - t1
+        n_out = sum(len(o.outputs[0].token_ids) for o in outputs)
+        decode_s = _decode_span(outputs)
+        samples["decode_wall_s"].append(wall_s)
+        samples["output_throughput_tok_s"].append(n_out / (ttft_mid + (decode_s if decode_s is not None else wall_s)))
+        if decode_s:
+            samples["decode_throughput_tok_s"].append((n_out - batch) / decode_s)
+            samples["tpot_ms"].append(1000.0 * decode_s / max(1, output_len - 1))
+        if i == 0:
+            result["output_tokens"] = n_out
+            result["output_token_ids_head"] = list(outputs[0].outputs[0].token_ids[:16])
+        if counted:
+            result.update(_acceptance(llm, before))
     return result
+
+
+def _acceptance(llm: Any, before: dict[str, Any]) -> dict[str, Any]:
+    """vLLM's spec-decode counters (after minus before) and the drafter's own counters. With no
+    drafts, acceptance is unknown (None), not 1.0."""
+    after = spec_counters(llm)
+    drafts = after["drafts"] - before["drafts"]
+    accepted = after["accepted"] - before["accepted"]
+    per_pos = [a - b for a, b in zip(after["per_pos"], before["per_pos"] or [0] * len(after["per_pos"]))]
+    stats = drafter_stats(llm)
+    return {
+        "num_drafts": drafts,
+        "num_draft_tokens": after["draft_tokens"] - before["draft_tokens"],
+        "num_accepted_tokens": accepted,
+        "accepted_per_position": per_pos,
+        # vLLM's own formulas (spec-decode metrics): 1 + accepted / drafts; rate_i = accepted_i / drafts.
+        "acceptance_length": 1.0 + accepted / drafts if drafts else None,
+        "per_position_acceptance": [x / drafts for x in per_pos] if drafts else None,
+        "drafter_steps": stats.get("spec_steps"),
+        "drafter_proposals": stats.get("proposals"),
+        "drafter_coverage": (stats["proposals"] / stats["spec_steps"]) if stats.get("spec_steps") else None,
+        "max_seq_len_drafted": stats.get("max_seq_len_drafted"),
+    }

@@ -8,16 +8,13 @@ import json
 import pathlib
 import struct
 
+from eagle_fix.checkpoint import draft_method, read_config
 from eagle_fix.errors import EagleFixError
 
 DATA = pathlib.Path(__file__).parent / "data"
 TINY = DATA / "tiny"
 CONFIGS = DATA / "configs"
 
-# Draft architectures vLLM serves as EAGLE / EAGLE3 drafts (plus the speculators format,
-# recognised by its `speculators_model_type` field).
-EAGLE3_ARCHS = {"LlamaForCausalLMEagle3", "Eagle3LlamaForCausalLM", "Eagle3Speculator"}
-EAGLE_ARCHS = {"EagleLlamaForCausalLM", "LlamaForCausalLMEagle", "EagleSpeculator"}
 FULL_SWEEP = (8192, 16384, 32768, 65536, 131072)
 
 
@@ -115,22 +112,6 @@ def default_profile_name(*, models_named: bool = False) -> str:
 
 # ---------------------------------------------------------------- validation
 
-def _config(folder: pathlib.Path, role: str) -> dict:
-    if not folder.is_dir():
-        raise EagleFixError(f"{role} folder {folder} does not exist: pass a local model folder "
-                            f"(run `eagle-fix train-tiny` to rebuild the shipped tiny pair)")
-    path = folder / "config.json"
-    if not path.is_file():
-        raise EagleFixError(f"{path} is missing: the {role} folder needs its config.json next to the weights")
-    try:
-        cfg = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise EagleFixError(f"{path} is not valid JSON ({exc}): restore the {role}'s original config.json")
-    if not isinstance(cfg, dict):
-        raise EagleFixError(f"{path} is not a JSON object: restore the {role}'s original config.json")
-    return cfg
-
-
 def _read_header(path: pathlib.Path) -> dict:
     """The safetensors header (names, dtypes, shapes), checking the file holds every byte it
     declares: catches truncated downloads without loading any tensor."""
@@ -191,28 +172,18 @@ def _expect(tensors: dict, suffix: str, shape: list[int], folder: pathlib.Path, 
                             f"the {role}'s weights and config.json do not belong together")
 
 
-def _draft_kind(cfg: dict) -> str | None:
-    archs = set(cfg.get("architectures") or [])
-    smt = str(cfg.get("speculators_model_type", "")).lower()
-    if archs & EAGLE3_ARCHS or smt == "eagle3":
-        return "eagle3"
-    if archs & EAGLE_ARCHS or smt == "eagle":
-        return "eagle"
-    return None
-
-
 def validate_pair(target_dir, draft_dir, *, load_format: str = "auto") -> None:
     """Raise EagleFixError (one line: the file and the fix) for a pair the engine would fail
     on, or silently mis-measure, before spending an engine start on it."""
     target_dir, draft_dir = pathlib.Path(target_dir), pathlib.Path(draft_dir)
-    tcfg = _config(target_dir, "target")
-    dcfg = _config(draft_dir, "draft")
+    tcfg = read_config(target_dir, "target")
+    dcfg = read_config(draft_dir, "draft")
     tpath, dpath = target_dir / "config.json", draft_dir / "config.json"
-    kind = _draft_kind(dcfg)
+    kind = draft_method(dcfg)
     if kind is None:
         raise EagleFixError(f"{dpath}: architectures {dcfg.get('architectures')} is not an EAGLE/EAGLE3 draft: "
                             f"pass an EAGLE3 draft folder (e.g. LlamaForCausalLMEagle3) as the draft")
-    if _draft_kind(tcfg) is not None:
+    if draft_method(tcfg) is not None:
         raise EagleFixError(f"{tpath} describes an EAGLE draft: pass the base model as target and the draft as draft")
     inner = dcfg.get("transformer_layer_config") or {}
     for key in ("vocab_size", "hidden_size", "num_hidden_layers"):

@@ -8,7 +8,8 @@ import math
 from pathlib import Path
 
 from eagle_fix.errors import EagleFixError
-from eagle_fix.results import KEY_COLUMNS, load_results
+from eagle_fix import record
+from eagle_fix.results import load_results
 
 DEFAULT_OUT = Path("html") / "eagle-fix"  # next to asv's dashboard (html_dir in asv.conf.json)
 
@@ -50,33 +51,29 @@ def latest(df):
     df["_order"] = range(len(df))
     df = df.sort_values(["timestamp", "_order"], na_position="first", key=lambda s: s.astype(str)
                         if s.name == "timestamp" else s)
-    keys = ["profile", "vllm_version", *KEY_COLUMNS]
+    keys = [*record.IDENTITY, *record.ENVIRONMENT]
+    df = df.astype({k: object for k in keys})
     return df.drop_duplicates(keys, keep="last").drop(columns="_order")
 
 
-SPEEDUP_MATCH = ("profile", "vllm_version", "device_name", "context_len", "mode", "batch_size", "output_len")
 
 
 def fill_speedup(df):
     """Speedup for EAGLE3 points whose baseline ran apart (one `eagle-fix run` per arm, as for the long
-    128K points), by the sweep's own definition (eagle_fix.sweep.speedup) against the baseline row
-    with the same profile, vLLM, device and point. A speedup the sweep computed within one run is
-    kept as it is."""
-    from eagle_fix.sweep import speedup
-
+    128K points), by the record's own definition (eagle_fix.record.speedup) against the baseline
+    of the same point (eagle_fix.record.baseline_key) on the same machine and vLLM. A speedup the
+    sweep computed within one run is kept as it is."""
     df = df.copy()
-    match = [c for c in SPEEDUP_MATCH if c in df.columns]
 
-    def key(frame):
-        return frame[match].astype(str).agg("|".join, axis=1)
+    def key(rec):
+        return (record.baseline_key(rec), record.environment(rec), rec.get("device_name"))
 
-    base = df[(df["arm"] == "baseline") & (df["status"] == "ok")]
+    base = df[(df["arm"] == "baseline") & (df["status"] == "ok")].to_dict("records")
     # rows come from latest(), oldest first: the last baseline per key is the newest
-    baselines = dict(zip(key(base), base.to_dict("records")))
+    baselines = {key(r): r for r in base}
     need = (df["arm"] == "eagle3") & df["speedup"].isna()
     if need.any() and baselines:
-        df.loc[need, "speedup"] = [speedup(rec, baselines.get(k)) for k, rec in
-                                   zip(key(df[need]), df[need].to_dict("records"))]
+        df.loc[need, "speedup"] = [record.speedup(rec, baselines.get(key(rec))) for rec in df[need].to_dict("records")]
     return df
 
 

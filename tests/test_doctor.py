@@ -95,8 +95,8 @@ def bad_inputs(tmp_path, shared_pair):
 
 @pytest.mark.parametrize("case, message", [
     ("missing", r"no such folder"),
-    ("no-config-json", r"no config.json in that folder"),
-    ("malformed", r"malformed JSON"),
+    ("no-config-json", r"bare/config.json is missing: the --draft folder needs its config.json"),
+    ("malformed", r"config.json is not valid JSON"),
     ("not-a-draft", r"not an EAGLE/EAGLE3 or speculators checkpoint"),
     ("zero", r"must be positive"),
     ("negative", r"must be positive"),

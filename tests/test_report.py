@@ -90,8 +90,9 @@ def test_report_reads_asv_results(tmp_path):
     shutil.copy(DATA / "fixture-base.jsonl", runs / f"box-{'a' * 8}-cpu-quick.jsonl")
     df = load_results([results])
     asv = df[df.source == "asv"]
-    assert set(asv["profile"]) == {"cpu-quick"}  # from the run file's name
-    assert asv.set_index("context_len").loc[8192, "output_throughput_tok_s"] == 50.0
+    assert set(asv["profile"]) == {"cpu-quick"}  # from the records of the sweep behind the asv run
+    assert asv.set_index("context_len").loc[8192, "tpot_ms"] == 50.0  # asv's number
+    assert asv.set_index("context_len").loc[8192, "kv_cache_capacity_tokens"] == 40960  # the sweep's record
     written = write_report([results], tmp_path / "out")
     assert list(written) == ["cpu-quick"]
 

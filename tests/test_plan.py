@@ -1,4 +1,4 @@
-"""`eagle-fix run` without an engine: bad input, the plan, the records on disk, the flags."""
+"""`eagle-fix run` without an engine: bad input is one line before anything starts, and the plan."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from conftest import ROOT
-from eagle_fix.sweep import Point, RunArgs, _flags, append_record, plan, prompt_len, read_records, resolve
+from eagle_fix.plan import Point, RunArgs, plan, prompt_len, resolve
 
 
 def run_cli(*argv: str) -> subprocess.CompletedProcess:
@@ -36,6 +36,8 @@ def existing(tmp_path):
     (["--profile", "cpu-quick", "--contexts", "100"], r"leaves no room for a prompt"),
     (["--profile", "cpu-quick", "--out", "/nonexistent/x.jsonl"], r"folder /nonexistent does not exist"),
     (["--profile", "gpu"], r"pass both --target DIR and --draft DIR"),
+    (["--profile", "cpu-quick", "--repeats", "0"], r"--repeats '0' must be positive"),
+    (["--profile", "cpu-quick", "--ttft-repeats", "x"], r"--ttft-repeats 'x' is not a number"),
     (["--profile", "cpu-quick", "--target", "/nonexistent-model"], r"/nonexistent-model"),
 ])
 def test_bad_input_is_one_line_before_any_engine(argv, message):
@@ -63,20 +65,22 @@ def test_plan_runs_baselines_first_and_one_engine_group_per_mode_arm_fix():
     assert prompt_len(8192, run) == 8192 - run.output_len - 3 - 1
 
 
-def test_records_survive_a_torn_last_line(tmp_path):
-    path = tmp_path / "run.jsonl"
-    append_record(path, {"context_len": 8192, "status": "ok"})
-    append_record(path, {"context_len": 16384, "status": "failed"})
-    with open(path, "a") as f:
-        f.write('{"context_len": 32768, "sta')  # a sweep killed mid-write
-    assert [r["context_len"] for r in read_records(path)] == [8192, 16384]
+def test_identity_of_a_point_is_the_records_identity():
+    from eagle_fix import record
+
+    run = resolve(RunArgs(profile="cpu-quick", contexts=(8192,), fixes=("on",)))
+    eagle, base = Point(8192, "eager", "eagle3", "on"), Point(8192, "eager", "baseline", None)
+    assert tuple(run.identity(eagle)) == record.IDENTITY
+    assert record.baseline_key(run.identity(eagle)) == record.key(run.identity(base))
 
 
-def test_flags_name_what_the_counters_hide():
-    zero = {"num_drafts": 31, "drafter_coverage": 0.0, "num_speculative_tokens": 3}
-    assert [f.split(":")[0] for f in _flags(zero)] == ["zero_filled_drafts"]
-    overrun = {"num_drafts": 31, "drafter_coverage": 1.0, "draft_rotary_positions": 2048, "max_seq_len_drafted": 4093,
-               "num_speculative_tokens": 3}
-    assert [f.split(":")[0] for f in _flags(overrun)] == ["rotary_cache_overrun"]
-    fine = dict(overrun, draft_rotary_positions=8192)
-    assert _flags(fine) == []
+def test_a_full_filesystem_is_refused_before_any_engine(tmp_path, monkeypatch):
+    import shutil
+    from collections import namedtuple
+
+    from eagle_fix.errors import EagleFixError
+
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: usage(10**9, 10**9 - 1000, 1000))
+    with pytest.raises(EagleFixError, match=r"--out .*only 0.0 MiB free on that filesystem"):
+        resolve(RunArgs(profile="cpu-quick", out=tmp_path / "x.jsonl"))

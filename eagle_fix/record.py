@@ -1,0 +1,233 @@
+"""One point of a sweep, defined once: its identity, its metrics (unit, direction, noisy or exact,
+the lower-is-better form asv tracks), the speedup, and the JSON-lines file that holds points.
+
+Every other stage (sweep, results, report, compare, benchmarks/) reads these definitions instead
+of spelling a point's keys again: a point's identity written in several places drifts.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from eagle_fix.errors import EagleFixError
+
+# 1: the records of commits up to a093376 (no schema key, one sample per point).
+# 2: `schema`, `samples`/`ci95`, acceptance counts, `machine`, relative `engine_log`.
+SCHEMA_VERSION = 2
+
+MODES = ("eager", "compile")
+ARMS = ("eagle3", "baseline")
+FIXES = ("on", "off", "upstream")
+
+# What makes two records the same point: matched by --resume, compare, ab, the report and asv.
+IDENTITY = ("profile", "context_len", "mode", "arm", "fix", "batch_size", "output_len", "num_speculative_tokens")
+# Where it ran: two records of one point from different machines or engines are not one history.
+ENVIRONMENT = ("machine_id", "vllm_version")
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A number a point carries. `noisy` metrics are judged with samples and statistics; exact ones
+    (counts, coverage) compare as they are. `asv` names the lower-is-better form asv tracks
+    (asv assumes lower is better for every benchmark) and `to_asv` derives it from the column."""
+
+    column: str
+    label: str
+    unit: str
+    higher_is_better: bool
+    noisy: bool
+    asv: str | None = None
+    asv_unit: str | None = None
+    to_asv: Callable[[float], float] | None = None
+
+
+def _inverse(scale: float = 1.0) -> Callable[[float], float]:
+    return lambda v: scale / v if v else math.inf
+
+
+def _complement(v: float) -> float:
+    return 1.0 - v
+
+
+METRICS: tuple[Metric, ...] = (
+    Metric("decode_throughput_tok_s", "decode throughput", "tok/s", True, True),
+    Metric("tpot_ms", "time per output token", "ms", False, True, "track_tpot", "ms"),
+    Metric("output_throughput_tok_s", "output throughput", "tok/s", True, True,
+           "track_e2e_ms_per_token", "ms", _inverse(1000.0)),
+    Metric("ttft_s", "TTFT", "s", False, True, "track_ttft", "seconds"),
+    Metric("speedup", "speedup vs baseline", "x", True, True,
+           "track_relative_decode_time", "fraction", _inverse()),
+    Metric("acceptance_length", "acceptance length", "tokens", True, False,
+           "track_target_passes_per_token", "passes/token", _inverse()),
+    Metric("drafter_coverage", "drafter coverage", "fraction", True, False,
+           "track_drafter_skipped_share", "fraction", _complement),
+    Metric("peak_gpu_memory_bytes", "peak GPU memory", "bytes", False, True, "track_peak_gpu_memory", "bytes"),
+    Metric("peak_host_memory_bytes", "peak host memory", "bytes", False, True, "track_peak_host_memory", "bytes"),
+    Metric("kv_cache_capacity_tokens", "KV cache capacity", "tokens", True, False),
+    Metric("decode_pct_of_bandwidth", "decode % of bandwidth", "%", True, True),
+    Metric("prefill_pct_of_peak_flops", "prefill % of peak FLOP/s", "%", True, True),
+)
+METRIC = {m.column: m for m in METRICS}
+# Per draft position (1..k): vLLM's accepted_per_pos / drafts; asv tracks the rejected share.
+PER_POSITION = Metric("per_position_acceptance", "per-position acceptance", "rate", True, False,
+                      "track_per_position_rejection", "rate", _complement)
+
+# Fields the sweep writes on every record (None where a point has no such number). Records of
+# schema 1 lack some; `upgrade()` fills them so every reader sees one shape.
+FIELDS = (
+    "schema", *IDENTITY, "prompt_len", "status", "error",
+    *(m.column for m in METRICS), "per_position_acceptance",
+    "num_drafts", "num_draft_tokens", "num_accepted_tokens", "accepted_per_position",
+    "drafter_steps", "drafter_proposals", "max_seq_len_drafted",
+    "samples", "ci95", "repeats", "ttft_repeats", "acceptance_method",
+    "startup_s", "compile_s", "machine_id", "machine", "limits", "vllm_version", "torch_version",
+    "model_runner", "fix_state", "doctor_error", "draft_rotary_positions", "flags", "device", "git_commit",
+    "synthetic_acceptance", "env", "sol_decode_tok_s_baseline", "sol_decode_tok_s_eagle3",
+    "machine_name", "engine_log", "timestamp",
+)
+
+
+def new(**values: Any) -> dict[str, Any]:
+    """A record with every field present (None where unknown); unknown names are a bug, not data."""
+    unknown = set(values) - set(FIELDS)
+    if unknown:
+        raise KeyError(f"not a record field: {sorted(unknown)}")
+    rec = dict.fromkeys(FIELDS)
+    rec["schema"] = SCHEMA_VERSION
+    rec.update(values)
+    return rec
+
+
+def upgrade(rec: dict[str, Any]) -> dict[str, Any]:
+    """Any schema's record in this schema's shape (older files stay readable; nothing is invented:
+    a schema-1 record has no samples, so its noisy metrics cannot be judged, only shown)."""
+    out = dict.fromkeys(FIELDS)
+    out.update(rec)
+    out["schema"] = rec.get("schema", 1)
+    if out["machine_id"] is None and isinstance(rec.get("machine"), dict):
+        out["machine_id"] = rec["machine"].get("id")
+    if out["tpot_ms"] is None and rec.get("decode_throughput_tok_s") and out["schema"] == 1:
+        # schema 1 measured decode as tokens after the first over the engine's decode span
+        out["tpot_ms"] = 1000.0 * (rec.get("batch_size") or 1) / rec["decode_throughput_tok_s"]
+    if out["flags"] is None:
+        out["flags"] = []
+    return out
+
+
+def _plain(value: Any) -> Any:
+    """NaN (a missing number once it passed through pandas) is None; 8192.0 is 8192."""
+    if isinstance(value, float):
+        if math.isnan(value):
+            return None
+        if value.is_integer():
+            return int(value)
+    return value
+
+
+def key(rec: dict[str, Any]) -> tuple:
+    """The point's identity as a tuple (for matching)."""
+    return tuple(_plain(rec.get(k)) for k in IDENTITY)
+
+
+def describe(point_key: tuple) -> str:
+    """A point's identity in words, for errors and tables."""
+    d = dict(zip(IDENTITY, point_key))
+    fix = f" fix {d['fix']}" if d.get("fix") else ""
+    return f"{d['profile']} {d['context_len']} {d['mode']} {d['arm']}{fix}"
+
+
+def environment(rec: dict[str, Any]) -> tuple:
+    return tuple(_plain(rec.get(k)) for k in ENVIRONMENT)
+
+
+def speedup(rec: dict[str, Any], baseline: dict[str, Any] | None) -> float | None:
+    """Decode throughput over the baseline's at the same point (medians of their samples): prefill is
+    the same work in both arms, so decode is where speculation can pay."""
+    if not baseline or not rec.get("decode_throughput_tok_s") or not baseline.get("decode_throughput_tok_s"):
+        return None
+    return rec["decode_throughput_tok_s"] / baseline["decode_throughput_tok_s"]
+
+
+def baseline_key(rec: dict[str, Any]) -> tuple:
+    """The identity of the baseline point an EAGLE3 record's speedup divides by."""
+    return key({**rec, "arm": "baseline", "fix": None, "num_speculative_tokens": None})
+
+
+def flags(rec: dict[str, Any]) -> list[str]:
+    """What vLLM's counters alone would hide, named so a reader (and the tests) can see it."""
+    out = []
+    if rec.get("num_drafts") and rec.get("drafter_coverage") == 0:
+        out.append("zero_filled_drafts: the counters counted drafts but the drafter never ran")
+    rotary, reached = rec.get("draft_rotary_positions"), rec.get("max_seq_len_drafted")
+    k = rec.get("num_speculative_tokens") or 0
+    if rotary and reached and reached + k > rotary:
+        out.append(f"rotary_cache_overrun: drafter fed positions up to {reached + k - 1} "
+                   f"with a {rotary}-position rotary cache")
+    if rec.get("doctor_error"):
+        out.append("doctor_failed: the fix state of this arm is unknown")
+    return out
+
+
+# --------------------------------------------------------------------------- JSON lines
+
+
+def append(path: Path, rec: dict[str, Any]) -> None:
+    """One os.write of one whole line with O_APPEND, then fsync: a killed sweep leaves whole lines.
+    A full or unwritable disk is one line naming the file; the lines already there stay."""
+    line = (json.dumps(rec, default=str) + "\n").encode()
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            written = os.write(fd, line)
+            if written != len(line):
+                os.ftruncate(fd, os.lseek(fd, 0, os.SEEK_END) - written)  # never leave half a line
+                raise OSError(28, "short write (no space left on device?)")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise EagleFixError(f"cannot write {path}: {exc.strerror or exc}; the lines already in it are kept — "
+                            f"free space or choose another --out, then add --resume") from None
+
+
+def read(path: str | os.PathLike, *, missing_ok: bool = False) -> list[dict[str, Any]]:
+    """The records of one JSON-lines file, upgraded to this schema. A torn *last* line (a run killed
+    mid-write) is dropped with a warning; a bad line anywhere else is an error naming file and line."""
+    path = Path(path)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        if missing_ok:
+            return []
+        raise EagleFixError(f"{path}: no such file", exit_code=2) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise EagleFixError(f"{path}: cannot read ({exc})", exit_code=2) from None
+    while lines and not lines[-1].strip():
+        lines.pop()
+    records = []
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as exc:
+            if i == len(lines):
+                warnings.warn(f"{path}:{i}: torn last line dropped ({exc.msg})", stacklevel=2)
+                break
+            raise EagleFixError(f"{path}:{i}: not a JSON line ({exc.msg}); is this an `eagle-fix run` output file?",
+                                exit_code=2) from None
+        if not isinstance(rec, dict) or "context_len" not in rec or "mode" not in rec:
+            raise EagleFixError(f"{path}:{i}: not an `eagle-fix run` record (needs context_len and mode)", exit_code=2)
+        records.append(upgrade(rec))
+    return records
+
+
+def index(records: Iterable[dict[str, Any]]) -> dict[tuple, dict[str, Any]]:
+    """Points by identity; a later line wins (a resumed or re-run point replaces the earlier one)."""
+    return {key(r): r for r in records}

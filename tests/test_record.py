@@ -1,0 +1,94 @@
+"""The one point record: identity, schema upgrade, the JSON-lines file, flags and speedup."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from eagle_fix import record
+from eagle_fix.errors import EagleFixError
+
+
+def test_new_has_every_field_and_refuses_unknown_names():
+    rec = record.new(context_len=8192, mode="eager")
+    assert set(rec) == set(record.FIELDS) and rec["schema"] == record.SCHEMA_VERSION
+    with pytest.raises(KeyError, match="contxt_len"):
+        record.new(contxt_len=8192)
+
+
+def test_schema_1_records_read_as_schema_2_without_inventing_samples():
+    old = {"context_len": 8192, "mode": "eager", "arm": "baseline", "decode_throughput_tok_s": 50.0, "batch_size": 1}
+    rec = record.upgrade(old)
+    assert rec["schema"] == 1 and rec["samples"] is None and rec["flags"] == []
+    assert rec["tpot_ms"] == pytest.approx(20.0)
+
+
+def test_torn_last_line_is_dropped_and_a_bad_middle_line_names_file_and_line(tmp_path):
+    path = tmp_path / "run.jsonl"
+    record.append(path, record.new(context_len=8192, mode="eager", status="ok"))
+    record.append(path, record.new(context_len=16384, mode="eager", status="failed"))
+    with open(path, "a") as f:
+        f.write('{"context_len": 32768, "sta')  # a sweep killed mid-write
+    with pytest.warns(UserWarning, match="torn last line"):
+        assert [r["context_len"] for r in record.read(path)] == [8192, 16384]
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join([lines[0], "garbage", lines[1]]) + "\n")
+    with pytest.raises(EagleFixError, match=rf"{path}:2: not a JSON line"):
+        record.read(path)
+
+
+def test_a_full_disk_is_one_line_and_keeps_what_was_written(tmp_path):
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full")
+    with pytest.raises(EagleFixError, match=r"cannot write /dev/full: No space left on device; the lines already"):
+        record.append(__import__("pathlib").Path("/dev/full"), record.new(context_len=8192, mode="eager"))
+
+
+def test_committed_schema_1_files_stay_readable():
+    from conftest import ROOT
+
+    recs = record.read(ROOT / "results" / "runs" / "vm-8c0f126b-cpu.jsonl")
+    assert len(recs) == 16 and all(r["schema"] == 1 for r in recs)
+    assert len(record.index(recs)) == 16  # 16 distinct identities
+
+
+def test_flags_name_what_the_counters_hide():
+    zero = {"num_drafts": 31, "drafter_coverage": 0.0, "num_speculative_tokens": 3}
+    assert [f.split(":")[0] for f in record.flags(zero)] == ["zero_filled_drafts"]
+    overrun = {"num_drafts": 31, "drafter_coverage": 1.0, "draft_rotary_positions": 2048, "max_seq_len_drafted": 4093,
+               "num_speculative_tokens": 3}
+    assert [f.split(":")[0] for f in record.flags(overrun)] == ["rotary_cache_overrun"]
+    assert record.flags(dict(overrun, draft_rotary_positions=8192)) == []
+    assert [f.split(":")[0] for f in record.flags({"doctor_error": "doctor exited 1"})] == ["doctor_failed"]
+
+
+def test_speedup_is_decode_over_the_same_points_baseline():
+    eagle = record.new(profile="cpu", context_len=8192, mode="eager", arm="eagle3", fix="on", batch_size=1,
+                       output_len=64, num_speculative_tokens=3, decode_throughput_tok_s=90.0)
+    base = record.new(profile="cpu", context_len=8192, mode="eager", arm="baseline", batch_size=1, output_len=64,
+                      decode_throughput_tok_s=60.0)
+    assert record.baseline_key(eagle) == record.key(base)
+    assert record.speedup(eagle, base) == pytest.approx(1.5)
+    assert record.speedup(eagle, None) is None
+
+
+def test_nan_from_pandas_does_not_break_identity():
+    a = record.new(context_len=8192.0, mode="eager", num_speculative_tokens=float("nan"))
+    b = record.new(context_len=8192, mode="eager", num_speculative_tokens=None)
+    assert record.key(a) == record.key(b)
+
+
+def test_every_asv_form_is_lower_is_better_and_its_own_inverse():
+    for m in (*record.METRICS, record.PER_POSITION):
+        if m.asv is None:
+            continue
+        if m.to_asv is None:  # tracked as is: must already be lower-is-better
+            assert not m.higher_is_better, m
+        else:
+            assert m.higher_is_better, m  # transformed because higher is better
+            for v in (0.25, 0.9, 3.0):
+                assert m.to_asv(m.to_asv(v)) == pytest.approx(v)
+                assert m.to_asv(v * 1.1) < m.to_asv(v)  # better record -> lower asv value
+    assert json.dumps(record.new())  # serialisable
