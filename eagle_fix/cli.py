@@ -15,6 +15,7 @@ COMMANDS = (
     ("run", "eagle_fix.sweep", "run the benchmark sweep on the real engine, one JSON line per point"),
     ("report", "eagle_fix.report", "tables and plots from asv results and run JSON lines"),
     ("compare", "eagle_fix.compare", "direction-aware regression gate between two result sets"),
+    ("machine", "eagle_fix.machine", "the machine's fingerprint and measured limits (matmul, bandwidth)"),
 )
 
 
