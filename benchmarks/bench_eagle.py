@@ -81,6 +81,10 @@ class Sweep(_SweepBase):
                                          "Share of decode steps in which the drafter did not run (1 - coverage): "
                                          "vLLM's counters count zero-filled drafts as drafts.")
     track_peak_host_memory = _track("peak_host_memory_bytes", "bytes", "Peak RSS of the engine's process tree.")
+    track_decode_bandwidth_unused_pct = _track("decode_pct_of_bandwidth", "%",
+                                               "100 - decode's share of the memory bandwidth measured in the same run.")
+    track_prefill_flops_unused_pct = _track("prefill_pct_of_peak_flops", "%",
+                                            "100 - prefill's share of the matmul FLOP/s measured in the same run.")
 
 
 class Baseline(_SweepBase):

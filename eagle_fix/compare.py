@@ -47,6 +47,7 @@ class Comparison:
     only_new: list[tuple] = field(default_factory=list)
     cross_machine: str | None = None
     unknown_machine: bool = False
+    fix_ab: str | None = None  # set when each side ran one fix arm and they differ
 
     def failures(self, *, strict: bool = False) -> list[Change]:
         bad = FAILING + (("inconclusive",) if strict else ())
@@ -97,8 +98,18 @@ def compare_records(base: list[dict], new: list[dict], *, threshold: float = DEF
     base = [record.upgrade(r) for r in base]
     new = [record.upgrade(r) for r in new]
     cross, unknown = check_machines(base, new, allow_cross_machine=allow_cross_machine)
+    fixes_b = {r.get("fix") for r in base if r.get("arm") == "eagle3"}
+    fixes_n = {r.get("fix") for r in new if r.get("arm") == "eagle3"}
+    fix_ab = None
+    if len(fixes_b) == 1 and len(fixes_n) == 1 and fixes_b != fixes_n:
+        # One fix arm per side (an asv run with EAGLE_FIX_ASV_FIX=off against a normal one): the fix
+        # is the change under test, so its points are matched across it.
+        fix_ab = f"BASE fix {fixes_b.pop()}, NEW fix {fixes_n.pop()}"
+        base = [{**r, "fix": None} if r.get("arm") == "eagle3" else r for r in base]
+        new = [{**r, "fix": None} if r.get("arm") == "eagle3" else r for r in new]
     b, n = record.index(base), record.index(new)
-    result = Comparison(only_new=sorted(set(n) - set(b), key=str), cross_machine=cross, unknown_machine=unknown)
+    result = Comparison(only_new=sorted(set(n) - set(b), key=str), cross_machine=cross, unknown_machine=unknown,
+                        fix_ab=fix_ab)
     if not set(b) & set(n):
         raise EagleFixError(
             f"BASE and NEW share no point ({', '.join(record.IDENTITY)}): BASE has {len(b)}, NEW {len(n)}; "
@@ -113,8 +124,7 @@ def compare_records(base: list[dict], new: list[dict], *, threshold: float = DEF
         if not (ok_b and ok_n):
             verdict = {(True, False): "failed", (False, True): "fixed"}.get((ok_b, ok_n), "failed-both")
             error = rn.get("error") if not ok_n else rb.get("error")
-            result.changes.append(Change(key, "status", None, None, None, verdict,
-                                         str(error or "").splitlines()[0][:160] if error else ""))
+            result.changes.append(Change(key, "status", None, None, None, verdict, _cause(error)))
             continue
         for m in record.METRICS:
             if m.column in NOT_GATED:
@@ -126,6 +136,14 @@ def compare_records(base: list[dict], new: list[dict], *, threshold: float = DEF
         if new_flags:
             result.changes.append(Change(key, "flags", None, None, None, "regression", "; ".join(f.split(":")[0] for f in new_flags)))
     return result
+
+
+def _cause(error: str | None) -> str:
+    """The telling part of a failed point's error, short enough for one row."""
+    first = str(error or "").splitlines()[0] if error else ""
+    if "cause: " in first:
+        first = first.split("cause: ", 1)[1].split("; log:")[0]
+    return first[:120]
 
 
 def _judge_metric(m: record.Metric, rb: dict, rn: dict, *, threshold: float, alpha: float, stats) -> tuple | None:
@@ -188,6 +206,8 @@ def format_comparison(cmp: Comparison, *, threshold: float, strict: bool = False
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
     for k in cmp.only_new:
         lines.append(f"only in NEW: {record.describe(k)}")
+    if cmp.fix_ab:
+        lines.append(f"fix A/B: {cmp.fix_ab} (EAGLE3 points matched across the fix arm)")
     if cmp.cross_machine:
         lines.append(f"cross-machine: {cmp.cross_machine}; speed differences here are the machines', not the code's")
     if cmp.unknown_machine:

@@ -40,7 +40,7 @@ class Profile:
     contexts: tuple[int, ...]
     synthetic_acceptance_length: float | None  # random weights accept nothing: fake a rate
     device: str  # "cpu" or "cuda"
-    output_len: int = 64
+    output_len: int = 512  # 128 drafts at acceptance 4: acceptance interval [3.91, 4.00] (docs/statistics.md)
     num_speculative_tokens: int = 3
     batch_size: int = 1
     kv_cache_gib: float | None = None  # VLLM_CPU_KVCACHE_SPACE on CPU; None = engine default

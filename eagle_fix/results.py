@@ -122,10 +122,16 @@ def load_asv_file(path: str | os.PathLike) -> list[dict]:
                    profile=base.get("profile") or data.get("env_vars", {}).get("EAGLE_FIX_PROFILE"),
                    git_commit=commit, timestamp=base.get("timestamp") or data.get("date"), machine_name=machine,
                    machine_id=base.get("machine_id") or machine, status="failed" if failed else "ok",
-                   error=f"asv: {', '.join(sorted(set(failed)))} failed" + (f" ({base.get('error').splitlines()[0][:200]})"
-                                                                              if base.get("error") else "") if failed else None)
+                   error=_asv_error(failed, base.get("error")) if failed else None)
         out.append(rec)
     return out
+
+
+def _asv_error(failed: list[str], sweep_error: str | None) -> str:
+    """Why asv's benchmarks of a point failed, with the sweep's own cause when its record says it."""
+    names = sorted(set(failed))
+    text = f"asv: {', '.join(names)} failed" if len(names) <= 2 else f"asv: {len(names)} benchmarks failed"
+    return text + (f" ({sweep_error.splitlines()[0][:300]})" if sweep_error else "")
 
 
 def _unrepr(value: Any) -> Any:

@@ -110,6 +110,7 @@ def _record(run: Resolved, p: Point, fields: dict[str, Any], *, status: str, res
         rec.update(memory)
     if result:
         _summarize(rec, result)
+        _roofline(rec, run)
     doctor = fields.get("doctor")
     if p.arm == "eagle3":
         rec["doctor_error"] = fields.get("doctor_error")
@@ -160,20 +161,34 @@ def _emit(run: Resolved, rec: dict[str, Any], progress: "_Progress") -> dict[str
 
 
 def _common_fields(run: Resolved) -> dict[str, Any]:
+    """Where every point of this sweep runs: the machine's fingerprint and its measured limits
+    (before any engine starts, cached per fingerprint for a day), the code, the knobs."""
+    from eagle_fix import machine
     from eagle_fix.memory import device_info
 
+    fp = machine.fingerprint()
     env = {INJECT_DELAY_ENV: os.environ[INJECT_DELAY_ENV]} if os.environ.get(INJECT_DELAY_ENV) else None
-    return {"device": device_info(), "git_commit": _git_commit(), "env": env,
+    return {"device": device_info(), "git_commit": machine.git_commit(), "env": env, "machine": fp,
+            "machine_id": fp["id"], "machine_name": fp["name"], "limits": machine.limits(),
             "synthetic_acceptance": run.profile.synthetic_acceptance_length is not None}
 
 
-def _git_commit() -> str | None:
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10,
-                             cwd=Path(__file__).resolve().parent)
-        return out.stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        return None
+def _roofline(rec: dict[str, Any], run: Resolved) -> None:
+    """%-of-roofline of a measured point against the limits measured in the same run."""
+    from eagle_fix import machine
+    from eagle_fix.checkpoint import read_config
+
+    if not rec.get("limits"):
+        return
+    work = machine.point_work(read_config(run.profile.target, "target"),
+                              read_config(run.profile.draft, "draft") if rec["arm"] == "eagle3" else None,
+                              context_len=rec["context_len"], batch_size=rec["batch_size"],
+                              k=rec["num_speculative_tokens"] or run.args.num_speculative_tokens)
+    roof = machine.roofline(work, rec["limits"], ttft_s=rec.get("ttft_s"), decode_tok_s=rec.get("decode_throughput_tok_s"),
+                            acceptance_length=rec.get("acceptance_length") if rec["arm"] == "eagle3" else None,
+                            batch_size=rec["batch_size"])
+    for k in ("prefill_pct_of_peak_flops", "decode_pct_of_bandwidth", "sol_decode_tok_s_baseline", "sol_decode_tok_s_eagle3"):
+        rec[k] = roof.get(k)
 
 
 # --------------------------------------------------------------------------- engines

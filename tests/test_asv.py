@@ -1,4 +1,7 @@
-"""The asv suite end to end on the real engine: `asv run` of the cpu-quick profile, results read back.
+"""The asv suite end to end on the real engine: `asv run` of the cpu-quick profile with the fix on and
+with it off (the original bug, on purpose), read back by our loader, gated by `eagle-fix compare`, and
+marked by asv's own `asv compare` (every benchmark is lower-is-better, a failed point is a failed
+benchmark).
 
 Runs in a scratch results folder (a copy of asv.conf.json pointing at this checkout), so the
 committed results/ are never touched by a test run.
@@ -6,9 +9,9 @@ committed results/ are never touched by a test run.
 
 from __future__ import annotations
 
-import json
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -19,43 +22,90 @@ from conftest import ROOT, asv_conf
 
 pytestmark = pytest.mark.engine
 
+ASV = str(Path(sys.executable).with_name("asv"))
+# CI-sized samples: 3 decode repeats of 128 tokens per point (the profile's own: 5 x 512).
+KNOBS = {"EAGLE_FIX_PROFILE": "cpu-quick", "EAGLE_FIX_REPEATS": "3", "EAGLE_FIX_OUTPUT_LEN": "128"}
+
+
+def _git(*args: str) -> str:
+    return subprocess.run(["git", *args], capture_output=True, text=True, cwd=ROOT, check=True).stdout.strip()
+
 
 @pytest.fixture(scope="session")
-def asv_quick(tmp_path_factory):
+def asv_runs(tmp_path_factory):
+    """Two asv runs recorded under two commits of main: HEAD with the fix on, HEAD~1 with it off."""
+    from eagle_fix.asv_suite import asv_machine_name
+
     tmp = tmp_path_factory.mktemp("asv")
-    conf = asv_conf(tmp, tmp / "results", tmp / "html")
-    asv = str(Path(sys.executable).with_name("asv"))
-    env = {**os.environ, "EAGLE_FIX_PROFILE": "cpu-quick", "EAGLE_FIX_RUN_OUT": str(tmp / "run.jsonl")}
-    subprocess.run([sys.executable, str(ROOT / "scripts" / "asv_machine.py")], check=True, env=env,
-                   capture_output=True, cwd=ROOT)
-    head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=ROOT, check=True).stdout.strip()
-    run = subprocess.run([asv, "--config", str(conf), "run", "-E", f"existing:{sys.executable}", "--set-commit-hash", head,
-                          "--launch-method", "spawn", "--bench", "Sweep"], capture_output=True, text=True, env=env,
-                         cwd=ROOT, timeout=3600)
-    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
-    return tmp, head, run.stdout
+    results = tmp / "results" / "asv"
+    conf = asv_conf(tmp, results, tmp / "html")
+    subprocess.run([sys.executable, str(ROOT / "scripts" / "asv_machine.py")], check=True, capture_output=True, cwd=ROOT)
+    machine = asv_machine_name()
+    commits = {"on": _git("rev-parse", "HEAD"), "off": _git("rev-parse", "HEAD~1")}
+    outs = {}
+    for fix, commit in commits.items():
+        out = tmp / "results" / "runs" / f"{machine}-{commit[:8]}-cpu-quick{'' if fix == 'on' else '-fix-off'}.jsonl"
+        env = {**os.environ, **KNOBS, "EAGLE_FIX_ASV_FIX": fix, "EAGLE_FIX_RUN_OUT": str(out)}
+        run = subprocess.run([ASV, "--config", str(conf), "run", "-E", f"existing:{sys.executable}", "--set-commit-hash",
+                              commit, "--launch-method", "spawn"], capture_output=True, text=True, env=env,
+                             cwd=ROOT, timeout=3600)
+        assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
+        outs[fix] = out
+    return tmp, results, conf, commits, outs
 
 
-def test_asv_records_every_tracked_number_of_the_quick_profile(asv_quick):
+def test_asv_records_every_tracked_number_of_the_quick_profile(asv_runs):
     from eagle_fix.results import load_asv_commit
 
-    tmp, head, _ = asv_quick
-    rows = load_asv_commit(tmp / "results", head)
+    _, results, _, commits, _ = asv_runs
+    rows = load_asv_commit(results, commits["on"])
     got = {(r["context_len"], r["mode"]): r for r in rows}
+    assert set(got) == {(8192, "eager"), (8192, "compile")}  # 16K..128K are skipped (NaN), not points
     for mode in ("eager", "compile"):
         r = got[(8192, mode)]
-        for column in ("output_throughput_tok_s", "decode_throughput_tok_s", "ttft_s", "acceptance_length",
-                       "speedup", "drafter_coverage", "kv_cache_capacity_tokens"):
+        assert r["status"] == "ok", r["error"]
+        for column in ("output_throughput_tok_s", "tpot_ms", "ttft_s", "acceptance_length", "speedup",
+                       "drafter_coverage", "peak_host_memory_bytes", "decode_pct_of_bandwidth"):
             value = r.get(column)
             assert value is not None and not math.isnan(value), (mode, column, r)
-        assert r["acceptance_length"] > 1.0 and r["drafter_coverage"] > 0.9
-    # contexts the profile does not run are skipped, not failed
-    assert (131072, "eager") not in got or got[(131072, "eager")].get("acceptance_length") is None or \
-        math.isnan(got[(131072, "eager")]["acceptance_length"])
+        assert r["acceptance_length"] > 1.0 and r["drafter_coverage"] > 0.9 and r["speedup"] > 0
+        # the record of the sweep behind asv supplies identity and samples
+        assert r["profile"] == "cpu-quick" and r["output_len"] == 128 and len(r["samples"]["tpot_ms"]) == 3
 
 
-def test_the_sweep_behind_asv_wrote_its_json_lines(asv_quick):
-    tmp, _, _ = asv_quick
-    lines = [json.loads(x) for x in (tmp / "run.jsonl").read_text().splitlines()]
-    assert {(r["mode"], r["arm"]) for r in lines} == {(m, a) for m in ("eager", "compile") for a in ("eagle3", "baseline")}
-    assert all(r["status"] == "ok" and r["profile"] == "cpu-quick" for r in lines)
+def test_fix_off_records_the_compiled_crash_as_a_failed_benchmark(asv_runs):
+    from eagle_fix.results import load_asv_commit
+
+    _, results, _, commits, outs = asv_runs
+    got = {(r["context_len"], r["mode"]): r for r in load_asv_commit(results, commits["off"])}
+    assert got[(8192, "compile")]["status"] == "failed"
+    assert "index out of bounds" in got[(8192, "compile")]["error"]  # the sweep's cause, carried to asv's row
+    assert got[(8192, "eager")]["status"] == "ok" and got[(8192, "eager")]["acceptance_length"] < 1.5
+
+
+@pytest.mark.parametrize("kind", ["asv", "jsonl"])
+def test_eagle_fix_compare_fails_the_gate_on_the_crash(asv_runs, kind):
+    _, results, _, commits, outs = asv_runs
+    base, new = (commits["on"][:8], commits["off"][:8]) if kind == "asv" else (str(outs["on"]), str(outs["off"]))
+    proc = subprocess.run([sys.executable, "-m", "eagle_fix.cli", "compare", base, new, "--results-dir",
+                           str(results.parent)], capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert re.search(r"8192\s+compile\s+eagle3\s+-\s+status.*index out of bounds.*FAILED", proc.stdout), proc.stdout
+    assert re.search(r"8192\s+eager\s+eagle3\s+-\s+acceptance_length.*REGRESSION", proc.stdout), proc.stdout
+    assert "fix A/B: BASE fix on, NEW fix off" in proc.stdout
+
+
+def test_asv_compare_marks_acceptance_and_drafter_benchmarks_worse_or_failed(asv_runs):
+    _, _, conf, commits, _ = asv_runs
+    proc = subprocess.run([ASV, "--config", str(conf), "compare", commits["on"], commits["off"]],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    lines = [line for line in proc.stdout.splitlines()
+             if re.search(r"track_(target_passes_per_token|drafter_skipped_share|per_position_rejection)", line)]
+    assert lines, proc.stdout
+    for line in lines:
+        assert not line.lstrip().startswith("-"), line  # never "better"
+    passes = {m: line for line in lines for m in ("eager", "compile")
+              if "track_target_passes_per_token" in line and f"'{m}'" in line}
+    assert passes["eager"].lstrip().startswith("+"), passes  # 1/acceptance went up: worse
+    assert passes["compile"].lstrip().startswith("!") or "failed" in passes["compile"], passes

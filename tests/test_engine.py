@@ -10,6 +10,10 @@ also count the zero-filled drafts of a step where the drafter was skipped.
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -23,18 +27,37 @@ REFERENCE = json.loads((ROOT / "tests" / "data" / "reference_acceptance.json").r
 MARGIN = REFERENCE["margin"]
 
 
-@pytest.fixture(scope="session")
-def ab(tmp_path_factory) -> dict[tuple, dict]:
-    from eagle_fix.sweep import RunArgs, run_sweep
+AB_ARGS = ["--profile", "cpu-quick", "--contexts", ",".join(map(str, (SHORT, *PAST))), "--modes", "eager,compile",
+           "--arms", "eagle3,baseline", "--fix", "on,off,upstream", "--output-len", "32", "--repeats", "2"]
 
+
+@pytest.fixture(scope="session")
+def ab_run(tmp_path_factory):
+    """`eagle-fix run` of the fix A/B, as a user runs it (the command committed results/runs/fix-ab/ come from)."""
     out = tmp_path_factory.mktemp("engine") / "ab.jsonl"
-    records = run_sweep(RunArgs(profile="cpu-quick", contexts=(SHORT, *PAST), modes=("eager", "compile"),
-                                arms=("eagle3", "baseline"), fixes=("on", "off", "upstream"), output_len=32,
-                                out=out, progress=False))
-    by_key = {(r["context_len"], r["mode"], r["arm"], r["fix"]): r for r in records}
-    # Every finished point is on disk as a whole JSON line, in the order it finished.
-    assert [json.loads(line)["context_len"] for line in out.read_text().splitlines()] == [r["context_len"] for r in records]
-    return by_key
+    proc = subprocess.run([sys.executable, "-m", "eagle_fix.cli", "run", *AB_ARGS, "--out", str(out), "--no-progress"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=3600,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    return proc, out
+
+
+@pytest.fixture(scope="session")
+def ab(ab_run) -> dict[tuple, dict]:
+    from eagle_fix import record
+
+    _, out = ab_run
+    records = record.read(out)
+    # Every finished point is on disk as a whole JSON line.
+    assert len(records) == len(out.read_text().splitlines()) == 2 * (3 + 3 * 3)
+    return {(r["context_len"], r["mode"], r["arm"], r["fix"]): r for r in records}
+
+
+def test_a_sweep_with_failed_points_exits_nonzero_after_writing_every_line(ab_run, ab):
+    proc, out = ab_run
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    err = proc.stderr
+    assert f"24 points (2 failed) in {out}" in err
+    assert re.search(r"failed: 4096 compile eagle3 off: engine exited .*index out of bounds", err)
 
 
 def point(ab, ctx, mode, fix, arm="eagle3"):
@@ -89,12 +112,13 @@ def test_fix_off_eager_reads_past_the_rotary_cache(ab, ctx):
 
 
 @pytest.mark.parametrize("ctx", PAST)
-def test_fix_off_compiled_dies_on_the_bounds_check_and_the_sweep_goes_on(ab, ctx):
+def test_fix_off_compiled_dies_on_the_bounds_check_and_the_sweep_goes_on(ab, ab_run, ctx):
     r = point(ab, ctx, "compile", "off")
     assert r["fix_state"] == "broken"
     assert r["status"] == "failed"
     assert "index out of bounds" in r["error"]  # inductor's C++ twin of CUDA's device-side assert
-    assert Path(r["engine_log"]).exists()
+    assert not Path(r["engine_log"]).is_absolute()  # records carry no absolute paths of the machine
+    assert (ab_run[1].parent / r["engine_log"]).exists()
     # the short point before it ran on that engine, and the sweep went on after it
     assert point(ab, SHORT, "compile", "off")["status"] == "ok"
     assert point(ab, 8192, "compile", "upstream")["status"] == "ok"
@@ -120,3 +144,19 @@ def test_records_carry_the_measurement_context(ab):
     assert r["peak_gpu_memory_bytes"] is None  # no GPU here: not faked
     assert r["model_runner"] == "v1" and r["device"]["kind"] == "cpu"
     assert r["prompt_len"] == 8192 - 32 - 3 - 1
+    assert r["schema"] == 2 and r["machine_id"] == r["machine"]["id"] and r["limits"]["bandwidth_gbs"] > 0
+
+
+def test_records_carry_samples_intervals_and_roofline(ab):
+    from eagle_fix import stats
+
+    r = point(ab, 8192, "eager", "on")
+    assert r["repeats"] == 2 and len(r["samples"]["decode_throughput_tok_s"]) == 2
+    assert r["decode_throughput_tok_s"] == pytest.approx(stats.median(r["samples"]["decode_throughput_tok_s"]))
+    lo, hi = r["ci95"]["decode_throughput_tok_s"]
+    assert lo <= r["decode_throughput_tok_s"] <= hi
+    lo, hi = r["ci95"]["acceptance_length"]
+    assert lo < r["acceptance_length"] <= hi  # count interval, drafts as the unit
+    assert sum(r["accepted_per_position"]) == r["num_accepted_tokens"]
+    assert 0 < r["decode_pct_of_bandwidth"] < 100 and 0 < r["prefill_pct_of_peak_flops"] < 100
+    assert r["sol_decode_tok_s_eagle3"] > r["sol_decode_tok_s_baseline"] > 0
