@@ -161,7 +161,12 @@ def write_asv_machine(*, machine: str | None = None, asv: str = "asv",
     # one machine per file: asv_machine_name() and `asv run` then agree without --machine
     data = {"version": data.get("version", 1), name: data[name]}
     data[name].update(device_keys())
-    data[name].update({"fingerprint": fp["id"], "cpu_model": str(fp.get("cpu", {}).get("model_name", ""))})
+    cpu = fp.get("cpu") or {}
+    for k, v in {"arch": cpu.get("arch"), "cpu": cpu.get("model_name"), "num_cpu": cpu.get("cores"),
+                 "ram": cpu.get("memory_total_bytes"), "os": f"{platform.system()} {platform.release()}"}.items():
+        if v is not None and not data[name].get(k):
+            data[name][k] = str(v)
+    data[name]["fingerprint"] = fp["id"]
     data[name].update(extra or {})
     path.write_text(json.dumps(data, indent=4, sort_keys=True) + "\n")
     return data[name]

@@ -17,6 +17,7 @@ import contextlib
 import json
 import os
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
@@ -37,6 +38,7 @@ class DoctorArgs:
     method: str = "eagle3"
     num_speculative_tokens: int = 3
     as_json: bool = False
+    verbose: bool = False
 
     @classmethod
     def from_cli_args(cls, args: argparse.Namespace) -> "DoctorArgs":
@@ -47,6 +49,7 @@ class DoctorArgs:
             method=args.method,
             num_speculative_tokens=parse_positive_int(args.num_speculative_tokens, "--num-speculative-tokens"),
             as_json=args.json,
+            verbose=args.verbose,
         )
 
 
@@ -93,21 +96,31 @@ def model_runner() -> str:
 
 
 @contextlib.contextmanager
-def stdout_to_stderr(enabled: bool) -> Iterator[None]:
-    """Send everything written to fd 1 (vLLM logs to stdout) to stderr, so --json stays pure."""
-    if not enabled:
-        yield
-        return
+def engine_output(verbose: bool) -> Iterator[None]:
+    """vLLM's own lines (its logger writes to fd 1 and 2 while building configs) are kept aside: with
+    --verbose they go to stderr afterwards, otherwise nowhere, so bad input gets our one line and
+    --json keeps stdout pure."""
     sys.stdout.flush()
-    saved = os.dup(1)
-    os.dup2(2, 1)
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    sink = tempfile.TemporaryFile()
+    os.dup2(sink.fileno(), 1)
+    os.dup2(sink.fileno(), 2)
     try:
         with contextlib.redirect_stdout(sys.stderr):
             yield
     finally:
         sys.stdout.flush()
-        os.dup2(saved, 1)
-        os.close(saved)
+        sys.stderr.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in saved:
+            os.close(fd)
+        if verbose:
+            sink.seek(0)
+            sys.stderr.write(sink.read().decode(errors="replace"))
+            sys.stderr.flush()
+        sink.close()
 
 
 def diagnose(*, target: Path, draft: Path, max_model_len: int, method: str = "eagle3", num_speculative_tokens: int = 3) -> dict[str, Any]:
@@ -152,7 +165,7 @@ def diagnose(*, target: Path, draft: Path, max_model_len: int, method: str = "ea
     except EagleFixError:
         raise
     except Exception as exc:  # vLLM's own validation: keep its words, one line
-        first = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+        first = str(exc).strip().splitlines()[-1].strip() if str(exc).strip() else type(exc).__name__
         raise EagleFixError(f"vLLM rejected the pair: {first}") from None
 
     dmc = spec.draft_model_config
@@ -246,11 +259,12 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--method", default="eagle3", choices=METHODS)
     parser.add_argument("--num-speculative-tokens", default="3")
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout and nothing else")
+    parser.add_argument("--verbose", action="store_true", help="also show vLLM's own log lines (on stderr)")
 
 
 def cli_main(args: argparse.Namespace) -> int:
     opts = DoctorArgs.from_cli_args(args)
-    with stdout_to_stderr(opts.as_json):
+    with engine_output(opts.verbose):
         report = diagnose(
             target=opts.target, draft=opts.draft, max_model_len=opts.max_model_len, method=opts.method,
             num_speculative_tokens=opts.num_speculative_tokens,

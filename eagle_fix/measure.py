@@ -75,7 +75,8 @@ def measure_point(llm: Any, spec: EngineSpec, cmd: dict[str, Any], vocab: int, S
     from eagle_fix.workload import make_prompts
 
     prompt_len, batch, output_len = int(cmd["prompt_len"]), int(cmd["batch_size"]), int(cmd["output_len"])
-    repeats, ttft_repeats = max(1, int(cmd.get("repeats", 1))), max(1, int(cmd.get("ttft_repeats", 1)))
+    # ttft_repeats 0 (eagle-fix ab's later rounds): the prompt is cached already; decode only
+    repeats, ttft_repeats = max(1, int(cmd.get("repeats", 1))), max(0, int(cmd.get("ttft_repeats", 1)))
     prompts = [TokensPrompt(prompt_token_ids=p) for p in make_prompts(prompt_len, batch, vocab_size=vocab, seed=int(cmd.get("seed", 0)))]
     one = SamplingParams(temperature=0, max_tokens=1, ignore_eos=True)
     full = SamplingParams(temperature=0, max_tokens=output_len, ignore_eos=True)
@@ -88,7 +89,7 @@ def measure_point(llm: Any, spec: EngineSpec, cmd: dict[str, Any], vocab: int, S
         t0 = time.perf_counter()
         llm.generate(prompts, one, use_tqdm=False)
         ttft.append(time.perf_counter() - t0)
-    ttft_mid = sorted(ttft)[len(ttft) // 2]
+    ttft_mid = sorted(ttft)[len(ttft) // 2] if ttft else None
 
     samples: dict[str, list[float]] = {"ttft_s": ttft, "decode_throughput_tok_s": [], "tpot_ms": [],
                                        "output_throughput_tok_s": [], "decode_wall_s": []}
@@ -104,7 +105,8 @@ def measure_point(llm: Any, spec: EngineSpec, cmd: dict[str, Any], vocab: int, S
         n_out = sum(len(o.outputs[0].token_ids) for o in outputs)
         decode_s = _decode_span(outputs)
         samples["decode_wall_s"].append(wall_s)
-        samples["output_throughput_tok_s"].append(n_out / (ttft_mid + (decode_s if decode_s is not None else wall_s)))
+        if ttft_mid is not None:
+            samples["output_throughput_tok_s"].append(n_out / (ttft_mid + (decode_s if decode_s is not None else wall_s)))
         if decode_s:
             samples["decode_throughput_tok_s"].append((n_out - batch) / decode_s)
             samples["tpot_ms"].append(1000.0 * decode_s / max(1, output_len - 1))

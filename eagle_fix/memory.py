@@ -4,6 +4,7 @@ statistics in the parent see nothing), host RSS of the engine's whole process tr
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 from typing import Any
@@ -60,8 +61,8 @@ class MemorySampler:
     reported above that level; peaks are reset per point with `reset_peaks()`.
     """
 
-    # Measured (scripts/harness_overhead.py, 2 cores): a 0.1 s sampler that re-walked the process
-    # tree each time cost ~20% of decode throughput; 0.25 s with the tree cached costs ~nothing.
+    # Why 0.25 s and a cached process list: vLLM's CPU worker computes on one core, and a sampler
+    # that re-walks /proc often lands on it (results/overhead/ has the measured cost).
     def __init__(self, interval_s: float = 0.25, tree_refresh_s: float = 5.0):
         self.interval_s = interval_s
         self.tree_refresh_s = tree_refresh_s
@@ -70,6 +71,7 @@ class MemorySampler:
         self.idle_gpu_bytes = gpu_used_bytes(self._handle) if self._handle is not None else None
         self._peak_gpu = 0
         self._peak_host = 0
+        self._gpu_error: str | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="eagle-fix-memory", daemon=True)
         self._thread.start()
@@ -103,10 +105,15 @@ class MemorySampler:
 
     def _sample(self) -> None:
         if self._handle is not None:
+            import pynvml
+
             try:
                 self._peak_gpu = max(self._peak_gpu, gpu_used_bytes(self._handle))
-            except Exception:
-                pass
+            except pynvml.NVMLError as exc:  # a GPU that stops answering: say so once, keep sampling RSS
+                if not self._gpu_error:
+                    self._gpu_error = f"NVML: {exc}"
+                    print(f"eagle-fix: GPU memory sampling failed ({exc}); peak GPU memory will be partial",
+                          file=sys.stderr)
         tree = self._tree
         if tree is not None:
             self._peak_host = max(self._peak_host, tree.rss_bytes())

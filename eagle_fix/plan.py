@@ -11,12 +11,13 @@ from pathlib import Path
 from typing import Any
 
 from eagle_fix.errors import EagleFixError, parse_positive_int
+from eagle_fix.plugin import INJECT_DELAY_ENV
 from eagle_fix.record import ARMS, FIXES, MODES
 
 # Free space a sweep needs before it starts: engine logs (tens of MB each) and the result lines.
 MIN_FREE_BYTES = 64 * 2**20
-# Knobs that change what the engine measures: recorded on every record, refused for committed results.
-INJECT_DELAY_ENV = "EAGLE_FIX_INJECT_STEP_DELAY_MS"
+# Where committed results live: nothing measured with an injected delay may land there.
+COMMITTED_RESULTS = Path(__file__).resolve().parents[1] / "results"
 
 
 @dataclass(frozen=True)
@@ -126,6 +127,7 @@ def resolve(args: RunArgs) -> Resolved:
     out = args.out
     if out is not None:
         check_out(out, args.resume)
+        refuse_injected_delay(out)
     log_dir = args.log_dir or ((out.parent / f"{out.stem}-logs") if out else Path("runs") / "logs")
     check_space(log_dir if log_dir.exists() else (out.parent if out else Path(".")), "--log-dir")
     return Resolved(args=args, profile=profile, contexts=contexts, output_len=output_len, out=out, log_dir=log_dir)
@@ -168,6 +170,13 @@ def check_out(out: Path, resume: bool) -> None:
     if not os.access(out if out.exists() else out.parent, os.W_OK):
         raise EagleFixError(f"--out {out} is not writable; choose a path you can write to")
     check_space(out.parent, "--out")
+
+
+def refuse_injected_delay(out: Path) -> None:
+    """A calibration knob must never reach the committed results (their numbers would lie)."""
+    if os.environ.get(INJECT_DELAY_ENV) and Path(out).resolve().is_relative_to(COMMITTED_RESULTS):
+        raise EagleFixError(f"{INJECT_DELAY_ENV} is set: {out} is under the committed results/ folder; unset it, "
+                            f"or write calibration runs elsewhere")
 
 
 def check_space(folder: Path, flag: str) -> None:

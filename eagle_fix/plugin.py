@@ -205,8 +205,40 @@ class _Counters:
 COUNTERS = _Counters()
 
 
+# Test-only: sleep this many ms in the worker on every model step, to calibrate the gate's power
+# (eagle-fix ab). Recorded on every record (`env`); refused by commands that write committed results.
+INJECT_DELAY_ENV = "EAGLE_FIX_INJECT_STEP_DELAY_MS"
+
+
+def inject_delay_s() -> float:
+    """The injected per-step delay in seconds (0 without the knob); a bad value names the fix."""
+    raw = os.environ.get(INJECT_DELAY_ENV, "").strip()
+    if not raw:
+        return 0.0
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"{INJECT_DELAY_ENV}={raw!r} is not a number of milliseconds, e.g. 2.5") from None
+    if value < 0:
+        raise ValueError(f"{INJECT_DELAY_ENV}={raw!r} must be >= 0")
+    return value / 1000.0
+
+
 def _patch_runner(module: Any) -> None:
     cls = getattr(module, "GPUModelRunner", None)
+    delay = inject_delay_s()
+    step = getattr(cls, "execute_model", None)
+    if delay and step is not None and not getattr(step, _PATCHED_ATTR, False):
+        import time
+
+        @functools.wraps(step)
+        def execute_model_delayed(self: Any, *args: Any, **kwargs: Any) -> Any:
+            time.sleep(delay)
+            return step(self, *args, **kwargs)
+
+        setattr(execute_model_delayed, _PATCHED_ATTR, True)
+        cls.execute_model = execute_model_delayed
+        _actions.append(f"injected {delay * 1000:g} ms per model step ({INJECT_DELAY_ENV}, calibration only)")
     gate = getattr(cls, "_input_fits_in_drafter", None)
     if gate is None or getattr(gate, _PATCHED_ATTR, False):
         return

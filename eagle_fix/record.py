@@ -125,6 +125,16 @@ def upgrade(rec: dict[str, Any]) -> dict[str, Any]:
         out["tpot_ms"] = 1000.0 * (rec.get("batch_size") or 1) / rec["decode_throughput_tok_s"]
     if out["flags"] is None:
         out["flags"] = []
+    if out["accepted_per_position"] is None and out["num_drafts"] and isinstance(rec.get("per_position_acceptance"), list):
+        # schema 1 kept the rates; the counts behind them are rate x drafts
+        out["accepted_per_position"] = [round(x * out["num_drafts"]) for x in rec["per_position_acceptance"]]
+    if out["num_drafts"] and out["accepted_per_position"] and not (out["ci95"] or {}).get("acceptance_length"):
+        from eagle_fix import stats
+
+        acc = stats.acceptance_interval(out["num_drafts"], out["accepted_per_position"])
+        out["ci95"] = {**(out["ci95"] or {}), "acceptance_length": acc["ci95"],
+                       "per_position_acceptance": acc["per_position_ci95"]}
+        out["acceptance_method"] = out["acceptance_method"] or acc["method"]
     return out
 
 

@@ -35,9 +35,13 @@ GIB = 1024 ** 3
 PLOTS = (
     ("throughput", "Output throughput (end to end: prefill included)", "output tokens/s", "output_throughput_tok_s",
      ("eagle3", "baseline")),
-    ("decode_throughput", "Decode throughput (after the first token)", "tokens/s", "decode_throughput_tok_s",
+    ("decode_throughput", "Decode throughput (after the first token), median and 95% interval", "tokens/s",
+     "decode_throughput_tok_s",
      ("eagle3", "baseline")),
-    ("acceptance_length", "Acceptance length (1 + accepted / drafts)", "tokens per step", "acceptance_length", ("eagle3",)),
+    ("acceptance_length", "Acceptance length (1 + accepted / drafts), 95% count interval", "tokens per step",
+     "acceptance_length", ("eagle3",)),
+    ("roofline", "Decode traffic as % of the measured memory bandwidth", "% of bandwidth", "decode_pct_of_bandwidth",
+     ("eagle3", "baseline")),
     ("drafter_coverage", "Drafter coverage (share of steps that drafted)", "fraction", "drafter_coverage", ("eagle3",)),
     ("memory", "Peak memory", "GiB", ("peak_gpu_memory_bytes", "peak_host_memory_bytes"), ("eagle3", "baseline")),
 )
@@ -125,6 +129,17 @@ def fix_ab_table(df) -> str | None:
     return "\n".join(lines)
 
 
+def _error_bars(g, column: str, ys):
+    """The records' 95% intervals (ci95) as asymmetric error bars; None where a point has none."""
+    intervals = [(c or {}).get(column) if isinstance(c, dict) else None for c in g["ci95"]]
+    if not any(intervals):
+        return None
+    scale = GIB if column.endswith("memory_bytes") else 1
+    lo = [max(0.0, y - iv[0] / scale) if iv else 0.0 for y, iv in zip(ys, intervals)]
+    hi = [max(0.0, iv[1] / scale - y) if iv else 0.0 for y, iv in zip(ys, intervals)]
+    return [lo, hi]
+
+
 def _plot(df, out: Path, name: str, title: str, ylabel: str, columns, arms) -> Path | None:
     import matplotlib
 
@@ -149,8 +164,9 @@ def _plot(df, out: Path, name: str, title: str, ylabel: str, columns, arms) -> P
                 label = f"{column.split('_')[1]}: {label}"
             if len(versions) > 1:
                 label = f"vLLM {version}: {label}"
-            ax.plot(g["context_len"], ys, marker="o" if mode == "compile" else "s",
-                    linestyle="-" if arm == "eagle3" else "--", label=label)
+            err = _error_bars(g, column, ys)
+            ax.errorbar(g["context_len"], ys, yerr=err, capsize=3, marker="o" if mode == "compile" else "s",
+                        linestyle="-" if arm == "eagle3" else "--", label=label)
             drawn += 1
     if not drawn:
         plt.close(fig)
@@ -227,13 +243,179 @@ def _html(markdown: str) -> str:
     return f"<!doctype html><meta charset=utf-8><title>eagle-fix report</title><style>{style}</style>\n" + "\n".join(body) + "\n"
 
 
+# --------------------------------------------------------------------------- tables the docs show
+#
+# Every table in README.md and docs/*.md that holds measured numbers sits between
+#   <!-- eagle-fix report --table KIND SOURCE... [key=value...] -->  and  <!-- end table -->
+# and is regenerated from the committed files it names: `eagle-fix report --docs` rewrites them,
+# `eagle-fix report --docs --check` (a test) fails when one differs.
+
+DOC_FILES = ("README.md", "docs")
+_BEGIN = "<!-- eagle-fix report --table "
+_END = "<!-- end table -->"
+
+
+def _ci(row, column: str, fmt: str) -> str:
+    value = row.get(column)
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    text = fmt.format(value)
+    iv = (row.get("ci95") or {}).get(column) if isinstance(row.get("ci95"), dict) else None
+    return f"{text} [{fmt.format(iv[0])}, {fmt.format(iv[1])}]" if iv else text
+
+
+def _rows(df, *filters: str):
+    df = fill_speedup(latest(df))
+    for f in filters:
+        key, value = f.split("=", 1)
+        df = df[df[key].astype(str) == value]
+    return df.sort_values(["context_len", "mode", "arm", "fix"], key=lambda s: s.astype(str) if s.name != "context_len" else s)
+
+
+def _md(head: list[str], rows: list[list[str]]) -> str:
+    return "\n".join(["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+                     + ["| " + " | ".join(r) + " |" for r in rows])
+
+
+def summary_table(df) -> str:
+    """The headline table: decode throughput and acceptance with their 95% intervals where the
+    records have samples (schema 2), coverage, speedup, TTFT, host memory."""
+    rows = []
+    for _, r in df.iterrows():
+        r = r.to_dict()
+        rows.append([f"{r['context_len']:.0f}", r["mode"], r["arm"] + (f" ({r['fix']})" if r.get("fix") not in (None, "on")
+                                                                     and isinstance(r.get("fix"), str) else ""),
+                     _ci(r, "decode_throughput_tok_s", "{:.1f}"), _ci(r, "acceptance_length", "{:.2f}"),
+                     _cell(r.get("drafter_coverage"), "{:.0%}", "drafter_coverage"),
+                     _cell(r.get("speedup"), "{:.2f}x", "speedup"), _cell(r.get("ttft_s"), "{:.1f}", "ttft_s"),
+                     _cell(r.get("peak_host_memory_bytes"), "{:.2f}", "peak_host_memory_bytes")])
+    return _md(["context", "mode", "arm", "decode tok/s [95% ci]", "accept len [95% ci]", "coverage", "speedup",
+                "TTFT s", "host GiB"], rows)
+
+
+def acceptance_table(df) -> str:
+    """vLLM's counts behind acceptance: drafts, accepted tokens, the interval (drafts as the unit)."""
+    rows = []
+    for _, r in df[df["arm"] == "eagle3"].iterrows():
+        r = r.to_dict()
+        ppa = r.get("per_position_acceptance")
+        per = " / ".join(f"{x:.2f}" for x in ppa) if isinstance(ppa, list) and ppa else "–"
+        rows.append([f"{r['context_len']:.0f}", r["mode"], str(r.get("fix") or "–"), r["status"],
+                     _cell(r.get("num_drafts"), "{:.0f}", "n"), _cell(r.get("num_accepted_tokens"), "{:.0f}", "n"),
+                     _ci(r, "acceptance_length", "{:.2f}"), per, _cell(r.get("drafter_coverage"), "{:.0%}", "c")])
+    return _md(["context", "mode", "fix", "status", "drafts", "accepted", "acceptance length [95% ci]",
+                "per position", "coverage"], rows)
+
+
+def roofline_table(df) -> str:
+    """Where each point stands against the limits measured in the same run (eagle_fix.machine)."""
+    rows = []
+    for _, r in df.iterrows():
+        r = r.to_dict()
+        lim = r.get("limits") if isinstance(r.get("limits"), dict) else {}
+        sol = r.get("sol_decode_tok_s_eagle3") if r["arm"] == "eagle3" else r.get("sol_decode_tok_s_baseline")
+        rows.append([f"{r['context_len']:.0f}", r["mode"], r["arm"], _cell(r.get("ttft_s"), "{:.2f}", "t"),
+                     _cell(r.get("prefill_pct_of_peak_flops"), "{:.1f}%", "p"),
+                     _cell(r.get("decode_throughput_tok_s"), "{:.1f}", "d"),
+                     _cell(r.get("decode_pct_of_bandwidth"), "{:.1f}%", "b"), _cell(sol, "{:.0f}", "s"),
+                     _cell((lim.get("matmul_gflops") or {}).get("bf16"), "{:.0f}", "g"),
+                     _cell(lim.get("bandwidth_gbs"), "{:.1f}", "w")])
+    return _md(["context", "mode", "arm", "TTFT s", "prefill % of peak", "decode tok/s", "decode % of bandwidth",
+                "speed-of-light tok/s", "bf16 GFLOP/s", "GB/s"], rows)
+
+
+def ab_table(paths) -> str:
+    """`eagle-fix ab` files: what was compared, the paired TPOT ratios, the verdicts."""
+    from eagle_fix.ab import read_ab
+
+    rows = []
+    for path in paths:
+        data = read_ab(path)
+        ratios = [v["tpot_ms"] for e in data["points"] for k, v in e["verdicts"].items() if k == "tpot_ms"]
+        meds = [r["new_median"] / r["base_median"] for r in ratios if r.get("base_median") and r.get("new_median")]
+        counts = data["summary"]["counts"]
+        verdicts = ", ".join(f"{n} {v}" for v, n in sorted(counts.items()))
+        tpot = [v["verdict"] for v in ratios]
+        flagged = sum(v == "regression" for v in tpot)
+        rows.append([Path(path).name, _side(data["base"]), _side(data["new"]), f"{len(data['points'])} x {data['rounds']}",
+                     f"{min(meds):.3f} – {max(meds):.3f}" if meds else "–", f"{flagged} of {len(tpot)}", verdicts])
+    return _md(["file", "base", "new", "points x rounds", "TPOT ratio new/base (medians)", "TPOT flagged", "all verdicts"],
+               rows)
+
+
+def _side(side: dict) -> str:
+    env = " ".join(f"{k}={v}" for k, v in (side.get("env") or {}).items())
+    return f"vLLM {side['versions'].get('vllm')}" + (f", {env}" if env else "")
+
+
+DOC_TABLES = {"summary": summary_table, "fix-ab": fix_ab_table, "acceptance": acceptance_table, "roofline": roofline_table}
+
+
+def render_table(kind: str, args: list[str], *, root: Path = Path(".")) -> str:
+    """One named table from committed files (paths relative to root) and key=value filters."""
+    paths = [root / a for a in args if "=" not in a]
+    filters = [a for a in args if "=" in a]
+    if kind == "ab":
+        return ab_table(paths)
+    if kind not in DOC_TABLES:
+        raise EagleFixError(f"--table {kind}: unknown; choose one of {', '.join(['ab', *DOC_TABLES])}")
+    table = DOC_TABLES[kind](_rows(load_results(paths), *filters))
+    if table is None:
+        raise EagleFixError(f"--table {kind}: the rows of {' '.join(args)} make no such table")
+    return table
+
+
+def doc_blocks(text: str):
+    """(start, end, kind, args) of each generated table block in a document."""
+    pos = 0
+    while (start := text.find(_BEGIN, pos)) != -1:
+        head_end = text.index("-->", start)
+        words = text[start + len(_BEGIN):head_end].split()
+        body_start = head_end + len("-->") + 1
+        end = text.index(_END, body_start)
+        yield body_start, end, words[0], words[1:]
+        pos = end + len(_END)
+
+
+def update_docs(root: Path = Path("."), *, check: bool = False) -> list[str]:
+    """Regenerate every table block in README.md and docs/*.md; with check, only report which differ."""
+    files = [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+    stale = []
+    for f in files:
+        text = f.read_text(encoding="utf-8")
+        out, last = [], 0
+        for start, end, kind, args in doc_blocks(text):
+            fresh = render_table(kind, args, root=root) + "\n"
+            if text[start:end] != fresh:
+                stale.append(f"{f.relative_to(root)}: table {kind} {' '.join(args)}")
+            out += [text[last:start], fresh]
+            last = end
+        out.append(text[last:])
+        if not check:
+            f.write_text("".join(out), encoding="utf-8")
+    return stale
+
+
 def add_cli_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("results", nargs="*", metavar="RESULTS", default=["results"],
                         help="`eagle-fix run` .jsonl files, asv results .json files, or folders (default: results/)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output folder (default: %(default)s)")
+    parser.add_argument("--table", metavar="KIND", help="print one table (summary, fix-ab, acceptance, roofline, ab) of "
+                        "RESULTS (key=value arguments filter rows, e.g. profile=cpu)")
+    parser.add_argument("--docs", action="store_true", help="regenerate the tables in README.md and docs/ from the "
+                        "committed files each one names")
+    parser.add_argument("--check", action="store_true", help="with --docs: change nothing, exit 1 if a table differs")
 
 
 def cli_main(args: argparse.Namespace) -> int:
+    if args.table:
+        print(render_table(args.table, list(args.results)))
+        return 0
+    if args.docs:
+        stale = update_docs(check=args.check)
+        for line in stale:
+            print(("stale: " if args.check else "updated: ") + line)
+        return 1 if (stale and args.check) else 0
     written = write_report(args.results, args.out)
     if not written:
         raise EagleFixError("no results to report")

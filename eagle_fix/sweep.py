@@ -44,7 +44,7 @@ def run_sweep(args: RunArgs) -> list[dict[str, Any]]:
     sampler = MemorySampler()
     progress = _Progress(len(points), len(points) - len(todo), args.progress)
     try:
-        for group in _groups(todo):
+        for group in groups(todo):
             spec = engine_spec(run, group[0])
             doctor, doctor_error = _fix_state(run, group[0])
             pending = list(group)
@@ -180,7 +180,7 @@ def _roofline(rec: dict[str, Any], run: Resolved) -> None:
 
     if not rec.get("limits"):
         return
-    work = machine.point_work(read_config(run.profile.target, "target"),
+    work = machine.point_work(run.profile.target_config(),  # the profile's hf_overrides applied (reduced depth)
                               read_config(run.profile.draft, "draft") if rec["arm"] == "eagle3" else None,
                               context_len=rec["context_len"], batch_size=rec["batch_size"],
                               k=rec["num_speculative_tokens"] or run.args.num_speculative_tokens)
@@ -193,7 +193,7 @@ def _roofline(rec: dict[str, Any], run: Resolved) -> None:
 
 # --------------------------------------------------------------------------- engines
 
-def _groups(points: Iterable[Point]) -> list[list[Point]]:
+def groups(points: Iterable[Point]) -> list[list[Point]]:
     groups: dict[tuple, list[Point]] = {}
     for p in points:
         groups.setdefault((p.mode, p.arm, p.fix), []).append(p)
@@ -204,6 +204,7 @@ def engine_spec(run: Resolved, p: Point):
     from eagle_fix.engine import EngineSpec
 
     prof = run.profile
+    prof.check_runs_here()  # what this engine refuses (the synthetic sampler on CPU): one line, no engine start
     return EngineSpec(
         target=str(prof.target),
         draft=str(prof.draft) if p.arm == "eagle3" else None,
@@ -218,6 +219,7 @@ def engine_spec(run: Resolved, p: Point):
         max_num_seqs=max(run.args.batch_size, 1),
         gpu_memory_utilization=getattr(prof, "gpu_memory_utilization", None),
         seed=run.args.seed,
+        hf_overrides=prof.hf_overrides_dict(),
     )
 
 

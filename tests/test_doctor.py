@@ -90,6 +90,7 @@ def bad_inputs(tmp_path, shared_pair):
         "above-limit": (str(t), str(d), "262144"),
         "vocab": (str(t), str(_write(tmp_path / "othervocab", {**draft_cfg, "vocab_size": 32000})), "8192"),
         "no-config-json": (str(t), str((tmp_path / "bare").mkdir() or tmp_path / "bare"), "8192"),
+        "vllm-rejects": (str(t), str(_write(tmp_path / "wrongtype", {**draft_cfg, "max_position_embeddings": "big"})), "8192"),
     }
 
 
@@ -103,6 +104,8 @@ def bad_inputs(tmp_path, shared_pair):
     ("non-numeric", r"is not a number"),
     ("above-limit", r"above the target's limit \(131072\)"),
     ("vocab", r"vocabularies do not match"),
+    # vLLM's own retry/Triton log lines stay out of it (they appear with --verbose)
+    ("vllm-rejects", r"vLLM rejected the pair: TypeError: Field 'max_position_embeddings' expected int"),
 ])
 def test_bad_input_is_one_line(case, message, bad_inputs):
     import re
@@ -115,3 +118,11 @@ def test_bad_input_is_one_line(case, message, bad_inputs):
     assert len(lines) == 1, out.stderr
     assert "Traceback" not in out.stderr
     assert re.search(message, lines[0]), lines[0]
+
+
+def test_verbose_shows_vllms_own_lines(bad_inputs):
+    t, d, n = bad_inputs["vllm-rejects"]
+    out = doctor("--target", t, "--draft", d, "--max-model-len", n, "--verbose")
+    assert out.returncode == 1
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) > 1 and "retrying" in out.stderr and lines[-1].startswith("eagle-fix doctor: error: vLLM rejected")

@@ -1,19 +1,29 @@
 """The memory sampler on real processes: it must see a grandchild's memory and reset per point."""
 
+import os
+import signal
 import subprocess
 import sys
 import time
 
 from eagle_fix.memory import MemorySampler, device_info
 
-# A child that starts a grandchild holding ~300 MiB (as the engine's core process holds the KV cache).
+# A child that starts a grandchild holding ~300 MiB (as the engine's core process holds the KV cache),
+# in its own process group, so the test can end both by group (never by name).
 GRANDCHILD = "import time; b = bytearray(300 << 20); b[::4096] = b'x' * len(b[::4096]); print('up', flush=True); time.sleep(60)"
 CHILD = f"import subprocess, sys, time; p = subprocess.Popen([sys.executable, '-c', {GRANDCHILD!r}]); time.sleep(60)"
 
 
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
 def test_sampler_sees_the_process_tree_and_resets():
     sampler = MemorySampler(interval_s=0.05, tree_refresh_s=0.2)
-    child = subprocess.Popen([sys.executable, "-c", CHILD])
+    child = subprocess.Popen([sys.executable, "-c", CHILD], start_new_session=True)
     try:
         sampler.watch(child.pid)
         deadline = time.monotonic() + 30
@@ -23,15 +33,14 @@ def test_sampler_sees_the_process_tree_and_resets():
             peak = sampler.peaks()["peak_host_memory_bytes"] or 0
         assert peak >= 300 << 20, f"grandchild's 300 MiB not seen (peak {peak / 2**20:.0f} MiB)"
         assert sampler.peaks()["peak_gpu_memory_bytes"] is None  # no GPU here: null, not 0
-        child.kill()
+        _kill_group(child.pid)
         child.wait()
         sampler.watch(None)
         sampler.reset_peaks()
         assert sampler.peaks()["peak_host_memory_bytes"] is None  # nothing watched since the reset
     finally:
-        child.kill()
+        _kill_group(child.pid)
         sampler.close()
-        subprocess.run(["pkill", "-f", "bytearray\\(300"], check=False)
 
 
 def test_device_info_names_the_cpu_when_there_is_no_gpu():

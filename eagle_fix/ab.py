@@ -1,0 +1,305 @@
+"""`eagle-fix ab`: the same points measured in two environments side by side, in alternating rounds.
+
+Two venvs with different vLLM releases, one venv with different environment variables (e.g.
+EAGLE_FIX_MODE), or two checkouts: both sides' engines are kept up at once (one per side per
+(mode, arm, fix)), and each round measures the point on the base engine, then on the new one, so
+machine drift falls on both. The verdict is on the paired ratios (new / base per round): their
+median and distribution-free 95% interval per metric and point (eagle_fix.stats.judge, paired).
+Acceptance is judged on counts, coverage and status exactly. Exit codes as `eagle-fix compare`.
+
+Both engines of a group must fit in memory together; when the second cannot start, the point is
+recorded as failed with the engine's cause (nothing is measured sequentially behind your back).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from eagle_fix import record
+from eagle_fix.errors import EagleFixError, parse_positive_int
+from eagle_fix.plan import RunArgs, csv, plan, point_timeout, prompt_len, resolve
+
+SCHEMA = 1
+# Metrics judged on the paired rounds: (record column, higher is better).
+PAIRED = (("tpot_ms", False), ("decode_throughput_tok_s", True))
+DEFAULT_THRESHOLD = 0.05
+
+
+@dataclass(frozen=True)
+class ABArgs:
+    """Arguments of one A/B; checks happen in `from_cli_args` / `_side_info`, each naming its flag."""
+
+    base_python: str
+    new_python: str
+    base_env: dict[str, str] = field(default_factory=dict)
+    new_env: dict[str, str] = field(default_factory=dict)
+    run: RunArgs = field(default_factory=RunArgs)
+    rounds: int = 5
+    threshold: float = DEFAULT_THRESHOLD
+    strict: bool = False
+    out: Path | None = None
+
+    @classmethod
+    def from_cli_args(cls, args: argparse.Namespace) -> "ABArgs":
+        run = RunArgs(
+            profile=args.profile,
+            contexts=tuple(parse_positive_int(c, "--contexts") for c in csv(args.contexts)) if args.contexts else None,
+            modes=tuple(csv(args.modes)), arms=tuple(csv(args.arms)), fixes=tuple(csv(args.fix)),
+            output_len=parse_positive_int(args.output_len, "--output-len") if args.output_len else None,
+            repeats=1, ttft_repeats=1, progress=False,
+        )
+        out = Path(args.out) if args.out else None
+        if out is not None and (out.is_dir() or not out.parent.is_dir()):
+            raise EagleFixError(f"--out {out}: give a file path in an existing folder", exit_code=2)
+        if not 0 <= args.threshold < 1:
+            raise EagleFixError(f"--threshold must be in [0, 1), got {args.threshold}", exit_code=2)
+        return cls(base_python=args.base_python, new_python=args.new_python, base_env=_env_pairs(args.base_env, "--base-env"),
+                    new_env=_env_pairs(args.new_env, "--new-env"), run=run,
+                    rounds=parse_positive_int(args.rounds, "--rounds"), threshold=args.threshold, strict=args.strict, out=out)
+
+
+def _env_pairs(values: list[str] | None, flag: str) -> dict[str, str]:
+    out = {}
+    for item in values or []:
+        if "=" not in item or not item.split("=", 1)[0]:
+            raise EagleFixError(f"{flag} {item!r}: expected KEY=VALUE, e.g. {flag} EAGLE_FIX_MODE=off", exit_code=2)
+        k, v = item.split("=", 1)
+        out[k] = v
+    return out
+
+
+_PROBE = ("import json, eagle_fix.machine as m, eagle_fix.plugin as p; p.inject_delay_s(); "
+          "print(json.dumps({'versions': m.versions(), 'machine_id': m.fingerprint()['id']}))")
+
+
+def _side_info(python: str, env: dict[str, str], flag: str) -> dict[str, Any]:
+    """What the side's interpreter has (vLLM, torch, eagle-fix), checked before any engine starts."""
+    path = Path(python)
+    if not path.is_file() or not os.access(path, os.X_OK):
+        raise EagleFixError(f"{flag} {python}: not an executable Python; give e.g. .venv/bin/python", exit_code=2)
+    try:
+        proc = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, timeout=120,
+                              env={**os.environ, **env})
+    except subprocess.TimeoutExpired:
+        raise EagleFixError(f"{flag} {python}: did not answer in 120 s", exit_code=2) from None
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise EagleFixError(f"{flag} {python}: cannot import eagle_fix there ({last}); install it: "
+                            f"{python} -m pip install -e .", exit_code=2)
+    info = json.loads(proc.stdout.strip().splitlines()[-1])
+    return {"python": python, "env": env, **info}
+
+
+def run_ab(args: ABArgs) -> dict[str, Any]:
+    """Measure every point on both sides in alternating rounds; returns the whole result (every pair)."""
+    from eagle_fix import machine
+    from eagle_fix.engine import EngineDied, EngineProcess
+    from eagle_fix.lifecycle import Interrupted
+    from eagle_fix.sweep import engine_spec, groups
+
+    run = resolve(args.run)
+    sides = {"base": _side_info(args.base_python, args.base_env, "--base-python"),
+             "new": _side_info(args.new_python, args.new_env, "--new-python")}
+    fp = machine.fingerprint()
+    log_dir = (args.out.parent / f"{args.out.stem}-logs") if args.out else Path("runs") / "ab-logs"
+    result: dict[str, Any] = {
+        "schema": SCHEMA, "kind": "eagle-fix ab", "machine": fp, "machine_id": fp["id"],
+        "git_commit": machine.git_commit(), "base": sides["base"], "new": sides["new"], "rounds": args.rounds,
+        "threshold": args.threshold, "started": _now(), "points": [],
+    }
+    started = time.monotonic()
+    try:
+        for group in groups(plan(run)):
+            spec = engine_spec(run, group[0])
+            engines: dict[str, Any] = {}
+            try:
+                for side in ("base", "new"):
+                    log = log_dir / f"{side}-{group[0].mode}-{group[0].arm}-{group[0].fix or 'none'}-{int(time.time())}.log"
+                    try:
+                        engines[side] = EngineProcess(spec, log, python=sides[side]["python"], env=sides[side]["env"])
+                    except EngineDied as exc:
+                        engines[side] = exc
+                for p in group:
+                    entry = _measure(run, p, engines, args, spec, log_dir, sides, EngineProcess, EngineDied)
+                    result["points"].append(entry)
+                    _progress(entry, started)
+            finally:
+                for e in engines.values():
+                    if not isinstance(e, Exception):
+                        e.close()
+    except Interrupted as exc:
+        raise Interrupted(f"{exc}: {len(result['points'])} points measured, nothing written", exc.signum) from None
+    result["finished"] = _now()
+    result["summary"] = _summary(result, strict=args.strict)
+    return result
+
+
+def _measure(run, p, engines, args: ABArgs, spec, log_dir, sides, EngineProcess, EngineDied) -> dict[str, Any]:
+    """One point: `rounds` rounds of (base, new); a side whose engine died is restarted once per point."""
+    identity = run.identity(p)
+    entry: dict[str, Any] = {"identity": identity, "status": {}, "error": {}, "pairs": []}
+    for side in ("base", "new"):
+        if isinstance(engines[side], Exception):
+            entry["status"][side], entry["error"][side] = "failed", str(engines[side]).splitlines()[0][:500]
+    for r in range(args.rounds):
+        pair = {"round": r}
+        for side in ("base", "new"):
+            if entry["status"].get(side) == "failed":
+                continue
+            cmd = {"op": "point", "prompt_len": prompt_len(p.context_len, run), "batch_size": run.args.batch_size,
+                   "output_len": run.output_len, "seed": run.args.seed, "repeats": 1, "ttft_repeats": 1 if r == 0 else 0}
+            try:
+                res = engines[side].run_point(cmd, timeout_s=point_timeout(run, p))
+            except EngineDied as exc:
+                entry["status"][side], entry["error"][side] = "failed", str(exc).splitlines()[0][:500]
+                log = log_dir / f"{side}-{p.mode}-{p.arm}-{p.fix or 'none'}-{int(time.time())}-restart.log"
+                try:  # the next point gets a fresh engine
+                    engines[side] = EngineProcess(spec, log, python=sides[side]["python"], env=sides[side]["env"])
+                except EngineDied as again:
+                    engines[side] = again
+                continue
+            pair[side] = _pair_numbers(res)
+        entry["pairs"].append(pair)
+    for side in ("base", "new"):
+        entry["status"].setdefault(side, "ok")
+    entry["verdicts"] = _verdicts(entry, args.threshold, k=identity["num_speculative_tokens"])
+    return entry
+
+
+def _pair_numbers(res: dict[str, Any]) -> dict[str, Any]:
+    s = res.get("samples") or {}
+    out = {m: (s.get(m) or [None])[0] for m, _ in PAIRED}
+    if s.get("ttft_s"):
+        out["ttft_s"] = s["ttft_s"][0]
+    for k in ("num_drafts", "num_accepted_tokens", "acceptance_length", "drafter_coverage", "output_token_ids_head"):
+        if k in res:
+            out[k] = res[k]
+    return out
+
+
+def _verdicts(entry: dict[str, Any], threshold: float, *, k: int | None) -> dict[str, Any]:
+    from eagle_fix import stats
+
+    status = entry["status"]
+    if status["base"] != "ok" or status["new"] != "ok":
+        verdict = {("ok", "failed"): "failed", ("failed", "ok"): "fixed"}.get((status["base"], status["new"]), "failed-both")
+        return {"status": {"verdict": verdict}}
+    pairs = [p for p in entry["pairs"] if "base" in p and "new" in p]
+    out: dict[str, Any] = {}
+    for metric, higher in PAIRED:
+        b = [p["base"][metric] for p in pairs if p["base"].get(metric) and p["new"].get(metric)]
+        n = [p["new"][metric] for p in pairs if p["base"].get(metric) and p["new"].get(metric)]
+        j = stats.judge(b, n, higher_is_better=higher, threshold=threshold, paired=True)
+        out[metric] = {**j, "base_median": stats.median(b), "new_median": stats.median(n),
+                       "ratios": stats.paired_ratios(b, n)}
+    first = entry["pairs"][0] if entry["pairs"] else {}
+    fb, fn = first.get("base") or {}, first.get("new") or {}
+    if fb.get("num_drafts") and fn.get("num_drafts"):
+        p = stats.acceptance_change_p(fb["num_drafts"], fb["num_accepted_tokens"], fn["num_drafts"],
+                                      fn["num_accepted_tokens"], k or 1)
+        moved = fb["acceptance_length"] != fn["acceptance_length"]
+        verdict = ("improved" if fn["acceptance_length"] > fb["acceptance_length"] else "regression") \
+            if (p is not None and p < 0.01 and moved) else ("same" if not moved else "within noise")
+        out["acceptance_length"] = {"verdict": verdict, "p": p, "base": fb["acceptance_length"], "new": fn["acceptance_length"]}
+        cb, cn = fb.get("drafter_coverage"), fn.get("drafter_coverage")
+        if cb is not None and cn is not None:
+            out["drafter_coverage"] = {"verdict": "same" if cb == cn else ("improved" if cn > cb else "regression"),
+                                       "base": cb, "new": cn}
+    return out
+
+
+def _summary(result: dict[str, Any], *, strict: bool) -> dict[str, Any]:
+    bad = ("regression", "failed") + (("inconclusive",) if strict else ())
+    counts: dict[str, int] = {}
+    failing = []
+    for entry in result["points"]:
+        for metric, v in entry["verdicts"].items():
+            counts[v["verdict"]] = counts.get(v["verdict"], 0) + 1
+            if v["verdict"] in bad:
+                failing.append(f"{record.describe(record.key(entry['identity']))} {metric}: {v['verdict']}")
+    return {"counts": counts, "failing": failing, "exit_code": 1 if failing else 0}
+
+
+def format_ab(result: dict[str, Any]) -> str:
+    header = ("context", "mode", "arm", "fix", "metric", "base", "new", "ratio [95% ci]", "verdict")
+    rows = [header]
+    for entry in result["points"]:
+        d = entry["identity"]
+        for metric, v in entry["verdicts"].items():
+            if "base_median" in v:
+                ci = v.get("ci95")
+                ratio = f"{(v['new_median'] or 0) / v['base_median']:.3f}" if v.get("base_median") else "-"
+                ratio += f" [{ci[0]:+.1%}, {ci[1]:+.1%}]" if ci else ""
+                b, n = f"{v['base_median']:.4g}" if v["base_median"] else "-", f"{v['new_median']:.4g}" if v["new_median"] else "-"
+            else:
+                b, n, ratio = str(v.get("base", "-")), str(v.get("new", "-")), (f"p={v['p']:.3g}" if v.get("p") is not None else "")
+            rows.append((str(d["context_len"]), d["mode"], d["arm"], d["fix"] or "-", metric, b, n, ratio, v["verdict"]))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    s = result["summary"]
+    vb, vn = result["base"]["versions"].get("vllm"), result["new"]["versions"].get("vllm")
+    lines.append(f"base: {result['base']['python']} (vLLM {vb}) {result['base']['env'] or ''}".rstrip())
+    lines.append(f"new:  {result['new']['python']} (vLLM {vn}) {result['new']['env'] or ''}".rstrip())
+    lines.append(f"{len(result['points'])} points x {result['rounds']} rounds on {result['machine']['name']}: "
+                 + ", ".join(f"{n} {v}" for v, n in sorted(s["counts"].items())))
+    lines += [f"failing: {f}" for f in s["failing"]]
+    return "\n".join(lines)
+
+
+def _progress(entry: dict[str, Any], started: float) -> None:
+    d = entry["identity"]
+    tp = entry["verdicts"].get("tpot_ms", {})
+    print(f"[eagle-fix ab] {d['context_len']} {d['mode']} {d['arm']}{' fix ' + d['fix'] if d['fix'] else ''}: "
+          f"{time.monotonic() - started:.0f} s, tpot {tp.get('verdict', entry['verdicts'].get('status', {}).get('verdict'))}",
+          file=sys.stderr, flush=True)
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def read_ab(path: str | os.PathLike) -> dict[str, Any]:
+    """A committed `eagle-fix ab` result, or a one-line error."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise EagleFixError(f"{path}: not a readable eagle-fix ab file ({exc})", exit_code=2) from None
+    if data.get("kind") != "eagle-fix ab":
+        raise EagleFixError(f"{path}: not an eagle-fix ab file (kind {data.get('kind')!r})", exit_code=2)
+    return data
+
+
+def add_cli_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--base-python", required=True, help="interpreter of the base environment (e.g. .venv/bin/python)")
+    parser.add_argument("--new-python", required=True, help="interpreter of the new environment")
+    parser.add_argument("--base-env", action="append", metavar="K=V", help="environment variable for the base side")
+    parser.add_argument("--new-env", action="append", metavar="K=V", help="environment variable for the new side")
+    parser.add_argument("--profile", default="cpu-quick", help="profile (default %(default)s)")
+    parser.add_argument("--contexts", help="comma-separated contexts (default: the profile's)")
+    parser.add_argument("--modes", default="eager,compile")
+    parser.add_argument("--arms", default="eagle3,baseline")
+    parser.add_argument("--fix", default="on")
+    parser.add_argument("--output-len", help="tokens per request (default: the profile's)")
+    parser.add_argument("--rounds", default="5", help="alternating rounds per point (default 5)")
+    parser.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD, help="relative change that can fail (5%%)")
+    parser.add_argument("--strict", action="store_true", help="an inconclusive metric fails too")
+    parser.add_argument("--out", help="write the whole result (every pair) as JSON here")
+
+
+def cli_main(args: argparse.Namespace) -> int:
+    """Exit 0: no regression; 1: a regression or a point that failed only on the new side; 2: unusable input."""
+    ab = ABArgs.from_cli_args(args)
+    result = run_ab(ab)
+    if ab.out:
+        ab.out.write_text(json.dumps(result, indent=1, default=str) + "\n")
+    print(format_ab(result))
+    return result["summary"]["exit_code"]
