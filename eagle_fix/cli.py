@@ -7,6 +7,7 @@ import importlib
 import sys
 
 from eagle_fix.errors import EagleFixError
+from eagle_fix.lifecycle import Interrupted
 
 # (subcommand, module, help). Each module has add_cli_args(parser) and cli_main(args) -> int.
 COMMANDS = (
@@ -41,12 +42,19 @@ def main(argv: list[str] | None = None) -> int:
         if args._module is None:
             raise EagleFixError(f"`eagle-fix {args.command}` is unavailable: {args._error}")
         return int(args._module.cli_main(args) or 0)
+    except Interrupted as exc:  # SIGTERM/SIGINT/SIGHUP (eagle_fix.lifecycle): engines already killed
+        print(f"eagle-fix {args.command}: {_one_line(exc)}", file=sys.stderr)
+        return exc.exit_code
     except EagleFixError as exc:
         print(f"eagle-fix {args.command}: error: {exc}", file=sys.stderr)
         return exc.exit_code
-    except KeyboardInterrupt:
-        print(f"eagle-fix {args.command}: interrupted", file=sys.stderr)
+    except KeyboardInterrupt:  # Ctrl-C before any handler of ours was installed
+        print(f"eagle-fix {args.command}: interrupted by SIGINT", file=sys.stderr)
         return 130
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())
 
 
 if __name__ == "__main__":

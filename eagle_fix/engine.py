@@ -3,11 +3,16 @@ assert, an OOM or a hung engine costs one point, never the sweep.
 
 The parent writes one JSON command per line on the child's stdin and reads one JSON reply per line
 from a pipe; everything vLLM prints goes to the log file. `EngineProcess` is the parent's side;
-`python -m eagle_fix.engine SPEC_JSON` is the child's.
+`python -m eagle_fix.engine SPEC_JSON REPLY_FD LIFELINE_FD` is the child's.
+
+Nothing outlives the command: the group is registered with `eagle_fix.lifecycle` (SIGTERM/SIGINT/
+SIGHUP kill it at once), and the child kills its own group when the parent dies without a handler
+(SIGKILL), through a pipe whose write end only the parent holds (`watch_parent`).
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -15,6 +20,7 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -49,6 +55,7 @@ class EngineSpec:
     max_num_seqs: int = 8
     gpu_memory_utilization: float | None = None  # CUDA only
     seed: int = 0
+    hf_overrides: dict[str, Any] | None = None  # the target's config.json overrides (vLLM hf_overrides)
 
     def llm_kwargs(self) -> dict[str, Any]:
         """Keyword arguments of vllm.LLM for this engine."""
@@ -67,6 +74,9 @@ class EngineSpec:
             kwargs["max_num_batched_tokens"] = self.max_num_batched_tokens
         if self.gpu_memory_utilization:
             kwargs["gpu_memory_utilization"] = self.gpu_memory_utilization
+        if self.hf_overrides:
+            # A dict applies to the target's config only: vLLM gives the draft its own overrides.
+            kwargs["hf_overrides"] = dict(self.hf_overrides)
         if self.draft is not None:
             from eagle_fix.models import speculative_config
             from eagle_fix.plugin import WORKER_EXTENSION
@@ -89,74 +99,146 @@ class EngineDied(RuntimeError):
     """The engine process is gone or stuck; the message carries the cause and the log's tail."""
 
 
-class EngineProcess:
-    """Parent side: start the child, send points, enforce a watchdog, kill the whole group."""
+# Environment of the child: the parent's pid (the child kills its group when that parent is gone).
+PARENT_PID_ENV = "EAGLE_FIX_PARENT_PID"
+# Lines the parent writes into the engine log, so a reader (and the fault tests) see where it was.
+LOG_MARK = "[eagle-fix]"
 
-    def __init__(self, spec: EngineSpec, log_path: Path, *, startup_timeout_s: float = 1800.0):
+
+class EngineProcess:
+    """Parent side: start the child, send points, enforce a watchdog, kill the whole group.
+
+    The child's process group is registered with `eagle_fix.lifecycle` from its start to its
+    kill, so SIGTERM/SIGINT/SIGHUP of this process kill it at once (the handlers are installed
+    here when this runs in the main thread). The child holds the read end of a "lifeline" pipe
+    whose write end only this process holds: when this process dies in any way (SIGKILL too), the
+    kernel closes it and the child kills its own group within a second.
+    """
+
+    def __init__(self, spec: EngineSpec, log_path: Path, *, startup_timeout_s: float = 1800.0,
+                 python: str | None = None, env: dict[str, str] | None = None):
+        """python: the interpreter of another environment (eagle-fix ab); env: extra variables."""
+        from eagle_fix import lifecycle
+
         self.spec = spec
         self.log_path = log_path
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._log = open(log_path, "ab")
-        read_fd, write_fd = os.pipe()
-        env = {**os.environ, **spec.env(), "EAGLE_FIX_ENGINE_LOG": str(log_path)}
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "eagle_fix.engine", json.dumps(asdict(spec)), str(write_fd)],
-            stdin=subprocess.PIPE, stdout=self._log, stderr=subprocess.STDOUT, pass_fds=(write_fd,),
-            env=env, start_new_session=True,  # its own process group: killable with all its workers
-        )
-        os.close(write_fd)
-        self._replies = os.fdopen(read_fd, "rb", buffering=0)
+        self.python = python or sys.executable
+        self.extra_env = dict(env or {})
+        self.proc: subprocess.Popen | None = None
+        self._replies = None
+        self._lifeline: int | None = None
         self._buffer = b""
-        self.ready = self._reply(startup_timeout_s, "engine start")
+        lifecycle.install_signal_handlers()
+        lifecycle.check()  # a signal already handled (and swallowed somewhere) starts nothing new
+        self._log = open_log(log_path, spec)
+        try:
+            self._start()
+            self.ready = self._reply(startup_timeout_s, "engine start")
+        except BaseException:  # EngineDied, Interrupted (a signal during the start), anything
+            self.kill()
+            raise
+        self._mark(f"engine ready (pid {self.pid}, start {self.ready.get('startup_s', 0):.1f} s)")
+
+    def _start(self) -> None:
+        from eagle_fix import lifecycle
+
+        read_fd, write_fd = os.pipe()
+        life_read, self._lifeline = os.pipe()
+        self._replies = os.fdopen(read_fd, "rb", buffering=0)
+        env = {**os.environ, **self.spec.env(), **self.extra_env, "EAGLE_FIX_ENGINE_LOG": str(self.log_path),
+               PARENT_PID_ENV: str(os.getpid())}
+        # No signal between the fork and the registration: a group started but not registered would
+        # outlive the command. (The child unblocks them first thing.)
+        blocked = threading.current_thread() is threading.main_thread()
+        if blocked:
+            signal.pthread_sigmask(signal.SIG_BLOCK, lifecycle.SIGNALS)
+        try:
+            self.proc = subprocess.Popen(
+                [self.python, "-m", "eagle_fix.engine", json.dumps(asdict(self.spec)), str(write_fd), str(life_read)],
+                stdin=subprocess.PIPE, stdout=self._log, stderr=subprocess.STDOUT, pass_fds=(write_fd, life_read),
+                env=env, start_new_session=True,  # its own process group: killable with all its workers
+            )
+            lifecycle.register(self.proc.pid, f"engine {self.spec.mode}/{'eagle3' if self.spec.draft else 'baseline'}")
+        finally:
+            os.close(write_fd)
+            os.close(life_read)
+            if blocked:
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, lifecycle.SIGNALS)  # a pending signal lands here
 
     @property
     def pid(self) -> int:
+        assert self.proc is not None
         return self.proc.pid
 
     def run_point(self, point: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        from eagle_fix import lifecycle
+
+        lifecycle.check()
+        self._mark(f"point {json.dumps(point)}")
         self._send(point)
         return self._reply(timeout_s, f"point {point}")
 
     def close(self) -> None:
-        if self.proc.poll() is None:
-            try:
-                self._send({"op": "exit"})
-                self.proc.wait(timeout=30)
-            except (OSError, subprocess.TimeoutExpired, BrokenPipeError):
-                pass
-        self.kill()
+        """Ask the child to exit (up to 30 s for vLLM's own shutdown), then kill what is left. After
+        a signal (`eagle_fix.lifecycle`), kill at once."""
+        from eagle_fix import lifecycle
+
+        try:
+            if self.proc is not None and self.proc.poll() is None and lifecycle.interrupted() is None:
+                try:
+                    self._send({"op": "exit"})
+                    self.proc.wait(timeout=30)
+                except (OSError, subprocess.TimeoutExpired, EngineDied):
+                    pass
+        finally:
+            self.kill()
 
     def kill(self) -> None:
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            pass
-        for f in (self._replies, self._log, self.proc.stdin):
+        """SIGKILL the whole process group (the child, vLLM's engine core and workers), reap the
+        child, close our ends of the pipes. Safe to call more than once."""
+        from eagle_fix import lifecycle
+
+        if self.proc is not None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                pass
+            lifecycle.unregister(self.proc.pid)
+        for f in (self._replies, self._log, self.proc.stdin if self.proc else None):
             try:
                 if f is not None:
                     f.close()
             except OSError:
                 pass
+        if self._lifeline is not None:
+            try:
+                os.close(self._lifeline)
+            except OSError:
+                pass
+            self._lifeline = None
 
     def _send(self, message: dict[str, Any]) -> None:
-        assert self.proc.stdin is not None
+        assert self.proc is not None and self.proc.stdin is not None
         try:
             self.proc.stdin.write((json.dumps(message) + "\n").encode())
             self.proc.stdin.flush()
-        except (BrokenPipeError, OSError):
+        except (BrokenPipeError, OSError, ValueError):  # ValueError: stdin already closed
             raise EngineDied(self._death_message("engine process is gone")) from None
 
     def _reply(self, timeout_s: float, what: str) -> dict[str, Any]:
+        assert self.proc is not None and self._replies is not None
         deadline = time.monotonic() + timeout_s
         while b"\n" not in self._buffer:
             left = deadline - time.monotonic()
             if left <= 0:
+                stuck = stopped_processes(self.proc.pid)  # before the kill: what state the group was in
                 self.kill()
-                raise EngineDied(self._death_message(f"watchdog: no answer to {what} within {timeout_s:.0f} s"))
+                raise EngineDied(self._death_message(f"watchdog: no answer to {what} within {timeout_s:.0f} s"
+                                                     + (f" ({stuck})" if stuck else "")))
             ready, _, _ = select.select([self._replies], [], [], min(left, 5.0))
             if ready:
                 chunk = self._replies.read(65536)
@@ -165,8 +247,10 @@ class EngineProcess:
                         self.proc.wait(timeout=10)
                     except subprocess.TimeoutExpired:
                         pass
+                    code = self.proc.returncode
                     self.kill()
-                    raise EngineDied(self._death_message(f"engine exited (return code {self.proc.returncode})"))
+                    how = f"killed by {signal_name(-code)}" if code is not None and code < 0 else f"return code {code}"
+                    raise EngineDied(self._death_message(f"engine exited ({how})"))
                 self._buffer += chunk
         line, self._buffer = self._buffer.split(b"\n", 1)
         reply = json.loads(line)
@@ -175,14 +259,113 @@ class EngineProcess:
             raise EngineDied(self._death_message(reply.get("error", "engine error")))
         return reply
 
+    def _mark(self, text: str) -> None:
+        """One line of ours in the engine log (best effort: a full disk must not fail a point)."""
+        try:
+            self._log.write(f"{LOG_MARK} {time.strftime('%H:%M:%S')} {text}\n".encode())
+            self._log.flush()
+        except (OSError, ValueError):
+            pass
+
     def _death_message(self, headline: str) -> str:
+        """First line: what happened and why (a killed process names its signal); then the log's tail."""
         tail = log_tail(self.log_path)
-        cause = error_cause(tail)
+        recent = since_last_mark(tail)
+        killed = killed_cause(recent)
+        cause = error_cause(recent)
         parts = [headline]
-        if cause and cause not in headline:
+        if killed and killed not in headline:
+            parts.insert(0, killed)  # the root cause first: "worker VllmWorker-0 killed by SIGKILL"
+        elif cause and cause not in headline:
             parts.append(f"cause: {cause}")
+        unwritable = log_unwritable(self.log_path)
+        if unwritable:
+            parts.append(unwritable)
         parts.append(f"log: {self.log_path}")
         return "; ".join(parts) + "\n--- log tail ---\n" + "\n".join(tail[-25:])
+
+
+def signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+def open_log(path: Path, spec: EngineSpec | None = None):
+    """The engine's log, opened for appending and tried with one written line: a log that cannot be
+    written (no such folder, no permission, a full disk) is a one-line EagleFixError naming it,
+    before any engine starts, never mistaken for an engine failure."""
+    from eagle_fix.errors import EagleFixError
+
+    f = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        f = open(path, "ab")
+        header = f"{LOG_MARK} {time.strftime('%Y-%m-%d %H:%M:%S')} engine log of pid {os.getpid()}"
+        if spec is not None:
+            header += f": {json.dumps(asdict(spec))}"
+        f.write((header + "\n").encode())
+        f.flush()
+        os.fsync(f.fileno())
+        return f
+    except OSError as exc:
+        if f is not None:
+            try:
+                f.close()
+            except OSError:
+                pass
+        name = errno.errorcode.get(exc.errno or 0, "")
+        why = f"{exc.strerror or exc}" + (f" ({name})" if name else "")
+        raise EagleFixError(f"cannot write the engine log {path}: {why}; free space there or choose another "
+                            f"folder with --log-dir") from None
+
+
+def log_unwritable(path: Path) -> str | None:
+    """After an engine died: if its log cannot take one more line (a disk that filled up during the
+    run), say so, since the engine's own output was lost with it."""
+    try:
+        with open(path, "ab") as f:
+            f.write(f"{LOG_MARK} {time.strftime('%H:%M:%S')} engine gone\n".encode())
+            f.flush()
+            os.fsync(f.fileno())
+        return None
+    except OSError as exc:
+        return f"the engine log could not be written ({exc.strerror or exc}): the disk may be full"
+
+
+def stopped_processes(pgid: int) -> str | None:
+    """Processes of an engine's group that are stopped (SIGSTOP, a debugger) or in uninterruptible
+    sleep, for the watchdog's message."""
+    found = []
+    for pid in _group_pids(pgid):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                stat = f.read()
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                title = f.read().split(b"\0")[0].decode(errors="replace")[:40]
+        except OSError:
+            continue
+        state = stat[stat.rindex(")") + 2:].split()[0]
+        if state in ("T", "t", "D"):
+            found.append(f"pid {pid} {title or '?'} {'stopped' if state in ('T', 't') else 'in uninterruptible sleep'}")
+    return "; ".join(found) or None
+
+
+def _group_pids(pgid: int) -> list[int]:
+    pids = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return pids
+    for entry in entries:
+        if entry.isdigit():
+            try:
+                if os.getpgid(int(entry)) == pgid:
+                    pids.append(int(entry))
+            except OSError:
+                continue
+    return pids
 
 
 def log_tail(path: Path, max_bytes: int = 64_000) -> list[str]:
@@ -193,6 +376,70 @@ def log_tail(path: Path, max_bytes: int = 64_000) -> list[str]:
             return f.read().decode(errors="replace").splitlines()
     except OSError:
         return []
+
+
+# How a process of the engine that died shows in its log, with its exit status (negative: the signal):
+#   ours (`report_child_exits`, in every vLLM process): "[eagle-fix] process VllmWorker-0 (pid 7896) exited: -9"
+#   vLLM's: "Worker proc VllmWorker-0 died unexpectedly (exit code: -9), ..." (0.32 on CPU logs
+#   "exit code: None": it reads the code before the worker is reaped, so ours is what tells).
+_EXIT_RX = re.compile(r"\[eagle-fix\] process ([\w.:-]+) \(pid \d+\) exited: (-?\d+)")
+_DIED_RX = re.compile(r"(?:proc )?([\w.:-]+) died unexpectedly \(exit code: (-?\d+)\)")
+
+
+def killed_cause(lines: list[str]) -> str | None:
+    """"worker VllmWorker-0 killed by SIGKILL" when a process of the engine died of a signal (the OOM
+    killer's SIGKILL, a crash's SIGSEGV), "... exited with code N" for another failing exit. The
+    first one in `lines`: the ones after it are usually vLLM shutting the rest down."""
+    for line in lines:
+        m = _EXIT_RX.search(line) or _DIED_RX.search(line)
+        if m:
+            name, code = m.group(1), int(m.group(2))
+            who = f"worker {name}" if "Worker" in name else name
+            return f"{who} killed by {signal_name(-code)}" if code < 0 else f"{who} exited with code {code}"
+    return None
+
+
+def since_last_mark(lines: list[str]) -> list[str]:
+    """The lines after the parent's last "engine ready" / "point" mark: what the failing point (or,
+    with no such mark, the start) wrote. Startup warnings with tracebacks are not a point's cause."""
+    for i in range(len(lines) - 1, -1, -1):
+        line = lines[i]
+        if line.startswith(LOG_MARK) and (" point " in line or " engine ready " in line):
+            return lines[i + 1:]
+    return lines
+
+
+def report_child_exits() -> None:
+    """In the engine's processes: write "[eagle-fix] process NAME (pid N) exited: CODE" to the log
+    whenever this process reaps a multiprocessing child that failed (a signal: negative CODE).
+
+    vLLM's own worker monitor reads the exit code before the dead worker is reaped and logs
+    "exit code: None"; whoever reaps it later (vLLM's shutdown, a join) goes through
+    `multiprocessing`'s Popen.poll, which is wrapped here. Installed in the engine child (for its
+    EngineCore) and, since multiprocessing's spawn re-imports this module as `__mp_main__` in
+    every process it starts under the engine child, in EngineCore (for its workers). Idempotent."""
+    import multiprocessing.popen_fork as popen_fork
+    import multiprocessing.process as mp_process
+
+    if getattr(popen_fork.Popen.poll, "_eagle_fix", False):
+        return
+    original = popen_fork.Popen.poll
+
+    def poll(self, flag=os.WNOHANG):
+        was = self.returncode
+        code = original(self, flag)
+        if was is None and code:
+            name = next((c.name for c in list(getattr(mp_process, "_children", ())) if getattr(c, "_popen", None) is self),
+                        "child")
+            try:
+                print(f"{LOG_MARK} process {name} (pid {self.pid}) exited: {code}"
+                      + (f" (killed by {signal_name(-code)})" if code < 0 else ""), flush=True)
+            except (OSError, ValueError):
+                pass
+        return code
+
+    poll._eagle_fix = True  # type: ignore[attr-defined]
+    popen_fork.Popen.poll = poll
 
 
 def error_cause(lines: list[str]) -> str | None:
@@ -208,7 +455,83 @@ def error_cause(lines: list[str]) -> str | None:
 
 # ============================================================================ child side
 
-def _child_main(spec_json: str, reply_fd: int) -> int:
+def _kill_own_group(why: str) -> None:
+    """SIGKILL this process's group (this process, vLLM's engine core and workers) when it leads the
+    group, as it does when started by `EngineProcess`; only itself otherwise (run by hand in a shell,
+    the group is the shell's job)."""
+    try:
+        sys.stdout.write(f"{LOG_MARK} {time.strftime('%H:%M:%S')} {why}: killing process group {os.getpgrp()}\n")
+        sys.stdout.flush()
+    except (OSError, ValueError):
+        pass
+    if os.getpgrp() == os.getpid():
+        os.killpg(0, signal.SIGKILL)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def watch_parent(lifeline_fd: int | None, parent_pid: int | None, interval_s: float = 1.0) -> threading.Thread | None:
+    """Child side: when the parent is gone (SIGKILL, the OOM killer, a crash: no handler of its
+    ran), kill our whole group within about a second instead of measuring on for nobody.
+
+    Two signs, checked by one daemon thread: EOF on the lifeline pipe (the kernel closes the
+    parent's write end the moment it dies: immediate), and `os.getppid()` no longer being the
+    parent's pid (re-parented to init or a subreaper; checked every `interval_s`, and once right
+    away, which covers a parent that died before this ran).
+
+    Not PR_SET_PDEATHSIG: its signal reaches this process only, so SIGKILL would orphan vLLM's
+    engine core and workers (a catchable signal needs this process's main thread, which sits inside
+    vLLM), and it fires when the parent *thread* that started us exits, not the parent process."""
+    def gone() -> bool:
+        return parent_pid is not None and os.getppid() != parent_pid
+
+    if gone():
+        _kill_own_group(f"parent {parent_pid} is gone")
+
+    def watch() -> None:
+        while not gone():
+            if lifeline_fd is None:
+                time.sleep(interval_s)
+                continue
+            try:
+                ready, _, _ = select.select([lifeline_fd], [], [], interval_s)
+                if ready and not os.read(lifeline_fd, 64):  # EOF: the parent's end is closed
+                    break
+            except OSError:
+                time.sleep(interval_s)
+        _kill_own_group(f"parent {parent_pid} is gone")
+
+    if lifeline_fd is None and parent_pid is None:
+        return None
+    thread = threading.Thread(target=watch, name="eagle-fix-parent-watch", daemon=True)
+    thread.start()
+    return thread
+
+
+def _dead_processes(llm: Any) -> str | None:
+    """vLLM's engine-core processes that have exited, with their exit codes (negative: the signal),
+    read from the front end's process manager (its layout is vLLM's: looked up defensively)."""
+    try:
+        procs = list(llm.llm_engine.engine_core.resources.engine_manager.processes)
+    except Exception:
+        return None
+    gone = []
+    for proc in procs:
+        try:
+            proc.join(timeout=1.0)
+            code = proc.exitcode
+        except Exception:
+            continue
+        if code is not None and code != 0:
+            gone.append(f"{proc.name} killed by {signal_name(-code)}" if code < 0 else f"{proc.name} exited with code {code}")
+    return "; ".join(gone) or None
+
+
+def _child_main(spec_json: str, reply_fd: int, lifeline_fd: int | None = None) -> int:
+    # Signals were blocked by the parent around the fork (see EngineProcess._start): not for us.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, (signal.SIGTERM, signal.SIGINT, signal.SIGHUP))
+    parent = os.environ.get(PARENT_PID_ENV)
+    watch_parent(lifeline_fd, int(parent) if parent else None)
+    report_child_exits()
     spec = EngineSpec(**json.loads(spec_json))
     replies = os.fdopen(reply_fd, "w", buffering=1)
 
@@ -218,6 +541,7 @@ def _child_main(spec_json: str, reply_fd: int) -> int:
 
     from eagle_fix.measure import compile_seconds, drafter_stats, measure_point
 
+    llm = None
     try:
         t0 = time.perf_counter()
         import torch
@@ -247,7 +571,9 @@ def _child_main(spec_json: str, reply_fd: int) -> int:
             "compile_s": compile_seconds(os.environ.get("EAGLE_FIX_ENGINE_LOG")),
         })
     except Exception as exc:  # cannot start: fatal, the parent reports it with the log tail
-        reply({"event": "error", "fatal": True, "error": f"engine start failed: {type(exc).__name__}: {exc}"})
+        dead = _dead_processes(llm) if llm is not None else None
+        reply({"event": "error", "fatal": True,
+               "error": f"engine start failed: {type(exc).__name__}: {exc}" + (f" ({dead})" if dead else "")})
         return 1
 
     for raw in sys.stdin:
@@ -257,11 +583,18 @@ def _child_main(spec_json: str, reply_fd: int) -> int:
         try:
             reply(measure_point(llm, spec, cmd, vocab, SamplingParams, TokensPrompt))
         except Exception as exc:
-            # The engine core may be dead (EngineDeadError): say so; the parent restarts it.
-            reply({"event": "error", "fatal": True, "error": f"{type(exc).__name__}: {exc}"})
+            # The engine core may be dead (EngineDeadError): say so, with the exit code of what died
+            # (vLLM's own message names none); the parent restarts it.
+            dead = _dead_processes(llm)
+            reply({"event": "error", "fatal": True, "error": f"{type(exc).__name__}: {exc}" + (f" ({dead})" if dead else "")})
             return 1
     return 0
 
 
+if __name__ == "__mp_main__" and os.environ.get(PARENT_PID_ENV):
+    # This module is the engine child's __main__, so multiprocessing's spawn runs it again, under
+    # this name, in every process vLLM starts (EngineCore, workers): report how their children die.
+    report_child_exits()
+
 if __name__ == "__main__":
-    sys.exit(_child_main(sys.argv[1], int(sys.argv[2])))
+    sys.exit(_child_main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]) if len(sys.argv) > 3 else None))
