@@ -2,10 +2,13 @@
 """Harness overhead: decode throughput as `eagle-fix run` measures it vs a bare `LLM.generate` script,
 same engine settings, side by side in one run (target: <= 1% apart).
 
-  .venv/bin/python scripts/harness_overhead.py [--context 4096] [--output-len 256] [--pairs 12]
+  .venv/bin/python scripts/harness_overhead.py [--context 4096] [--output-len 256] [--pairs 20]
 
 Both engines are up at once and the measurements alternate (harness, bare, harness, bare, ...), so
-drift of a shared machine falls on both sides alike; the figure is the median of the per-pair ratios.
+drift of a shared machine falls on both sides alike; the figure is the median of the per-pair ratios
+with its distribution-free 95% interval (eagle_fix.stats.ratio_summary), and the verdict on the 1%
+goal: met if the interval's worst end is within 1%, refuted if its best end is beyond, otherwise
+the interval and about how many pairs would decide it.
 
 - harness side: the sweep's own machinery, an `EngineProcess` (child process, JSON pipe, counters,
   drafter-stats RPCs) with the sweep's `MemorySampler` thread watching its process tree;
@@ -63,7 +66,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--context", type=int, default=4096)
     parser.add_argument("--output-len", type=int, default=256)
-    parser.add_argument("--pairs", type=int, default=12)
+    parser.add_argument("--pairs", type=int, default=20)
     parser.add_argument("--mode", default="eager")
     parser.add_argument("--out", default="results/overhead/harness.json")
     args = parser.parse_args()
@@ -72,13 +75,17 @@ def main() -> int:
 
     from eagle_fix.engine import EngineProcess
     from eagle_fix.memory import MemorySampler
-    from eagle_fix.sweep import Point, RunArgs, _engine_spec, prompt_len, resolve
+    from eagle_fix import stats
+    from eagle_fix.plan import Point, RunArgs, prompt_len, resolve
+    from eagle_fix.sweep import engine_spec
 
     run = resolve(RunArgs(profile="cpu-quick", contexts=(args.context,), modes=(args.mode,), arms=("eagle3",),
                           output_len=args.output_len, progress=False))
-    spec = _engine_spec(run, Point(args.context, args.mode, "eagle3", "on"))
+    spec = engine_spec(run, Point(args.context, args.mode, "eagle3", "on"))
     plen = prompt_len(args.context, run)
-    cmd = {"op": "point", "prompt_len": plen, "batch_size": 1, "output_len": args.output_len, "seed": 0}
+    # one decode per call; the prompt stays in the prefix cache after the warm-up's prefill
+    cmd = {"op": "point", "prompt_len": plen, "batch_size": 1, "output_len": args.output_len, "seed": 0,
+           "repeats": 1, "ttft_repeats": 0}
 
     sampler = MemorySampler()
     log = Path(tempfile.mkdtemp(prefix="eagle-fix-overhead-")) / "engine.log"
@@ -86,7 +93,7 @@ def main() -> int:
     bare = Bare(spec, plen, args.output_len)
     rows = []
     try:
-        engine.run_point(cmd, timeout_s=600)  # warm-up: the harness side's long prefill, once
+        engine.run_point({**cmd, "ttft_repeats": 1}, timeout_s=600)  # warm-up: the harness side's prefill, once
         for i in range(args.pairs):
             sampler.watch(engine.pid)  # as in the sweep: the sampler runs while the harness measures
             sampler.reset_peaks()
@@ -95,9 +102,10 @@ def main() -> int:
             sampler.watch(None)
             b, w, ids = bare.measure()
             same = h["output_token_ids_head"] == ids
-            rows.append({"harness": h["decode_throughput_tok_s"], "bare": b, "bare_wall": w,
+            rate = h["samples"]["decode_throughput_tok_s"][0]
+            rows.append({"harness": rate, "bare": b, "bare_wall": w,
                          "acceptance_length": h.get("acceptance_length"), "same_tokens": same})
-            print(f"pair {i + 1}/{args.pairs}: harness {h['decode_throughput_tok_s']:.1f}  bare {b:.1f}  "
+            print(f"pair {i + 1}/{args.pairs}: harness {rate:.1f}  bare {b:.1f}  "
                   f"(wall {w:.1f}) tok/s{'' if same else '  DIFFERENT TOKENS: not counted'}", flush=True)
     finally:
         engine.close()
@@ -109,6 +117,20 @@ def main() -> int:
         return 1
     ratios = [r["harness"] / r["bare"] - 1 for r in ok]
     ratios_wall = [r["harness"] / r["bare_wall"] - 1 for r in ok]
+    summary = stats.ratio_summary([1 + x for x in ratios])
+    lo, hi = (summary["ci95"][0] - 1, summary["ci95"][1] - 1) if summary["ci95"] else (None, None)
+    goal = 0.01
+    if lo is None:
+        verdict = "too few pairs for an interval"
+    elif lo >= -goal and hi <= goal:
+        verdict = "met: the whole interval is within 1%"
+    elif hi < -goal or lo > goal:
+        verdict = "refuted: the whole interval is beyond 1%"
+    else:
+        half = (hi - lo) / 2
+        room = max(goal - abs(summary["median"] - 1), 1e-4)
+        verdict = (f"undecided: the interval [{lo:+.1%}, {hi:+.1%}] straddles 1%; about "
+                   f"{int(len(ok) * (half / room) ** 2) + 1} pairs would narrow it to within 1% of the median")
     result = {
         "command": " ".join(["scripts/harness_overhead.py", *sys.argv[1:]]),
         "profile": "cpu-quick", "context": args.context, "output_len": args.output_len, "mode": args.mode,
@@ -118,12 +140,13 @@ def main() -> int:
         "relative_difference": statistics.median(ratios),  # harness / bare - 1, median over pairs
         "relative_difference_wall": statistics.median(ratios_wall),
         "pair_spread": [min(ratios), max(ratios)],
+        "ci95": [lo, hi], "ci95_coverage": summary["coverage"], "goal": goal, "verdict": verdict,
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
-    print(f"harness vs bare decode throughput: {result['relative_difference']:+.1%} (median of {len(ok)} pairs; "
-          f"pairs ranged {min(ratios):+.1%} .. {max(ratios):+.1%}); wall-time definition "
-          f"{result['relative_difference_wall']:+.1%} -> {args.out}")
+    print(f"harness vs bare decode throughput: {result['relative_difference']:+.1%} (median of {len(ok)} pairs, "
+          f"95% interval {lo:+.1%} .. {hi:+.1%}); wall-time definition {result['relative_difference_wall']:+.1%}; "
+          f"1% goal {verdict} -> {args.out}")
     return 0
 
 

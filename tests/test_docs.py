@@ -1,0 +1,45 @@
+"""The docs tell what the committed results say: every table is regenerated from committed files,
+and the README stays a five-minute read that opens with the two commands."""
+
+from __future__ import annotations
+
+import re
+
+from conftest import ROOT
+from eagle_fix.report import _BEGIN, _END, doc_blocks, update_docs
+
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def test_every_generated_table_equals_the_reports_output():
+    stale = update_docs(ROOT, check=True)
+    assert not stale, "regenerate with `eagle-fix report --docs`: " + "; ".join(stale)
+
+
+def test_every_table_in_the_docs_is_generated():
+    for doc in DOCS:
+        text = doc.read_text(encoding="utf-8")
+        generated = [(s, e) for s, e, _, _ in doc_blocks(text)]
+        pos = 0
+        for line in text.splitlines(keepends=True):
+            if line.startswith("|"):
+                assert any(s <= pos < e for s, e in generated), f"{doc.name}: a table not made by `eagle-fix report --table`: {line.strip()}"
+            pos += len(line)
+        assert text.count(_BEGIN) == text.count(_END), doc.name
+
+
+def test_readme_is_short_and_opens_with_the_two_commands():
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(text.encode()) <= 10 * 1024
+    block = re.search(r"```bash\n(.*?)```", text, re.S).group(1).strip().splitlines()
+    assert text.index("```bash") < 20
+    assert block[0].startswith("scripts/setup.sh && ") and "scripts/bench.sh" in block[0]
+    assert block[1].startswith("scripts/setup.sh --with-browser && .venv/bin/python -m pytest")
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "scripts/setup.sh --with-browser && .venv/bin/python -m pytest" in ci
+
+
+def test_docs_link_to_files_that_exist():
+    for doc in DOCS:
+        for target in re.findall(r"\]\(([^)#:]+\.md)\)", doc.read_text(encoding="utf-8")):
+            assert (doc.parent / target).is_file(), f"{doc.name} links to missing {target}"
