@@ -124,7 +124,7 @@ def compare_records(base: list[dict], new: list[dict], *, threshold: float = DEF
         if not (ok_b and ok_n):
             verdict = {(True, False): "failed", (False, True): "fixed"}.get((ok_b, ok_n), "failed-both")
             error = rn.get("error") if not ok_n else rb.get("error")
-            result.changes.append(Change(key, "status", None, None, None, verdict, _cause(error)))
+            result.changes.append(Change(key, "status", None, None, None, verdict, record.cause(error, 120)))
             continue
         for m in record.METRICS:
             if m.column in NOT_GATED:
@@ -136,14 +136,6 @@ def compare_records(base: list[dict], new: list[dict], *, threshold: float = DEF
         if new_flags:
             result.changes.append(Change(key, "flags", None, None, None, "regression", "; ".join(f.split(":")[0] for f in new_flags)))
     return result
-
-
-def _cause(error: str | None) -> str:
-    """The telling part of a failed point's error, short enough for one row."""
-    first = str(error or "").splitlines()[0] if error else ""
-    if "cause: " in first:
-        first = first.split("cause: ", 1)[1].split("; log:")[0]
-    return first[:120]
 
 
 def _judge_metric(m: record.Metric, rb: dict, rn: dict, *, threshold: float, alpha: float, stats) -> tuple | None:

@@ -275,9 +275,9 @@ class EngineProcess:
         cause = error_cause(recent)
         parts = [headline]
         if killed and killed not in headline:
-            parts.insert(0, killed)  # the root cause first: "worker VllmWorker-0 killed by SIGKILL"
-        elif cause and cause not in headline:
-            parts.append(f"cause: {cause}")
+            parts.insert(0, killed)  # who died first: "worker VllmWorker-0 killed by SIGABRT"
+        if cause and cause not in headline:
+            parts.append(f"cause: {cause}")  # and why, when the log says (the rotary bounds check)
         unwritable = log_unwritable(self.log_path)
         if unwritable:
             parts.append(unwritable)

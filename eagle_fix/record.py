@@ -192,6 +192,16 @@ def flags(rec: dict[str, Any]) -> list[str]:
     return out
 
 
+def cause(error: str | None, width: int = 160) -> str:
+    """The telling part of a failed point's error for one line: what died and why (the engine's
+    `cause: ...` when its log named one), without the log's tail."""
+    first = str(error or "").splitlines()[0] if error else ""
+    parts = [p for p in first.split("; ") if not p.startswith("log: ")]
+    why = [p[len("cause: "):] for p in parts if p.startswith("cause: ")]
+    who = [p for p in parts if not p.startswith("cause: ")][:1]
+    return "; ".join(who + why)[:width]
+
+
 # --------------------------------------------------------------------------- JSON lines
 
 

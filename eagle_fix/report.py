@@ -112,9 +112,7 @@ def fix_ab_table(df) -> str | None:
 
     def cell(row) -> str:
         if row["status"] != "ok":
-            error = str(row.get("error") or "")
-            cause = error.split("cause: ", 1)[1].split(";")[0] if "cause: " in error else error.splitlines()[0][:60]
-            return f"failed: {cause}"
+            return f"failed: {record.cause(row.get('error'), 100)}"
         cov = row.get("drafter_coverage")
         cov_text = "–" if cov is None or (isinstance(cov, float) and math.isnan(cov)) else f"{cov:.0%}"
         return f"{_cell(row['acceptance_length'], '{:.2f}', 'acceptance_length')} / {cov_text}"
@@ -348,7 +346,30 @@ def _side(side: dict) -> str:
     return f"vLLM {side['versions'].get('vllm')}" + (f", {env}" if env else "")
 
 
-DOC_TABLES = {"summary": summary_table, "fix-ab": fix_ab_table, "acceptance": acceptance_table, "roofline": roofline_table}
+def machines_table(df) -> str:
+    """The machines behind the rows: fingerprint, the CPU (or GPU) and the limits measured in the run."""
+    rows, seen = [], set()
+    for _, r in df.iterrows():
+        r = r.to_dict()
+        fp, lim = r.get("machine"), r.get("limits")
+        if not isinstance(fp, dict) or fp.get("id") in seen:
+            continue
+        seen.add(fp["id"])
+        cpu = fp.get("cpu") or {}
+        lim = lim if isinstance(lim, dict) else {}
+        mm = lim.get("matmul_gflops") or {}
+        rows.append([fp.get("name", "?"), fp["id"], str(cpu.get("model_name", "–")),
+                     f"{cpu.get('family')}/{cpu.get('model')}/{cpu.get('stepping')}",
+                     " ".join(cpu.get("flags") or []) or "–", str(cpu.get("cores", "–")),
+                     _cell(cpu.get("memory_total_bytes"), "{:.1f}", "memory_bytes"),
+                     _cell(lim.get("threads"), "{:.0f}", "n"), _cell(mm.get("bf16"), "{:.0f}", "g"),
+                     _cell(mm.get("fp32"), "{:.0f}", "g"), _cell(lim.get("bandwidth_gbs"), "{:.1f}", "w"),
+                     "yes" if lim.get("contended") else "no"])
+    return _md(["machine", "id", "CPU", "family/model/stepping", "flags", "cores", "GiB", "threads",
+                "bf16 GFLOP/s", "fp32 GFLOP/s", "copy GB/s", "contended"], rows)
+
+
+DOC_TABLES = {"machines": machines_table, "summary": summary_table, "fix-ab": fix_ab_table, "acceptance": acceptance_table, "roofline": roofline_table}
 
 
 def render_table(kind: str, args: list[str], *, root: Path = Path(".")) -> str:

@@ -131,7 +131,7 @@ def _asv_error(failed: list[str], sweep_error: str | None) -> str:
     """Why asv's benchmarks of a point failed, with the sweep's own cause when its record says it."""
     names = sorted(set(failed))
     text = f"asv: {', '.join(names)} failed" if len(names) <= 2 else f"asv: {len(names)} benchmarks failed"
-    return text + (f" ({sweep_error.splitlines()[0][:300]})" if sweep_error else "")
+    return text + (f"; {sweep_error.splitlines()[0][:400]}" if sweep_error else "")
 
 
 def _unrepr(value: Any) -> Any:

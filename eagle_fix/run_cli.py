@@ -9,6 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from eagle_fix import record
 from eagle_fix.plan import RunArgs, add_cli_args  # noqa: F401  (cli.py reads add_cli_args here)
 
 SUMMARY_COLUMNS = ["context_len", "mode", "arm", "fix", "status", "output_throughput_tok_s", "decode_throughput_tok_s",
@@ -43,8 +44,8 @@ def cli_main(args: argparse.Namespace) -> int:
     print(f"\n{len(records)} points ({len(failed)} failed) in {run_args.out}", file=sys.stderr)
     if failed:
         for r in failed:
-            print(f"failed: {r['context_len']} {r['mode']} {r['arm']} {r.get('fix') or ''}: "
-                  f"{str(r.get('error') or '').splitlines()[0][:200]}", file=sys.stderr)
+            print(f"failed: {r['context_len']} {r['mode']} {r['arm']} {r.get('fix') or ''}: {record.cause(r.get('error'), 300)}",
+                  file=sys.stderr)
         print(f"re-run failed points with: eagle-fix run ... --out {run_args.out} --resume (after removing their lines)",
               file=sys.stderr)
         return 1

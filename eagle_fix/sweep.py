@@ -273,7 +273,7 @@ class _Progress:
                 + (f", decode {decode:.1f} tok/s" if decode else "")
                 + (f", acceptance {rec['acceptance_length']:.2f}" if rec.get("acceptance_length") else ""))
         if rec["status"] != "ok":
-            line += f": {str(rec.get('error') or '').splitlines()[0][:200]}"
+            line += f": {record.cause(rec.get('error'), 200)}"
         if self.bar is not None:
             self.bar.update(1)
             self.bar.write(line, file=sys.stderr)

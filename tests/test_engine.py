@@ -57,7 +57,7 @@ def test_a_sweep_with_failed_points_exits_nonzero_after_writing_every_line(ab_ru
     assert proc.returncode == 1, proc.stderr[-3000:]
     err = proc.stderr
     assert f"24 points (2 failed) in {out}" in err
-    assert re.search(r"failed: 4096 compile eagle3 off: engine exited .*index out of bounds", err)
+    assert re.search(r"failed: 4096 compile eagle3 off: .*killed by SIG\w+; index out of bounds: 0 <= \w+ < 2048", err), err
 
 
 def point(ab, ctx, mode, fix, arm="eagle3"):
