@@ -106,6 +106,9 @@ def run_ab(args: ABArgs) -> dict[str, Any]:
     from eagle_fix.lifecycle import Interrupted
     from eagle_fix.sweep import engine_spec, groups
 
+    from eagle_fix import lifecycle
+
+    lifecycle.install_signal_handlers()  # engines never outlive the command, on both sides
     run = resolve(args.run)
     sides = {"base": _side_info(args.base_python, args.base_env, "--base-python"),
              "new": _side_info(args.new_python, args.new_env, "--new-python")}

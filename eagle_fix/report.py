@@ -9,7 +9,8 @@ from pathlib import Path
 
 from eagle_fix.errors import EagleFixError
 from eagle_fix import record
-from eagle_fix.results import load_results
+from eagle_fix.record import read
+from eagle_fix.results import sidecar_records, load_asv_file, load_results
 
 DEFAULT_OUT = Path("html") / "eagle-fix"  # next to asv's dashboard (html_dir in asv.conf.json)
 
@@ -341,6 +342,32 @@ def ab_table(paths) -> str:
                rows)
 
 
+def cost_table(paths) -> str:
+    """What a run cost: asv results files (asv's own setup_cache duration: the whole sweep, engine
+    starts included) and JSON-lines files (first point's engine start to the last point's line)."""
+    import datetime as dt
+    import json as _json
+
+    rows = []
+    for path in paths:
+        path = Path(path)
+        if path.suffix == ".json":
+            data = _json.loads(path.read_text())
+            secs = sum(v for k, v in (data.get("durations") or {}).items() if k.startswith("<setup_cache"))
+            recs = sidecar_records(path, path.parent.name, data["commit_hash"]) or load_asv_file(path)
+            rows.append([path.name, path.parent.name, str(data["commit_hash"])[:8], str(len(recs)),
+                         str(sum(r["status"] != "ok" for r in recs)), f"{secs / 60:.0f} min", "asv setup_cache"])
+        else:
+            recs = read(path)
+            stamps = sorted(dt.datetime.fromisoformat(r["timestamp"]) for r in recs if r.get("timestamp"))
+            first = next((r for r in recs if r.get("startup_s")), {})
+            span = (stamps[-1] - stamps[0]).total_seconds() + (first.get("startup_s") or 0) if stamps else None
+            rows.append([path.name, str(recs[0].get("machine_name") or "–"), str(recs[0].get("git_commit") or "")[:8],
+                         str(len(recs)), str(sum(r["status"] != "ok" for r in recs)),
+                         f"≥ {span / 60:.0f} min" if span else "–", "first point's line to last, plus one engine start"])
+    return _md(["file", "machine", "commit", "points", "failed", "wall", "measured as"], rows)
+
+
 def _side(side: dict) -> str:
     env = " ".join(f"{k}={v}" for k, v in (side.get("env") or {}).items())
     return f"vLLM {side['versions'].get('vllm')}" + (f", {env}" if env else "")
@@ -378,6 +405,8 @@ def render_table(kind: str, args: list[str], *, root: Path = Path(".")) -> str:
     filters = [a for a in args if "=" in a]
     if kind == "ab":
         return ab_table(paths)
+    if kind == "cost":
+        return cost_table(paths)
     if kind not in DOC_TABLES:
         raise EagleFixError(f"--table {kind}: unknown; choose one of {', '.join(['ab', *DOC_TABLES])}")
     table = DOC_TABLES[kind](_rows(load_results(paths), *filters))

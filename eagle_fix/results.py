@@ -52,7 +52,7 @@ def _asv_result_files(results_dir: Path) -> list[Path]:
                   if p.name not in skip and (p.parent / "machine.json").is_file())
 
 
-def _sidecar_records(asv_file: Path, machine: str, commit: str) -> list[dict]:
+def sidecar_records(asv_file: Path, machine: str, commit: str) -> list[dict]:
     """The records of the sweep(s) behind an asv run: results/runs/<machine>-<commit8>-*.jsonl
     next to results/asv/ (eagle_fix.asv_suite.run_out_path names them)."""
     runs = asv_file.parent.parent.parent / "runs"
@@ -74,7 +74,7 @@ def load_asv_file(path: str | os.PathLike) -> list[dict]:
         raise EagleFixError(f"{path}: not an asv results file (no commit_hash/results)", exit_code=2)
     columns = data.get("result_columns") or ["result", "params"]
     machine, commit = path.parent.name, data["commit_hash"]
-    sidecar = _sidecar_records(path, machine, commit)
+    sidecar = sidecar_records(path, machine, commit)
     behind = {(r["context_len"], r["mode"]): r for r in sidecar if r.get("arm") == "eagle3"}
     rows: dict[tuple, dict] = {}
     for name, entry in data["results"].items():

@@ -29,10 +29,13 @@ PROGRESS_ENV = "EAGLE_FIX_PROGRESS"
 
 def run_sweep(args: RunArgs) -> list[dict[str, Any]]:
     """Run the sweep; returns every record of this sweep (resumed ones included)."""
+    from eagle_fix import lifecycle
     from eagle_fix.engine import EngineDied, EngineProcess
+    from eagle_fix.errors import EagleFixError
     from eagle_fix.lifecycle import Interrupted
     from eagle_fix.memory import MemorySampler
 
+    lifecycle.install_signal_handlers()  # before the doctor's subprocess and the first engine
     run = resolve(args)
     points = plan(run)
     done = record.index(record.read(run.out, missing_ok=True)) if (run.out and args.resume) else {}
@@ -85,14 +88,19 @@ def run_sweep(args: RunArgs) -> list[dict[str, Any]]:
                     engine.close()
                     sampler.watch(None)
     except Interrupted as exc:
-        finished = len(records)
-        where = f" in {run.out}" if run.out else ""
-        raise Interrupted(f"{exc}: {finished} of {len(points)} points finished{where}; resume with "
-                          f"`eagle-fix run ... --out {run.out} --resume`", exc.signum) from None
+        raise Interrupted(f"{exc}: {_finished(records, points, run)}", exc.signum) from None
+    except EagleFixError as exc:  # e.g. a log or the results file that cannot be written
+        raise EagleFixError(f"{exc}; {_finished(records, points, run)}", exit_code=exc.exit_code) from None
     finally:
         progress.close()
         sampler.close()
     return records
+
+
+def _finished(records: list, points: list, run: Resolved) -> str:
+    where = f" in {run.out}" if run.out else ""
+    return (f"{len(records)} of {len(points)} points finished{where}; resume with "
+            f"`eagle-fix run ... --out {run.out} --resume`")
 
 
 # --------------------------------------------------------------------------- records

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import os
 import subprocess
 import sys
@@ -84,3 +85,22 @@ def test_a_full_filesystem_is_refused_before_any_engine(tmp_path, monkeypatch):
     monkeypatch.setattr(shutil, "disk_usage", lambda p: usage(10**9, 10**9 - 1000, 1000))
     with pytest.raises(EagleFixError, match=r"--out .*only 0.0 MiB free on that filesystem"):
         resolve(RunArgs(profile="cpu-quick", out=tmp_path / "x.jsonl"))
+
+
+def test_run_with_out_on_a_full_filesystem_is_one_line(tmp_path):
+    """A real (1 MiB) filesystem: refused before any engine starts, one line, no traceback."""
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {mounted.stderr.strip()}")
+    try:
+        (mnt / "filler").write_bytes(b"x" * (900 << 10))  # what is left: ~100 KiB
+        out = run_cli("--profile", "cpu-quick", "--out", str(mnt / "run.jsonl"))
+        assert out.returncode == 1
+        lines = out.stderr.strip().splitlines()
+        assert len(lines) == 1 and "Traceback" not in out.stderr, out.stderr
+        assert re.search(r"--out .*small: only 0.\d MiB free on that filesystem", lines[0]), lines[0]
+        assert not (mnt / "run.jsonl").exists()
+    finally:
+        subprocess.run(["umount", str(mnt)], check=False)
