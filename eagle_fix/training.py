@@ -9,14 +9,23 @@ Measured on the 2-core dev machine (shared, so noisy): defaults take ~3.6 min fo
 (300 steps x 4 x 384 tokens, ~0.4-5 s/step depending on load) and 1.6-11 min for the draft
 (150 steps). The target learns the Markov text but not (yet) the long-range copying: its loss
 stayed ~1.75 even after 900 steps, above the copy-aware floor.
+
+Every run writes OUT/training.json next to the weights (command, settings, loss curves, final
+losses, accuracies, wall time per stage, versions, sha256 of each file written or reused). The
+shipped pair's record (eagle_fix/data/tiny/training.json) is reconstructed: see docs/tiny-pair.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
+import os
 import pathlib
+import platform
+import shlex
+import sys
 import time
 
 import numpy as np
@@ -25,6 +34,20 @@ from eagle_fix import workload
 from eagle_fix.errors import EagleFixError
 
 DEFAULT_OUT = pathlib.Path(__file__).parent / "data" / "tiny"
+RECORD_NAME = "training.json"  # written next to the weights: settings, loss curves, times, sha256
+
+# One set of defaults for the CLI and the functions. The shipped pair was trained at 384 tokens
+# (the CLI default since 0092c32); see eagle_fix/data/tiny/training.json and docs/tiny-pair.md.
+DEFAULT_SEQ_LEN = 384
+DEFAULT_BATCH = 4
+DEFAULT_SEED = 0
+DEFAULT_THREADS = 2
+DEFAULT_TARGET_STEPS = 300
+DEFAULT_DRAFT_STEPS = 150
+TARGET_LR = 2e-3
+DRAFT_LR = 3e-3
+WARMUP_STEPS = 30
+CURVE_EVERY = 10  # loss curve in the record: step 1, every 10th step, and the last
 
 TARGET_CONFIG = dict(
     architectures=["LlamaForCausalLM"],
@@ -89,14 +112,25 @@ def _batch(step: int, batch: int, seq_len: int, seed: int, vocab: int):
     return torch.from_numpy(np.stack(docs))
 
 
-def _lr(step: int, total: int, peak: float, warmup: int = 30) -> float:
+def _lr(step: int, total: int, peak: float, warmup: int = WARMUP_STEPS) -> float:
     if step < warmup:
         return peak * (step + 1) / warmup
     return peak * 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, total - warmup)))
 
 
-def train_target(steps: int, seed: int, seq_len: int = 1024, batch: int = 4, lr: float = 2e-3):
-    """Next-token training on the workload; learns to copy (induction over long context)."""
+def _on_curve(step: int, steps: int) -> bool:
+    """Record step (0-based) on the loss curve: the first, every CURVE_EVERY-th and the last."""
+    n = step + 1
+    return n == 1 or n % CURVE_EVERY == 0 or n == steps
+
+
+def train_target(steps: int, seed: int, seq_len: int = DEFAULT_SEQ_LEN, batch: int = DEFAULT_BATCH,
+                 lr: float = TARGET_LR, curve: list | None = None):
+    """Next-token training on the workload (meant to learn copying; the shipped one did not).
+
+    Returns (model, final EMA loss). If `curve` is a list, appends {"step", "loss", "loss_ema"}
+    at step 1, every CURVE_EVERY-th step and the last (step = steps done, 1-based).
+    """
     import torch
     from tqdm import tqdm
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -120,6 +154,8 @@ def train_target(steps: int, seed: int, seq_len: int = 1024, batch: int = 4, lr:
         opt.step()
         loss_ema = loss.item() if loss_ema is None else 0.9 * loss_ema + 0.1 * loss.item()
         bar.set_postfix(loss=f"{loss_ema:.3f}")
+        if curve is not None and _on_curve(step, steps):
+            curve.append({"step": step + 1, "loss": round(loss.item(), 4), "loss_ema": round(loss_ema, 4)})
     return model, loss_ema
 
 
@@ -259,8 +295,14 @@ def draft_ttt_forward(draft, embed, ids, greedy, aux, steps: int, heads: int, kv
     return outs
 
 
-def train_draft(target, steps: int, seed: int, seq_len: int = 1024, batch: int = 4, lr: float = 3e-3):
-    """Train on the target's own aux hidden states and greedy tokens; returns (draft, d2t, stats)."""
+def train_draft(target, steps: int, seed: int, seq_len: int = DEFAULT_SEQ_LEN, batch: int = DEFAULT_BATCH,
+                lr: float = DRAFT_LR, curve: list | None = None):
+    """Train on the target's own aux hidden states and greedy tokens; returns (draft, d2t, stats).
+
+    stats: EMA loss and per-TTT-step accuracy at the end, draft-vocabulary coverage, and the last
+    step's raw loss/accuracies. If `curve` is a list, appends {"step", "loss", "loss_ema", "acc",
+    "acc_ema"} like train_target.
+    """
     import torch
     from tqdm import tqdm
 
@@ -319,9 +361,10 @@ def train_draft(target, steps: int, seed: int, seq_len: int = 1024, batch: int =
                 prev = torch.cat([torch.ones_like(agree[:, : k - 1]), agree[:, : L - k + 1]], 1)
                 chain_ok = chain_ok & prev
                 lab[~chain_ok] = -100
-            loss = loss + w * torch.nn.functional.cross_entropy(lo.float().flatten(0, 1), lab.flatten(),
-                                                                ignore_index=-100)
             valid = lab != -100
+            if valid.any():  # a step whose labels are all masked (untrained target) would add NaN
+                loss = loss + w * torch.nn.functional.cross_entropy(lo.float().flatten(0, 1), lab.flatten(),
+                                                                    ignore_index=-100)
             accs.append(((lo.argmax(-1) == lab) & valid).sum().item() / max(1, valid.sum().item()))
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -330,7 +373,11 @@ def train_draft(target, steps: int, seed: int, seq_len: int = 1024, batch: int =
         cur = [loss.item()] + accs
         ema = cur if ema is None else [0.9 * a + 0.1 * b for a, b in zip(ema, cur)]
         bar.set_postfix(loss=f"{ema[0]:.3f}", acc="/".join(f"{a:.2f}" for a in ema[1:]))
-    return draft, d2t, {"draft_loss": ema[0], "draft_acc": ema[1:], "draft_vocab_coverage": coverage}
+        if curve is not None and _on_curve(step, steps):
+            curve.append({"step": step + 1, "loss": round(cur[0], 4), "loss_ema": round(ema[0], 4),
+                          "acc": [round(a, 4) for a in cur[1:]], "acc_ema": [round(a, 4) for a in ema[1:]]})
+    return draft, d2t, {"draft_loss": ema[0], "draft_acc": ema[1:], "draft_vocab_coverage": coverage,
+                        "last_loss": cur[0], "last_acc": cur[1:]}
 
 
 def save_draft(draft, d2t, out: pathlib.Path, vocab_size: int) -> None:
@@ -345,7 +392,7 @@ def save_draft(draft, d2t, out: pathlib.Path, vocab_size: int) -> None:
     (out / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
 
 
-def target_accuracy(target, seed: int, seq_len: int = 1024, batch: int = 4) -> float:
+def target_accuracy(target, seed: int, seq_len: int = DEFAULT_SEQ_LEN, batch: int = DEFAULT_BATCH) -> float:
     """Greedy next-token accuracy on held-out workload docs (copies make ~70% predictable)."""
     import torch
 
@@ -357,14 +404,76 @@ def target_accuracy(target, seed: int, seq_len: int = 1024, batch: int = 4) -> f
 
 def add_cli_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=pathlib.Path, default=DEFAULT_OUT,
-                        help="writes OUT/target and OUT/draft (default: the shipped folder)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--target-steps", type=int, default=300)
-    parser.add_argument("--draft-steps", type=int, default=150)
-    parser.add_argument("--seq-len", type=int, default=384)
-    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+                        help="writes OUT/target, OUT/draft and OUT/training.json (default: the shipped folder)")
+    parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
+    parser.add_argument("--target-steps", type=int, default=DEFAULT_TARGET_STEPS)
+    parser.add_argument("--draft-steps", type=int, default=DEFAULT_DRAFT_STEPS)
+    parser.add_argument("--seq-len", type=int, default=DEFAULT_SEQ_LEN,
+                        help=f"tokens per training sequence (default {DEFAULT_SEQ_LEN})")
+    parser.add_argument("--threads", type=int, default=DEFAULT_THREADS, help="torch CPU threads")
     parser.add_argument("--target-from", type=pathlib.Path, default=None,
                         help="reuse this trained target folder; train (and write) only the draft")
+
+
+def sha256_file(path: pathlib.Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def sha256_tree(folder: pathlib.Path, prefix: str = "") -> dict[str, str]:
+    """{relative path: sha256} of the files directly in `folder` (weights and configs)."""
+    return {f"{prefix}{p.name}": sha256_file(p) for p in sorted(folder.iterdir()) if p.is_file()}
+
+
+def _command(args: argparse.Namespace) -> str:
+    """The run as one explicit command line (every setting spelled out)."""
+    parts = ["eagle-fix", "train-tiny", "--out", str(args.out), "--seed", str(args.seed),
+             "--draft-steps", str(args.draft_steps), "--seq-len", str(args.seq_len), "--threads", str(args.threads)]
+    if args.target_from is not None:
+        parts += ["--target-from", str(args.target_from)]
+    else:
+        parts += ["--target-steps", str(args.target_steps)]
+    return shlex.join(parts)
+
+
+def _versions() -> dict:
+    import importlib.metadata as md
+
+    out = {"python": platform.python_version()}
+    for name in ("torch", "transformers", "numpy", "safetensors", "eagle-fix"):
+        try:
+            out[name] = md.version(name)
+        except md.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def _machine() -> dict:
+    cpu = None
+    try:
+        for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    load = os.getloadavg() if hasattr(os, "getloadavg") else None
+    return {"cpu": cpu, "cpu_count": os.cpu_count(), "platform": platform.platform(),
+            "loadavg_1_5_15_at_start": [round(x, 2) for x in load] if load else None}
+
+
+def _json_safe(obj):
+    """NaN/inf -> None, so the record is strict JSON."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_json_safe(v) for v in obj]
+    return obj
 
 
 def cli_main(args: argparse.Namespace) -> int:
@@ -374,30 +483,81 @@ def cli_main(args: argparse.Namespace) -> int:
         raise EagleFixError(f"train-tiny needs torch + transformers (pip install 'eagle-fix[cpu]'): {exc}")
     if args.target_steps < 1 or args.draft_steps < 1:
         raise EagleFixError("--target-steps and --draft-steps must be >= 1")
+    if args.target_from is not None and not (args.target_from / "config.json").is_file():
+        raise EagleFixError(f"{args.target_from}/config.json is missing: pass a folder written by train-tiny")
+    record = {
+        "schema": 1,
+        "command": _command(args),
+        # as invoked, when this process is `eagle-fix train-tiny ...` (None when called as a function)
+        "argv": list(sys.argv) if sys.argv[1:2] == ["train-tiny"] else None,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "seed": args.seed, "threads": args.threads, "seq_len": args.seq_len, "batch": DEFAULT_BATCH,
+        "optimizer": {"name": "AdamW", "betas": [0.9, 0.95], "grad_clip": 1.0,
+                      "schedule": f"linear warmup {WARMUP_STEPS} steps, then cosine to 0",
+                      "target_weight_decay": 0.01, "draft_weight_decay": 0.0},
+        "corpus": "eagle_fix.workload.make_corpus (Markov text + verbatim copies of far-back spans)",
+        "versions": _versions(),
+        "machine": _machine(),
+    }
     torch.set_num_threads(args.threads)
     torch.use_deterministic_algorithms(True, warn_only=True)
     t0 = time.time()
+    target_curve: list = []
     if args.target_from is not None:
         from transformers import LlamaForCausalLM
 
-        if not (args.target_from / "config.json").is_file():
-            raise EagleFixError(f"{args.target_from}/config.json is missing: pass a folder written by train-tiny")
         target, tloss = LlamaForCausalLM.from_pretrained(args.target_from, dtype=torch.float32), float("nan")
+        record["target"] = {"trained": False, "taken_from": str(args.target_from),
+                            "sha256": sha256_tree(args.target_from)}
     else:
-        target, tloss = train_target(args.target_steps, args.seed, seq_len=args.seq_len)
+        target, tloss = train_target(args.target_steps, args.seed, seq_len=args.seq_len, curve=target_curve)
+        record["target"] = {"trained": True, "steps": args.target_steps, "seq_len": args.seq_len,
+                            "batch": DEFAULT_BATCH, "lr": TARGET_LR, "seed": args.seed,
+                            "loss_curve": target_curve, "final_loss": target_curve[-1]["loss"],
+                            "final_loss_ema": round(tloss, 4)}
     t1 = time.time()
     tacc = target_accuracy(target, args.seed, seq_len=args.seq_len)
+    t_acc = time.time()
+    record["target"]["greedy_acc"] = round(tacc, 4)
+    record["target"]["greedy_acc_eval"] = {"seq_len": args.seq_len, "batch": DEFAULT_BATCH, "docs_seed": args.seed + 7}
     if args.target_from is None:
         target.to(torch.bfloat16).save_pretrained(args.out / "target", safe_serialization=True)
     target.float()
-    draft, d2t, stats = train_draft(target, args.draft_steps, args.seed, seq_len=args.seq_len)
+    t_save = time.time()
+    draft_curve: list = []
+    draft, d2t, stats = train_draft(target, args.draft_steps, args.seed, seq_len=args.seq_len, curve=draft_curve)
     t2 = time.time()
     save_draft(draft, d2t, args.out / "draft", target.config.vocab_size)
+    record["draft"] = {
+        "steps": args.draft_steps, "seq_len": args.seq_len, "batch": DEFAULT_BATCH, "lr": DRAFT_LR,
+        "seed": args.seed + 1, "ttt_steps": TTT_STEPS, "ttt_loss_weights": [round(0.8 ** k, 4) for k in range(TTT_STEPS)],
+        "draft_vocab": int(d2t.numel()), "vocab_coverage": round(stats["draft_vocab_coverage"], 4),
+        "loss_curve": draft_curve, "final_loss": round(stats["last_loss"], 4),
+        "final_loss_ema": round(stats["draft_loss"], 4),
+        "final_acc_per_step": [round(a, 4) for a in stats["last_acc"]],
+        "final_acc_per_step_ema": [round(a, 4) for a in stats["draft_acc"]],
+    }
+    record["wall_s"] = {
+        "target": round(t1 - t0, 1),  # training, or loading with --target-from
+        "target_accuracy": round(t_acc - t1, 1),
+        "target_save": round(t_save - t_acc, 1),
+        "draft": round(t2 - t_save, 1),
+        "total": round(time.time() - t0, 1),
+    }
+    load = os.getloadavg() if hasattr(os, "getloadavg") else None
+    record["machine"]["loadavg_1_5_15_at_end"] = [round(x, 2) for x in load] if load else None
+    files = {}
+    if args.target_from is None:
+        files.update(sha256_tree(args.out / "target", "target/"))
+    files.update(sha256_tree(args.out / "draft", "draft/"))
+    record["sha256"] = files  # paths relative to this record's folder
+    (args.out / RECORD_NAME).write_text(json.dumps(_json_safe(record), indent=2, allow_nan=False) + "\n")
     print(json.dumps({
         "target_loss": None if math.isnan(tloss) else round(tloss, 4), "target_greedy_acc": round(tacc, 4),
         "draft_loss": round(stats["draft_loss"], 4),
         "draft_acc_per_step": [round(a, 4) for a in stats["draft_acc"]],
         "draft_vocab_coverage": round(stats["draft_vocab_coverage"], 4),
-        "target_s": round(t1 - t0, 1), "draft_s": round(t2 - t1, 1), "out": str(args.out),
+        "target_s": round(t1 - t0, 1), "draft_s": round(t2 - t_save, 1), "out": str(args.out),
+        "record": str(args.out / RECORD_NAME),
     }))
     return 0
