@@ -19,6 +19,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -87,8 +88,10 @@ def _side_info(python: str, env: dict[str, str], flag: str) -> dict[str, Any]:
     if not path.is_file() or not os.access(path, os.X_OK):
         raise EagleFixError(f"{flag} {python}: not an executable Python; give e.g. .venv/bin/python", exit_code=2)
     try:
+        # from a neutral folder: `-c` puts the working folder first on sys.path (a checkout there would
+        # answer for the side's own environment)
         proc = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, timeout=120,
-                              env={**os.environ, **env})
+                              env={**os.environ, **env}, cwd=tempfile.gettempdir())
     except subprocess.TimeoutExpired:
         raise EagleFixError(f"{flag} {python}: did not answer in 120 s", exit_code=2) from None
     if proc.returncode != 0:

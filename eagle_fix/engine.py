@@ -145,7 +145,7 @@ class EngineProcess:
         read_fd, write_fd = os.pipe()
         life_read, self._lifeline = os.pipe()
         self._replies = os.fdopen(read_fd, "rb", buffering=0)
-        env = {**os.environ, **self.spec.env(), **self.extra_env, "EAGLE_FIX_ENGINE_LOG": str(self.log_path),
+        env = {**os.environ, **self.spec.env(), **self.extra_env, "EAGLE_FIX_ENGINE_LOG": str(self.log_path.resolve()),
                PARENT_PID_ENV: str(os.getpid())}
         # No signal between the fork and the registration: a group started but not registered would
         # outlive the command. (The child unblocks them first thing.)
@@ -157,6 +157,9 @@ class EngineProcess:
                 [self.python, "-m", "eagle_fix.engine", json.dumps(asdict(self.spec)), str(write_fd), str(life_read)],
                 stdin=subprocess.PIPE, stdout=self._log, stderr=subprocess.STDOUT, pass_fds=(write_fd, life_read),
                 env=env, start_new_session=True,  # its own process group: killable with all its workers
+                # not the caller's folder: `python -m` puts the working folder first on sys.path, and a
+                # checkout there would shadow the eagle-fix installed in `python`'s environment (ab)
+                cwd=str(self.log_path.resolve().parent),
             )
             lifecycle.register(self.proc.pid, f"engine {self.spec.mode}/{'eagle3' if self.spec.draft else 'baseline'}")
         finally:

@@ -214,8 +214,8 @@ def engine_spec(run: Resolved, p: Point):
     prof = run.profile
     prof.check_runs_here()  # what this engine refuses (the synthetic sampler on CPU): one line, no engine start
     return EngineSpec(
-        target=str(prof.target),
-        draft=str(prof.draft) if p.arm == "eagle3" else None,
+        target=str(Path(prof.target).resolve()),  # the engine runs in its log's folder
+        draft=str(Path(prof.draft).resolve()) if p.arm == "eagle3" else None,
         mode=p.mode,
         fix=p.fix,
         max_model_len=max(run.contexts),
