@@ -63,7 +63,9 @@ class ABArgs:
             raise EagleFixError(f"--out {out}: give a file path in an existing folder", exit_code=2)
         if not 0 <= args.threshold < 1:
             raise EagleFixError(f"--threshold must be in [0, 1), got {args.threshold}", exit_code=2)
-        return cls(base_python=args.base_python, new_python=args.new_python, base_env=_env_pairs(args.base_env, "--base-env"),
+        # absolute (not resolved: a venv's python is a symlink whose target has no venv): engines and
+        # the probe run from other folders
+        return cls(base_python=os.path.abspath(args.base_python), new_python=os.path.abspath(args.new_python), base_env=_env_pairs(args.base_env, "--base-env"),
                     new_env=_env_pairs(args.new_env, "--new-env"), run=run,
                     rounds=parse_positive_int(args.rounds, "--rounds"), threshold=args.threshold, strict=args.strict, out=out)
 

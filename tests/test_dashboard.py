@@ -39,7 +39,8 @@ def committed_results() -> Path | None:
     if not files or not (results / "benchmarks.json").is_file():
         return None
     names = json.loads((results / "benchmarks.json").read_text())
-    return results if all(g in names for g in GRAPHS) else None
+    measured = [f for f in files if all(g in json.loads(f.read_text()).get("results", {}) for g in GRAPHS)]
+    return results if measured and all(g in names for g in GRAPHS) else None
 
 
 def synthetic_results(tmp: Path) -> Path:
