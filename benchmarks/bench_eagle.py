@@ -10,9 +10,13 @@ from .common import (ALL_CONTEXTS, MODES, NUM_SPECULATIVE_TOKENS, POSITIONS, REP
 
 def _run_sweep():
     """The whole grid of the chosen profile, also written as JSON lines (eagle_fix.asv_suite.run_out_path)."""
+    from eagle_fix import lifecycle
     from eagle_fix.asv_suite import asv_fix, run_out_path
     from eagle_fix.plan import RunArgs
     from eagle_fix.sweep import run_sweep
+
+    lifecycle.install_signal_handlers()
+    lifecycle.exit_with_parent()  # `asv run` stopped: this process and its engines stop too
 
     profile = profile_name()
     out = run_out_path(profile, conf_dir=REPO)

@@ -1,7 +1,7 @@
 """`eagle-fix compare BASE NEW`: the regression gate, with statistics.
 
 A noisy metric (throughput, TPOT, TTFT, memory) is a regression only when its change is beyond the
-threshold *and* significant on the samples (eagle_fix.stats.judge: Mann–Whitney U at p < 0.01, or
+threshold *and* significant on the samples, and neither side was measured on a busy machine (eagle_fix.stats.judge: Mann–Whitney U at p < 0.01, or
 non-overlapping distribution-free intervals when there are too few samples for the test to reach
 that level); without samples on both sides it is `inconclusive`. Acceptance is judged on vLLM's
 counts (a two-proportion test with the draft as the unit); exact fields (status, coverage, KV
@@ -162,6 +162,9 @@ def _judge_metric(m: record.Metric, rb: dict, rn: dict, *, threshold: float, alp
         return (m.column, vb, vn, change, "improved" if better else "regression", "exact")
     sb = (rb.get("samples") or {}).get(m.column) or []
     sn = (rn.get("samples") or {}).get(m.column) or []
+    busy = record.busy(rb) or record.busy(rn)
+    if busy:  # other work on the machine moves speed more than code does: not evidence either way
+        return (m.column, vb, vn, change, "inconclusive", busy)
     if len(sb) < 2 or len(sn) < 2:
         return (m.column, vb, vn, change, "inconclusive", f"samples {len(sb)} vs {len(sn)}")
     j = stats.judge(sb, sn, higher_is_better=m.higher_is_better, threshold=threshold, alpha=alpha)

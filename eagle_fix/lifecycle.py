@@ -165,3 +165,20 @@ def uninstall_signal_handlers() -> None:
             if signum and signal.getsignal(signum) is _handle:
                 signal.signal(signum, previous if previous is not None else signal.SIG_DFL)
         _previous.clear()
+
+
+def exit_with_parent(poll_s: float = 2.0) -> None:
+    """Treat the death of this process's parent as a SIGTERM. For the asv benchmark process only:
+    `asv run` stopped by a signal leaves its benchmark process running (reparented), with engines;
+    a plain `eagle-fix run` under nohup must not stop when its shell goes, so it does not call this."""
+    import threading
+    import time
+
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(poll_s)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="eagle-fix-parent-watch", daemon=True).start()

@@ -97,7 +97,7 @@ FIELDS = (
     "startup_s", "compile_s", "machine_id", "machine", "limits", "vllm_version", "torch_version",
     "model_runner", "fix_state", "doctor_error", "draft_rotary_positions", "flags", "device", "git_commit",
     "synthetic_acceptance", "env", "sol_decode_tok_s_baseline", "sol_decode_tok_s_eagle3",
-    "machine_name", "engine_log", "timestamp",
+    "load_avg_1m", "machine_name", "engine_log", "timestamp",
 )
 
 
@@ -175,6 +175,18 @@ def speedup(rec: dict[str, Any], baseline: dict[str, Any] | None) -> float | Non
 def baseline_key(rec: dict[str, Any]) -> tuple:
     """The identity of the baseline point an EAGLE3 record's speedup divides by."""
     return key({**rec, "arm": "baseline", "fix": None, "num_speculative_tokens": None})
+
+
+def busy(rec: dict[str, Any]) -> str | None:
+    """Why a record's speed cannot be judged: the machine's 1-minute load when the point finished was
+    above twice its cores (one engine loads a 2-core box to about 2; other runs make it 20 and more)."""
+    load = rec.get("load_avg_1m")
+    machine = rec.get("machine") if isinstance(rec.get("machine"), dict) else {}
+    device = rec.get("device") if isinstance(rec.get("device"), dict) else {}
+    cores = (machine.get("cpu") or {}).get("cores") or device.get("cores")
+    if load is None or not cores:
+        return None
+    return f"machine busy (load {load:.1f} on {cores} cores)" if load > 2 * cores else None
 
 
 def flags(rec: dict[str, Any]) -> list[str]:

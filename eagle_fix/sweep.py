@@ -110,6 +110,7 @@ def _record(run: Resolved, p: Point, fields: dict[str, Any], *, status: str, res
             error: str | None = None, ready: dict | None = None, memory: dict | None = None) -> dict[str, Any]:
     rec = record.new(**run.identity(p), **fields["common"], prompt_len=prompt_len(p.context_len, run),
                      status=status, error=error, engine_log=_relative(fields["log"], run),
+                     load_avg_1m=os.getloadavg()[0],  # a busy machine's speed is not evidence (compare)
                      timestamp=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
     if ready:
         for k in ("startup_s", "compile_s", "kv_cache_capacity_tokens", "vllm_version", "torch_version", "model_runner"):

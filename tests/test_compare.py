@@ -269,3 +269,15 @@ def test_no_common_points_exits_2(tmp_path):
     assert exc.value.exit_code == 2
     assert cli.main(["compare", str(b), str(n)]) == 2
 
+
+
+def test_a_busy_machine_makes_speed_inconclusive():
+    machine = {"id": "m", "cpu": {"cores": 2}}
+    b = point(decode_throughput_tok_s=100.0, samples={"decode_throughput_tok_s": noisy(100.0)}, machine=machine,
+              machine_id="m", load_avg_1m=2.3)
+    n = point(decode_throughput_tok_s=50.0, samples={"decode_throughput_tok_s": noisy(50.0)}, machine=machine,
+              machine_id="m", load_avg_1m=22.0)
+    [c] = [c for c in compare_records([b], [n]).changes if c.metric == "decode_throughput_tok_s"]
+    assert (c.verdict, c.evidence) == ("inconclusive", "machine busy (load 22.0 on 2 cores)")
+    quiet = compare_records([b], [dict(n, load_avg_1m=2.5)])
+    assert [c.verdict for c in quiet.changes if c.metric == "decode_throughput_tok_s"] == ["regression"]

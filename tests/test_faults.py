@@ -473,3 +473,28 @@ def test_engine_child_kills_its_group_when_the_parent_is_killed():
                     os.killpg(g, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
+
+
+def test_asv_benchmark_process_stops_when_asv_run_is_gone(tmp_path):
+    """`asv run` killed leaves its benchmark process reparented: exit_with_parent() makes that a SIGTERM."""
+    child = ("import sys, time; from eagle_fix import lifecycle; lifecycle.install_signal_handlers(); "
+             "lifecycle.exit_with_parent(poll_s=0.2); print('up', flush=True)\n"
+             "try:\n    time.sleep(60)\nexcept lifecycle.Interrupted as exc:\n    sys.exit(exc.exit_code)")
+    parent = ("import subprocess, sys, time; p = subprocess.Popen([sys.executable, '-c', sys.argv[1]]); "
+              "print(p.pid, flush=True); time.sleep(60)")
+    proc = subprocess.Popen([sys.executable, "-c", parent, child], stdout=subprocess.PIPE, text=True, cwd=ROOT,
+                            start_new_session=True)
+    try:
+        pid = int(proc.stdout.readline())
+        time.sleep(1.0)
+        proc.kill()
+        proc.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+            time.sleep(0.1)
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
