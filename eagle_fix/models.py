@@ -4,9 +4,11 @@ and the checks that reject a bad pair in one line before any engine starts."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import pathlib
 import struct
+from typing import Any
 
 from eagle_fix.checkpoint import draft_method, read_config
 from eagle_fix.errors import EagleFixError
@@ -46,12 +48,45 @@ class Profile:
     kv_cache_gib: float | None = None  # VLLM_CPU_KVCACHE_SPACE on CPU; None = engine default
     gpu_memory_utilization: float | None = None
     enforce_eager: bool = True
+    # vLLM `hf_overrides` of the target as (key, value) pairs (a frozen profile stays hashable):
+    # e.g. (("num_hidden_layers", 8),) for a reduced depth. The draft's config is never overridden.
+    hf_overrides: tuple[tuple[str, Any], ...] = ()
 
     def speculative_config(self) -> dict:
         """The `speculative_config` dict for `vllm.LLM`."""
         if self.draft is None:
             raise EagleFixError(f"profile {self.name!r} has no draft: pass --draft DIR")
         return speculative_config(self.draft, self.num_speculative_tokens, self.synthetic_acceptance_length)
+
+    def hf_overrides_dict(self) -> dict[str, Any] | None:
+        """The `hf_overrides` dict for `vllm.LLM` (None when the profile overrides nothing)."""
+        return dict(self.hf_overrides) or None
+
+    def target_config(self) -> dict[str, Any]:
+        """The target's config.json as the engine sees it: the profile's overrides applied (a reduced
+        depth's work and bytes are counted with the reduced layer count)."""
+        if self.target is None:
+            raise EagleFixError(f"profile {self.name!r} has no target: pass --target DIR")
+        return {**read_config(self.target, "target"), **dict(self.hf_overrides)}
+
+    def check_runs_here(self) -> None:
+        """One-line EagleFixError when the installed vLLM refuses what this profile asks for, before
+        any engine starts (today: the synthetic rejection sampler on vLLM's CPU sampling kernels)."""
+        layers = dict(self.hf_overrides).get("num_hidden_layers")
+        if layers is not None and self.draft is not None:
+            dcfg = read_config(self.draft, "draft")
+            ids = (dcfg.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids") \
+                or dcfg.get("eagle_aux_hidden_state_layer_ids") or (2, layers // 2, layers - 3)
+            if len(set(ids)) != len(ids) or not all(0 <= i < layers for i in ids):
+                raise EagleFixError(f"profile {self.name!r}: a {layers}-layer target has no distinct auxiliary "
+                                    f"layers {tuple(ids)} for the EAGLE3 draft; choose num_hidden_layers >= 7")
+        if self.synthetic_acceptance_length is None:
+            return
+        why = synthetic_sampler_refusal()
+        if why:
+            raise EagleFixError(f"profile {self.name!r} uses vLLM's synthetic rejection sampler "
+                                f"(rejection_sample_method='synthetic'), which {why}; on this machine run "
+                                f"--profile cpu-8b (the same configs, dummy weights, the standard sampler)")
 
 
 def speculative_config(draft: str | pathlib.Path, num_speculative_tokens: int,
@@ -65,6 +100,39 @@ def speculative_config(draft: str | pathlib.Path, num_speculative_tokens: int,
     return cfg
 
 
+@functools.lru_cache(maxsize=1)
+def synthetic_sampler_refusal() -> str | None:
+    """Why the installed vLLM cannot run the synthetic rejection sampler here, or None (it can, or
+    vLLM is not importable and the engine will say). Only vLLM's Triton rejection kernels implement
+    it (CUDA/ROCm, or a CPU with Triton-CPU); on the CPU platform without Triton, vLLM swaps in C++
+    kernels (vllm.utils.cpu_triton_utils) that assert `Synthetic acceptance not supported with CPU
+    sampling` in the engine's worker at the first verified step."""
+    try:
+        from vllm.platforms import current_platform
+        from vllm.triton_utils import HAS_TRITON
+    except Exception:  # noqa: BLE001 (no vLLM here: nothing to judge)
+        return None
+    if current_platform.is_cpu() and not HAS_TRITON:
+        try:
+            from importlib.metadata import version
+
+            engine = f"vllm-cpu {version('vllm-cpu')}"
+        except Exception:  # noqa: BLE001
+            engine = "vLLM's CPU platform"
+        return (f"{engine} refuses: without Triton-CPU its CPU sampling kernels assert 'Synthetic acceptance "
+                f"not supported with CPU sampling' (it runs on CUDA/ROCm)")
+    return None
+
+
+# The original report's pair at its real shapes on the CPU engine: 8B bf16 dummy weights (15 GiB of
+# weights; the host memory it takes is measured in docs/real-shapes.md), the standard rejection sampler (dummy weights make acceptance meaningless: the
+# evidence is the drafter's counters and the compiled crash), contexts past the draft's 2048.
+CPU_8B_CONTEXTS = (3072, 4096)
+# A reduced depth: every width, both vocabularies, the RoPE kept; vLLM's default auxiliary layers
+# of an 8-layer target are (2, 4, 5), all of which exist.
+CPU_8B_REDUCED_LAYERS = 8
+
+
 def _profiles() -> dict[str, Profile]:
     t, d = tiny_pair()
     rt, rd = real_shape_configs()
@@ -75,6 +143,11 @@ def _profiles() -> dict[str, Profile]:
         "gpu-dummy": Profile("gpu-dummy", rt, rd, "dummy", FULL_SWEEP, 2.5, "cuda",
                              gpu_memory_utilization=0.9),
         "gpu": Profile("gpu", None, None, "auto", FULL_SWEEP, None, "cuda", gpu_memory_utilization=0.9),
+        # KV of the full depth is 132 KiB/token (target 32 layers x 8 KV heads x 128 x bf16 x K,V + the
+        # draft's one layer): 1 GiB holds ~7900 tokens, one 4096-token sequence with room to spare.
+        "cpu-8b": Profile("cpu-8b", rt, rd, "dummy", CPU_8B_CONTEXTS, None, "cpu", output_len=32, kv_cache_gib=1.0),
+        "cpu-8b-l8": Profile("cpu-8b-l8", rt, rd, "dummy", CPU_8B_CONTEXTS, None, "cpu", output_len=32,
+                             kv_cache_gib=1.0, hf_overrides=(("num_hidden_layers", CPU_8B_REDUCED_LAYERS),)),
     }
 
 

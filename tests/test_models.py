@@ -135,7 +135,7 @@ def test_not_a_draft(pair):
 
 
 def test_profiles():
-    assert set(models.PROFILES) == {"cpu-quick", "cpu", "gpu-dummy", "gpu"}
+    assert set(models.PROFILES) == {"cpu-quick", "cpu", "gpu-dummy", "gpu", "cpu-8b", "cpu-8b-l8"}
     assert models.get_profile("cpu-quick").contexts == (8192,)
     assert models.get_profile("cpu").contexts == (8192, 16384, 32768, 65536, 131072)
     gd = models.get_profile("gpu-dummy")
