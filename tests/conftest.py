@@ -53,3 +53,14 @@ def asv_conf(tmp: Path, results: Path, html: Path) -> Path:
 @pytest.fixture(scope="session")
 def shared_pair() -> tuple[Path, Path]:
     return real_shape_pair()
+
+
+def pytest_collection_modifyitems(config, items):
+    """`slow` tests (the 8B pair at real shapes, minutes each) run only when -m names them: a plain
+    run, CI and `-m "not engine"` all skip them."""
+    if "slow" in (config.getoption("markexpr") or ""):
+        return
+    skip = pytest.mark.skip(reason="slow: select with -m slow")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)
