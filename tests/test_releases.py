@@ -18,7 +18,7 @@ RECORDED = {"0.32.0": ("eager", "compile"), "0.27.1": ("eager",)}
 COMMITTED = tuple(RECORDED)
 # releases whose matrix run (asv, or --sweep-only) finished and wrote its exit code and wall time
 FINISHED = ("0.32.0",)
-DOCTORED = ("0.27.1", "0.31.0", "0.32.0")
+DOCTORED = ("0.27.1", "0.28.0", "0.31.0", "0.32.0")
 # EAGLE_FIX_MODE -> the doctor's verdict on the shipped real-shape configs at 8192.
 EXPECTED_VERDICTS = {"auto": "fixed", "off": "limited", "revert": "broken"}
 RECORDS = re.compile(r"-vllm-(\d+\.\d+\.\d+)\.jsonl$")
