@@ -14,10 +14,10 @@ ROOT = Path(__file__).resolve().parents[1]
 RELEASES_DIR = ROOT / "results" / "releases"
 # The releases whose records are committed (docs/releases.md), and those with a doctor file.
 # release -> the modes whose EAGLE3 fix-on record is committed
-RECORDED = {"0.32.0": ("eager", "compile"), "0.27.1": ("eager",)}
+RECORDED = {"0.32.0": ("eager", "compile"), "0.27.1": ("eager", "compile")}
 COMMITTED = tuple(RECORDED)
 # releases whose matrix run (asv, or --sweep-only) finished and wrote its exit code and wall time
-FINISHED = ("0.32.0",)
+FINISHED = ("0.27.1", "0.32.0")
 DOCTORED = ("0.27.1", "0.28.0", "0.31.0", "0.32.0")
 # EAGLE_FIX_MODE -> the doctor's verdict on the shipped real-shape configs at 8192.
 EXPECTED_VERDICTS = {"auto": "fixed", "off": "limited", "revert": "broken"}
