@@ -100,12 +100,13 @@ def test_asv_compare_marks_acceptance_and_drafter_benchmarks_worse_or_failed(asv
     proc = subprocess.run([ASV, "--config", str(conf), "compare", commits["on"], commits["off"]],
                           capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
-    lines = [line for line in proc.stdout.splitlines()
-             if re.search(r"track_(target_passes_per_token|drafter_skipped_share|per_position_rejection)", line)]
-    assert lines, proc.stdout
-    for line in lines:
-        assert not line.lstrip().startswith("-"), line  # never "better"
-    passes = {m: line for line in lines for m in ("eager", "compile")
-              if "track_target_passes_per_token" in line and f"'{m}'" in line}
-    assert passes["eager"].lstrip().startswith("+"), passes  # 1/acceptance went up: worse
-    assert passes["compile"].lstrip().startswith("!") or "failed" in passes["compile"], passes
+    # asv 0.6.6 prints a GitHub table: | Change | Before | After | Ratio | Benchmark (Parameter) |
+    rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in proc.stdout.splitlines()
+            if line.startswith("|") and "bench_eagle." in line]
+    marks = {row[-1]: row[0] for row in rows}
+    tracked = {name: mark for name, mark in marks.items()
+               if re.search(r"track_(target_passes_per_token|drafter_skipped_share|per_position_rejection)", name)}
+    assert tracked, proc.stdout
+    assert "-" not in tracked.values(), tracked  # never "better"
+    assert marks["bench_eagle.Sweep.track_target_passes_per_token(8192, 'eager')"] == "+", marks  # 1/acceptance up: worse
+    assert marks["bench_eagle.Sweep.track_target_passes_per_token(8192, 'compile')"] == "!", marks  # failed
