@@ -281,3 +281,19 @@ def test_a_busy_machine_makes_speed_inconclusive():
     assert (c.verdict, c.evidence) == ("inconclusive", "machine busy (load 22.0 on 2 cores)")
     quiet = compare_records([b], [dict(n, load_avg_1m=2.5)])
     assert [c.verdict for c in quiet.changes if c.metric == "decode_throughput_tok_s"] == ["regression"]
+
+
+def test_a_committed_file_against_a_copy_from_another_machine(tmp_path, capsys):
+    """#12: the committed fix A/B records against the same records relabelled with another fingerprint."""
+    from conftest import ROOT
+
+    committed = ROOT / "results" / "runs" / "fix-ab" / "cpu-quick-fix-ab.jsonl"
+    other = tmp_path / "other.jsonl"
+    recs = [json.loads(line) for line in committed.read_text().splitlines()]
+    other.write_text("".join(json.dumps({**r, "machine_id": "0000000000"}) + "\n" for r in recs))
+    assert cli.main(["compare", str(committed), str(other)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "NEW on 0000000000" in err[0] and "--allow-cross-machine" in err[0]
+    assert cli.main(["compare", str(committed), str(other), "--allow-cross-machine"]) == 0
+    out = capsys.readouterr().out
+    assert "cross-machine: BASE ran on" in out
