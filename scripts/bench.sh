@@ -18,8 +18,10 @@ tail -n +1 -f "$progress" &
 follower=$!
 trap 'kill $follower 2>/dev/null; rm -f "$progress"' EXIT
 # -E existing: run in .venv (vLLM already there); --set-commit-hash: without it asv saves nothing.
+# asv exits 2 when a benchmark failed (a failed point is a failed benchmark): publish it anyway.
+status=0
 .venv/bin/asv run -E "existing:$PWD/.venv/bin/python" --set-commit-hash "$(git rev-parse HEAD)" \
-    --launch-method spawn --show-stderr "$@"
+    --launch-method spawn --show-stderr "$@" || status=$?
 .venv/bin/asv publish
 if [ -d build/asv-js ]; then
     .venv/bin/python -c 'from eagle_fix.report import localize_dashboard as l; print(f"bench: dashboard self-contained ({l(\"html\")} CDN references replaced)")'
@@ -28,3 +30,5 @@ else
 fi
 .venv/bin/eagle-fix report results --out html/eagle-fix
 echo "bench: dashboard in html/ (.venv/bin/asv preview), report in html/eagle-fix/report.md"
+[ "$status" -eq 0 ] || echo "bench: asv run exited $status (2: some benchmarks failed; they are on the dashboard as failed)" >&2
+exit "$status"
