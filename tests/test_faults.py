@@ -396,6 +396,8 @@ def test_interrupted_exit_codes_and_keyboard_interrupt():
 _HANDLER_SCRIPT = textwrap.dedent("""
     import os, signal, subprocess, sys, time
     from eagle_fix import lifecycle
+    # as from a terminal: a SIGHUP ignored by an outer nohup is inherited, and left alone by design
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
     assert lifecycle.install_signal_handlers() and lifecycle.install_signal_handlers()  # idempotent
     # A stand-in engine group: a leader and a grandchild, in their own session.
     g = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time; "
