@@ -4,6 +4,8 @@ Every benchmark is lower-is-better (asv assumes so in `asv compare` and `asv con
 output token instead of throughput, target passes per token instead of acceptance length, the share
 of steps the drafter skipped instead of its coverage. A failed point is a failed benchmark."""
 
+import os
+
 from .common import (ALL_CONTEXTS, MODES, NUM_SPECULATIVE_TOKENS, POSITIONS, REPO, SWEEP_TIMEOUT_S,
                      VERSION, profile_contexts, profile_name, sweep_knobs)
 
@@ -11,7 +13,7 @@ from .common import (ALL_CONTEXTS, MODES, NUM_SPECULATIVE_TOKENS, POSITIONS, REP
 def _run_sweep():
     """The whole grid of the chosen profile, also written as JSON lines (eagle_fix.asv_suite.run_out_path)."""
     from eagle_fix import lifecycle
-    from eagle_fix.asv_suite import asv_fix, run_out_path
+    from eagle_fix.asv_suite import RECORDS_ENV, asv_fix, replay_records, run_out_path
     from eagle_fix.plan import RunArgs
     from eagle_fix.sweep import run_sweep
 
@@ -19,6 +21,8 @@ def _run_sweep():
     lifecycle.exit_with_parent()  # `asv run` stopped: this process and its engines stop too
 
     profile = profile_name()
+    if os.environ.get(RECORDS_ENV):  # records measured earlier in this environment: recorded, not rerun
+        return replay_records(os.environ[RECORDS_ENV], profile=profile)
     out = run_out_path(profile, conf_dir=REPO)
     out.parent.mkdir(parents=True, exist_ok=True)
     if out.exists():  # same commit again (another vLLM, a retry): keep the earlier run's lines
@@ -45,9 +49,18 @@ class _SweepBase:
     def setup(self, cache, context_len, mode, *position):
         if context_len not in cache["contexts"]:
             raise NotImplementedError(f"context {context_len} not in profile {cache['profile']}")
+        if cache.get("replayed"):
+            from eagle_fix.asv_suite import in_records
+
+            if not in_records(cache["records"], context_len=context_len, mode=mode, arm=self.arm):
+                raise NotImplementedError(f"{context_len} {mode} {self.arm}: not in the replayed records {cache['out']}")
 
     def _value(self, cache, column, context_len, mode, position=None):
-        from eagle_fix.asv_suite import point_value
+        from eagle_fix.asv_suite import in_records, point_value
+
+        if column == "speedup" and cache.get("replayed") and \
+                not in_records(cache["records"], context_len=context_len, mode=mode, arm="baseline"):
+            return float("nan")  # asv's n/a: a replay of the EAGLE3 arm alone has no speedup (not a failure)
 
         return point_value(cache["records"], column, context_len=context_len, mode=mode, arm=self.arm,
                            position=position)

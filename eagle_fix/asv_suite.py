@@ -80,6 +80,45 @@ def point_value(records: list[dict], column: str, *, context_len: int, mode: str
     raise PointFailed(f"point {context_len} {mode} {arm} fix {fix} is not in the sweep's records")
 
 
+# Records of an `eagle-fix run` made earlier in the same environment, recorded by asv as they are
+# (scripts/matrix.sh --sweep-only): nothing is measured again.
+RECORDS_ENV = "EAGLE_FIX_ASV_RECORDS"
+
+
+def replay_records(path: str | os.PathLike, *, profile: str) -> dict:
+    """setup_cache's cache from committed records instead of a new sweep. Refuses records of another
+    vLLM release, machine or profile than this environment's, so one asv environment (one release)
+    never carries another's numbers."""
+    from eagle_fix import machine
+
+    recs = record.read(path)
+    if not recs:
+        raise EagleFixError(f"{RECORDS_ENV}={path}: no records there; give the JSON lines of an `eagle-fix run`")
+    here = machine.versions()["vllm"]
+    releases = {str(r.get("vllm_version")) for r in recs}
+    if releases != {here}:
+        raise EagleFixError(f"{RECORDS_ENV}={path}: records of vLLM {', '.join(sorted(releases))}, this environment "
+                            f"has {here}; replay them with that release's python (asv run -E existing:...)")
+    fid = machine.fingerprint()["id"]
+    ids = {r.get("machine_id") for r in recs}
+    if ids != {fid}:
+        raise EagleFixError(f"{RECORDS_ENV}={path}: records of machine {', '.join(map(str, sorted(ids, key=str)))}, "
+                            f"this is {fid}; replay them on the machine that measured them")
+    profiles = {r.get("profile") for r in recs}
+    if profiles != {profile}:
+        raise EagleFixError(f"{RECORDS_ENV}={path}: records of profile {', '.join(map(str, profiles))}; set "
+                            f"EAGLE_FIX_PROFILE to it")
+    return {"profile": profile, "contexts": sorted({r["context_len"] for r in recs}), "records": recs,
+            "out": str(path), "replayed": True}
+
+
+def in_records(records: list[dict], *, context_len: int, mode: str, arm: str) -> bool:
+    """Whether the records hold the point at all (a replay of a partial grid skips the rest)."""
+    fix = asv_fix() if arm == "eagle3" else None
+    return any((r.get("context_len"), r.get("mode"), r.get("arm"), r.get("fix") if arm == "eagle3" else None)
+               == (context_len, mode, arm, fix) for r in records)
+
+
 def run_out_path(profile: str, *, conf_dir: str | os.PathLike | None = None) -> Path:
     """Where setup_cache writes the sweep's JSON lines: $EAGLE_FIX_RUN_OUT, else
     results/runs/<machine>-<commit8>-<profile>[-fix-<arm>].jsonl."""

