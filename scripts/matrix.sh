@@ -14,7 +14,7 @@
 #                (EAGLE_FIX_ASV_RECORDS, at the commit that measured it), as --sweep-only does after its run
 #   --fix-ab-only  only the fix A/B (below); --no-fix-ab skips it
 #   --ab         after the releases: `eagle-fix ab` between each adjacent pair of --releases (8192, both
-#                modes and arms, 5 alternating rounds) -> results/releases/ab-BASE-NEW.json
+#                modes and arms, --rounds alternating rounds, default 10) -> results/releases/ab-BASE-NEW.json
 #   --ab-only    only that
 #   --quick      CI-sized samples (EAGLE_FIX_REPEATS=3, EAGLE_FIX_OUTPUT_LEN=128), else the profile's own
 #
@@ -40,7 +40,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 RELEASES=0.27.1,0.28.0,0.31.0,0.32.0
-BUILD_ONLY=0; NO_ASV=0; NO_DOCTOR=0; QUICK=0; SWEEP_ONLY=0; REPLAY=0; FIX_AB=1; FIX_AB_ONLY=0; AB=0; AB_ONLY=0
+BUILD_ONLY=0; NO_ASV=0; NO_DOCTOR=0; QUICK=0; SWEEP_ONLY=0; REPLAY=0; FIX_AB=1; FIX_AB_ONLY=0; AB=0; AB_ONLY=0; ROUNDS=10
 while [ $# -gt 0 ]; do
     case "$1" in
         --releases) RELEASES=$2; shift 2 ;;
@@ -55,6 +55,7 @@ while [ $# -gt 0 ]; do
         --no-fix-ab) FIX_AB=0; shift ;;
         --ab) AB=1; shift ;;
         --ab-only) AB=1; AB_ONLY=1; shift ;;
+        --rounds) ROUNDS=$2; shift 2 ;;
         -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
         *) echo "matrix: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
@@ -303,12 +304,12 @@ config_tests() {  # config_tests REL: the config-level tests (vLLM's config clas
 
 adjacent_ab() {  # adjacent_ab BASE NEW: both releases' engines up at once, alternating rounds
     local base=$1 new=$2 out="$OUTDIR/ab-$1-$2.json" t0; t0=$(now)
-    echo "matrix: eagle-fix ab $base -> $new (8192, eager+compile, eagle3+baseline, fix on, 5 rounds) -> $out"
+    echo "matrix: eagle-fix ab $base -> $new (8192, eager+compile, eagle3+baseline, fix on, $ROUNDS rounds) -> $out"
     local knobs=()
     [ -n "${EAGLE_FIX_OUTPUT_LEN:-}" ] && knobs+=(--output-len "$EAGLE_FIX_OUTPUT_LEN")
     .venv/bin/eagle-fix ab --base-python "$(env_dir "$base")/bin/python" --new-python "$(env_dir "$new")/bin/python" \
         --profile "$EAGLE_FIX_PROFILE" --contexts 8192 --modes eager,compile --arms eagle3,baseline --fix on \
-        --rounds 5 "${knobs[@]}" --out "$out"
+        --rounds "$ROUNDS" "${knobs[@]}" --out "$out"
     local rc=$?
     cost "$new" ab_s "$(elapsed "$t0" "$(now)")" ab_rc "$rc" ab_base "$base"
     # exit 1: a regression or a failed side, already printed; the file is written either way

