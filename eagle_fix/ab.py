@@ -3,7 +3,9 @@
 Two venvs with different vLLM releases, one venv with different environment variables (e.g.
 EAGLE_FIX_MODE), or two checkouts: both sides' engines are kept up at once (one per side per
 (mode, arm, fix)), and each round measures the point on the base engine, then on the new one, so
-machine drift falls on both. The verdict is on the paired ratios (new / base per round): their
+machine drift falls on both. The side not being measured is paused (SIGSTOP of its process group):
+an idle vLLM worker busy-polls for a second after each step, which on a few cores lands on the other
+side's measurement. The verdict is on the paired ratios (new / base per round): their
 median and distribution-free 95% interval per metric and point (eagle_fix.stats.judge, paired).
 Acceptance is judged on counts, coverage and status exactly. Exit codes as `eagle-fix compare`.
 
@@ -123,6 +125,8 @@ def run_ab(args: ABArgs) -> dict[str, Any]:
         "schema": SCHEMA, "kind": "eagle-fix ab", "machine": fp, "machine_id": fp["id"],
         "git_commit": machine.git_commit(), "base": sides["base"], "new": sides["new"], "rounds": args.rounds,
         "threshold": args.threshold, "started": _now(), "points": [],
+        # the side not being measured is paused (SIGSTOP), since 2026-11-30; older files ran both at once
+        "idle_side": "paused",
     }
     started = time.monotonic()
     try:
@@ -165,6 +169,7 @@ def _measure(run, p, engines, args: ABArgs, spec, log_dir, sides, EngineProcess,
                 continue
             cmd = {"op": "point", "prompt_len": prompt_len(p.context_len, run), "batch_size": run.args.batch_size,
                    "output_len": run.output_len, "seed": run.args.seed, "repeats": 1, "ttft_repeats": 1 if r == 0 else 0}
+            _measure_alone(engines, side)
             try:
                 res = engines[side].run_point(cmd, timeout_s=point_timeout(run, p))
             except EngineDied as exc:
@@ -181,6 +186,14 @@ def _measure(run, p, engines, args: ABArgs, spec, log_dir, sides, EngineProcess,
         entry["status"].setdefault(side, "ok")
     entry["verdicts"] = _verdicts(entry, args.threshold, k=identity["num_speculative_tokens"])
     return entry
+
+
+def _measure_alone(engines: dict[str, Any], side: str) -> None:
+    """The side about to be measured runs; the other side's engine is paused (SIGSTOP of its process
+    group), so its idle busy-polling never lands on this side's numbers."""
+    for name, engine in engines.items():
+        if not isinstance(engine, Exception):
+            (engine.resume if name == side else engine.pause)()
 
 
 def _pair_numbers(res: dict[str, Any]) -> dict[str, Any]:

@@ -181,11 +181,28 @@ class EngineProcess:
         self._send(point)
         return self._reply(timeout_s, f"point {point}")
 
+    def pause(self) -> None:
+        """SIGSTOP the engine's whole process group while another engine is measured beside it
+        (`eagle-fix ab`): vLLM's workers busy-poll their queue for a second after each step, and on
+        a few cores that second would land on the other side's measurement."""
+        self._signal_group(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        self._signal_group(signal.SIGCONT)
+
+    def _signal_group(self, signum: int) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signum)
+            except (ProcessLookupError, PermissionError):
+                pass
+
     def close(self) -> None:
         """Ask the child to exit (up to 30 s for vLLM's own shutdown), then kill what is left. After
         a signal (`eagle_fix.lifecycle`), kill at once."""
         from eagle_fix import lifecycle
 
+        self.resume()  # a paused engine cannot read the exit message
         try:
             if self.proc is not None and self.proc.poll() is None and lifecycle.interrupted() is None:
                 try:

@@ -83,7 +83,9 @@ def test_identical_sides_pass_and_the_calibrated_delay_is_caught(tmp_path):
     # The calibrated delay is this project's calibration machine's; CI's machine may be several times
     # slower, where a fixed number of ms is a smaller share of a step. So: at least 30% of a verified
     # step here (TPOT x acceptance length, from the A/A run just measured).
-    aa = json.loads((tmp_path / "aa.json").read_text())["points"][0]
+    aa_doc = json.loads((tmp_path / "aa.json").read_text())
+    assert aa_doc["idle_side"] == "paused"  # each side measured with the other's engine stopped, and both survive it
+    aa = aa_doc["points"][0]
     step_ms = aa["verdicts"]["tpot_ms"]["base_median"] * aa["verdicts"]["acceptance_length"]["base"]
     delay = max(_calibrated_delay_ms(), round(0.3 * step_ms, 1))
     slow = run_ab(*common, "--new-env", f"EAGLE_FIX_INJECT_STEP_DELAY_MS={delay:g}", "--out", str(tmp_path / "d.json"))
