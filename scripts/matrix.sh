@@ -291,11 +291,11 @@ config_tests() {  # config_tests REL: the config-level tests (vLLM's config clas
     local t0; t0=$(now)
     local out="$OUTDIR/config-tests-$rel.txt"
     echo "matrix: $rel: config-level tests (tests/test_config_classes.py tests/test_doctor.py tests/test_plugin.py, -m 'not engine')"
-    HF_HUB_OFFLINE=1 "$env/bin/python" -m pytest -q -p no:cacheprovider -m "not engine" \
+    HF_HUB_OFFLINE=1 "$env/bin/python" -m pytest -q -rfs -p no:cacheprovider -m "not engine" \
         tests/test_config_classes.py tests/test_doctor.py tests/test_plugin.py >"$out.log" 2>&1
     local rc=$?
     { echo "# $rel: $("$env/bin/python" -c 'import vllm; print("vllm", vllm.__version__)' 2>/dev/null | tail -1), exit $rc"
-      grep -E "^(FAILED|ERROR)|passed|failed" "$out.log" | tail -40; } >"$out"
+      grep -E "^(FAILED|ERROR|SKIPPED)|passed|failed" "$out.log" | cut -c1-300 | tail -40; } >"$out"
     rm -f "$out.log"
     cost "$rel" config_tests_s "$(elapsed "$t0" "$(now)")" config_tests_rc "$rc"
     echo "matrix: $rel: config-level tests exit $rc: $(tail -1 "$out")"
