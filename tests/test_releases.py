@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from test_doctor import ENGINE_FIX_BY_RELEASE  # tests/ is on sys.path (rootdir, no __init__)
+
 ROOT = Path(__file__).resolve().parents[1]
 RELEASES_DIR = ROOT / "results" / "releases"
 # The releases whose records are committed (docs/releases.md), and those with a doctor file.
@@ -81,6 +83,9 @@ def test_doctor_verdicts_per_arm(release):
         assert rep["vllm_version"] == release
         assert rep["verdict"] == verdict, (mode, rep.get("problems"))
         assert rep["exit_code"] == {"fixed": 0, "limited": 2, "broken": 3}[verdict]
+        # what the release's own code does, read from its wheel (docs/releases.md)
+        assert (rep["upstream_fix"]["max_position_embeddings_override"], rep["upstream_fix"]["drafter_block_table"]) \
+            == ENGINE_FIX_BY_RELEASE[release]
 
 
 @pytest.mark.parametrize("release", FINISHED)
