@@ -337,7 +337,8 @@ def ab_table(paths) -> str:
         verdicts = ", ".join(f"{n} {v}" for v, n in sorted(counts.items()))
         tpot = [v["verdict"] for v in ratios]
         flagged = sum(v == "regression" for v in tpot)
-        rows.append([Path(path).name, _side(data["base"]), _side(data["new"]), f"{len(data['points'])} x {data['rounds']}",
+        rows.append(["/".join(Path(path).parts[-2:]), _side(data["base"]), _side(data["new"]),
+                     f"{len(data['points'])} x {data['rounds']}" + ("" if data.get("idle_side") else " (both running)"),
                      f"{min(meds):.3f} – {max(meds):.3f}" if meds else "–", f"{flagged} of {len(tpot)}", verdicts])
     return _md(["file", "base", "new", "points x rounds", "TPOT ratio new/base (medians)", "TPOT flagged", "all verdicts"],
                rows)
