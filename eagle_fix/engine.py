@@ -20,6 +20,7 @@ import select
 import signal
 import subprocess
 import sys
+import textwrap
 import threading
 import time
 from dataclasses import asdict, dataclass
@@ -127,6 +128,7 @@ class EngineProcess:
         self.proc: subprocess.Popen | None = None
         self._replies = None
         self._lifeline: int | None = None
+        self._sentinel: subprocess.Popen | None = None
         self._buffer = b""
         lifecycle.install_signal_handlers()
         lifecycle.check()  # a signal already handled (and swallowed somewhere) starts nothing new
@@ -184,7 +186,12 @@ class EngineProcess:
     def pause(self) -> None:
         """SIGSTOP the engine's whole process group while another engine is measured beside it
         (`eagle-fix ab`): vLLM's workers busy-poll their queue for a second after each step, and on
-        a few cores that second would land on the other side's measurement."""
+        a few cores that second would land on the other side's measurement. A stopped engine cannot
+        notice its parent's death, so a sentinel outside both continues it when this process is gone."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        if self._sentinel is None:
+            self._sentinel = continue_when_gone(os.getpid(), self.proc.pid)
         self._signal_group(signal.SIGSTOP)
 
     def resume(self) -> None:
@@ -228,6 +235,10 @@ class EngineProcess:
             except subprocess.TimeoutExpired:
                 pass
             lifecycle.unregister(self.proc.pid)
+        if self._sentinel is not None:
+            self._sentinel.kill()
+            self._sentinel.wait()
+            self._sentinel = None
         for f in (self._replies, self._log, self.proc.stdin if self.proc else None):
             try:
                 if f is not None:
@@ -352,6 +363,29 @@ def log_unwritable(path: Path) -> str | None:
         return None
     except OSError as exc:
         return f"the engine log could not be written ({exc.strerror or exc}): the disk may be full"
+
+
+def continue_when_gone(owner_pid: int, pgid: int) -> subprocess.Popen:
+    """A sentinel in its own session: SIGCONT the process group `pgid` once `owner_pid` is gone (killed
+    with SIGKILL, OOM), so a paused engine wakes, finds its lifeline closed and exits; it ends by
+    itself once the group is gone."""
+    script = textwrap.dedent("""
+        import os, signal, sys, time
+        owner, pgid = int(sys.argv[1]), int(sys.argv[2])
+        def alive(check):
+            try:
+                check()
+                return True
+            except ProcessLookupError:
+                return False
+            except PermissionError:
+                return True
+        while alive(lambda: os.kill(owner, 0)) and alive(lambda: os.killpg(pgid, 0)):
+            time.sleep(1)
+        alive(lambda: os.killpg(pgid, signal.SIGCONT))  # continue the group if it is still there
+    """)
+    return subprocess.Popen([sys.executable, "-c", script, str(owner_pid), str(pgid)], start_new_session=True,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def stopped_processes(pgid: int) -> str | None:

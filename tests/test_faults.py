@@ -500,3 +500,39 @@ def test_asv_benchmark_process_stops_when_asv_run_is_gone(tmp_path):
             os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+def test_a_paused_engine_is_continued_when_its_owner_dies():
+    """eagle-fix ab SIGSTOPs the idle side's engine group; a stopped process cannot see its parent die,
+    so the sentinel outside both SIGCONTs the group once the owner is gone (here: SIGKILLed)."""
+    import subprocess
+    import time
+
+    from eagle_fix.engine import continue_when_gone
+
+    group = subprocess.Popen(["sleep", "60"], start_new_session=True)  # stands in for the engine's group
+    owner = subprocess.Popen(["sleep", "60"])
+    sentinel = continue_when_gone(owner.pid, group.pid)
+    try:
+        os.killpg(group.pid, signal.SIGSTOP)
+        time.sleep(2.5)
+        assert _state(group.pid) == "T"  # the owner lives: stays paused
+        owner.kill()
+        owner.wait()
+        deadline = time.monotonic() + 10
+        while _state(group.pid) == "T" and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert _state(group.pid) == "S"  # continued
+        group.kill()
+        group.wait()
+        assert sentinel.wait(timeout=10) == 0  # and the sentinel ends by itself once the group is gone
+    finally:
+        for p in (group, owner, sentinel):
+            if p.poll() is None:
+                p.kill()
+
+
+def _state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat") as f:
+        stat = f.read()
+    return stat[stat.rindex(")") + 2:].split()[0]
