@@ -53,6 +53,13 @@ def _note(name: str, seconds: float) -> None:
 
 # --------------------------------------------------------------------------- helpers
 
+def _default_signals() -> None:
+    """As from a terminal: SIGINT/SIGHUP ignored by how pytest itself was started (a background job,
+    nohup) would be inherited, and eagle_fix.lifecycle leaves an ignored signal alone by design."""
+    for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 class Run:
     """One `eagle-fix run` subprocess in its own session, and what it started."""
 
@@ -65,7 +72,7 @@ class Run:
                "--no-progress", *extra]
         self._stderr = open(self.stderr_path, "wb")
         self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=self._stderr,
-                                     start_new_session=True)
+                                     start_new_session=True, preexec_fn=_default_signals)
         self.pgids: set[int] = set()  # every engine group seen, for the cleanup
 
     # ---- what it started
@@ -396,8 +403,10 @@ def test_interrupted_exit_codes_and_keyboard_interrupt():
 _HANDLER_SCRIPT = textwrap.dedent("""
     import os, signal, subprocess, sys, time
     from eagle_fix import lifecycle
-    # as from a terminal: a SIGHUP ignored by an outer nohup is inherited, and left alone by design
-    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    # as from a terminal: a signal ignored by how pytest was started (nohup: SIGHUP; a background
+    # job: SIGINT) is inherited, and left alone by design
+    for sig in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_DFL)
     assert lifecycle.install_signal_handlers() and lifecycle.install_signal_handlers()  # idempotent
     # A stand-in engine group: a leader and a grandchild, in their own session.
     g = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time; "
