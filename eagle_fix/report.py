@@ -79,7 +79,9 @@ def fill_speedup(df):
     baselines = {key(r): r for r in base}
     need = (df["arm"] == "eagle3") & df["speedup"].isna()
     if need.any() and baselines:
-        df.loc[need, "speedup"] = [record.speedup(rec, baselines.get(key(rec))) for rec in df[need].to_dict("records")]
+        # None (no baseline) becomes NaN: pandas 3 refuses None in a float column
+        values = [record.speedup(rec, baselines.get(key(rec))) for rec in df[need].to_dict("records")]
+        df.loc[need, "speedup"] = [math.nan if v is None else float(v) for v in values]
     return df
 
 

@@ -24,11 +24,19 @@ status=0
     --launch-method spawn --show-stderr "$@" || status=$?
 .venv/bin/asv publish
 if [ -d build/asv-js ]; then
-    .venv/bin/python -c 'from eagle_fix.report import localize_dashboard as l; print(f"bench: dashboard self-contained ({l(\"html\")} CDN references replaced)")'
+    .venv/bin/python -c 'import sys; from eagle_fix.report import localize_dashboard as l; print("bench: dashboard self-contained (%d CDN references replaced)" % l(sys.argv[1]))' html
 else
     echo "bench: build/asv-js/ is missing, so the dashboard loads its JavaScript from CDNs; for an offline box run scripts/setup-browser.sh, then this again"
 fi
-.venv/bin/eagle-fix report results --out html/eagle-fix
-echo "bench: dashboard in html/ (.venv/bin/asv preview), report in html/eagle-fix/report.md"
+# A report that fails loses nothing measured (asv's results and the JSON lines are written): say so,
+# and exit with asv's status when asv failed, else with the report's.
+report=0
+.venv/bin/eagle-fix report results --out html/eagle-fix || report=$?
+if [ "$report" -eq 0 ]; then
+    echo "bench: dashboard in html/ (.venv/bin/asv preview), report in html/eagle-fix/report.md"
+else
+    echo "bench: eagle-fix report exited $report; the results are kept (rerun: .venv/bin/eagle-fix report results --out html/eagle-fix)" >&2
+    [ "$status" -ne 0 ] || status=$report
+fi
 [ "$status" -eq 0 ] || echo "bench: asv run exited $status (2: some benchmarks failed; they are on the dashboard as failed)" >&2
 exit "$status"
