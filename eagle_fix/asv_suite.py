@@ -61,7 +61,7 @@ def point_value(records: list[dict], column: str, *, context_len: int, mode: str
                 fix: str | None = None, position: int | None = None) -> float:
     """The asv value of one record's number. Raises PointFailed when the point failed, is missing from
     the sweep, or has no such number though it ran; returns NaN only for a number the point cannot
-    have (GPU memory without a GPU)."""
+    have (GPU memory without a GPU) or may not publish (a %-of-roofline share withheld as above 100%)."""
     fix = (fix or asv_fix()) if arm == "eagle3" else None
     for rec in records:
         if not _is_point(rec, context_len=context_len, mode=mode, arm=arm, fix=fix):
@@ -71,6 +71,12 @@ def point_value(records: list[dict], column: str, *, context_len: int, mode: str
         value = rec.get(column)
         if position is not None:
             value = value[position - 1] if isinstance(value, list) and len(value) >= position else None
+        if column in record.ROOFLINE_SHARES and (
+                (value is None and any(column in str(f) for f in rec.get("roofline_flags") or []))
+                or (value is not None and float(value) > 100)):
+            # A share withheld as above 100% of a limit (the record's roofline_flags say why; an
+            # unread record may still hold it): asv's n/a, never a negative "unused" share.
+            return float("nan")
         if value is None:
             if column == "peak_gpu_memory_bytes":
                 return float("nan")
@@ -206,7 +212,7 @@ def write_asv_machine(*, machine: str | None = None, asv: str = "asv",
     data[name].update(device_keys())
     cpu = fp.get("cpu") or {}
     for k, v in {"arch": cpu.get("arch"), "cpu": cpu.get("model_name"), "num_cpu": cpu.get("cores"),
-                 "ram": cpu.get("memory_total_bytes"), "os": f"{platform.system()} {platform.release()}"}.items():
+                 "ram": f"{cpu['memory_total_bytes'] / 2**30:.1f} GiB" if cpu.get("memory_total_bytes") else None, "os": f"{platform.system()} {platform.release()}"}.items():
         if v is not None and not data[name].get(k):
             data[name][k] = str(v)
     data[name]["fingerprint"] = fp["id"]

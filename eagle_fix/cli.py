@@ -15,6 +15,7 @@ COMMANDS = (
     ("train-tiny", "eagle_fix.training", "train the tiny Llama target + EAGLE3 draft (CPU, seeded)"),
     ("run", "eagle_fix.run_cli", "run the benchmark sweep on the real engine, one JSON line per point"),
     ("report", "eagle_fix.report", "tables and plots from asv results and run JSON lines"),
+    ("publish", "eagle_fix.dashboard", "label this asv run's results, publish the dashboard (offline) and the report"),
     ("compare", "eagle_fix.compare", "regression gate between two result sets (statistics on samples and counts)"),
     ("ab", "eagle_fix.ab", "the same points in two environments, alternating rounds, paired verdicts"),
     ("machine", "eagle_fix.machine", "the machine's fingerprint and measured limits (matmul, bandwidth)"),

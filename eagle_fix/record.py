@@ -82,6 +82,8 @@ METRICS: tuple[Metric, ...] = (
            "track_prefill_flops_unused_pct", "%", _unused_pct),
 )
 METRIC = {m.column: m for m in METRICS}
+# The %-of-roofline columns and what each is a share of.
+ROOFLINE_SHARES = {"prefill_pct_of_peak_flops": "the matmul peak", "decode_pct_of_bandwidth": "the copy bandwidth"}
 # Per draft position (1..k): vLLM's accepted_per_pos / drafts; asv tracks the rejected share.
 PER_POSITION = Metric("per_position_acceptance", "per-position acceptance", "rate", True, False,
                       "track_per_position_rejection", "rate", _complement)
@@ -97,7 +99,7 @@ FIELDS = (
     "startup_s", "compile_s", "machine_id", "machine", "limits", "vllm_version", "torch_version",
     "model_runner", "fix_state", "doctor_error", "draft_rotary_positions", "flags", "device", "git_commit",
     "synthetic_acceptance", "env", "sol_decode_tok_s_baseline", "sol_decode_tok_s_eagle3",
-    "load_avg_1m", "machine_name", "engine_log", "timestamp",
+    "load_avg_1m", "machine_name", "engine_log", "timestamp", "roofline_flags",
 )
 
 
@@ -125,6 +127,12 @@ def upgrade(rec: dict[str, Any]) -> dict[str, Any]:
         out["tpot_ms"] = 1000.0 * (rec.get("batch_size") or 1) / rec["decode_throughput_tok_s"]
     if out["flags"] is None:
         out["flags"] = []
+    out["roofline_flags"] = list(out["roofline_flags"] or [])
+    for column, limit in ROOFLINE_SHARES.items():  # records written before shares above 100% were withheld
+        value, why = roofline_share(column, out[column], limit)
+        if why:
+            out[column] = value
+            out["roofline_flags"].append(why)
     if out["accepted_per_position"] is None and out["num_drafts"] and isinstance(rec.get("per_position_acceptance"), list):
         # schema 1 kept the rates; the counts behind them are rate x drafts
         out["accepted_per_position"] = [round(x * out["num_drafts"]) for x in rec["per_position_acceptance"]]
@@ -201,7 +209,37 @@ def flags(rec: dict[str, Any]) -> list[str]:
                    f"with a {rotary}-position rotary cache")
     if rec.get("doctor_error"):
         out.append("doctor_failed: the fix state of this arm is unknown")
+    out.extend(implausible(rec))
     return out
+
+
+def implausible(rec: dict[str, Any]) -> list[str]:
+    """Numbers no engine can produce: a verified step yields at most k + 1 tokens, so neither the
+    acceptance length nor the decode speedup can pass k + 1, and coverage is a share. Such a point is
+    kept in the records with this flag and left out of the gate and the dashboard."""
+    out = []
+    k = rec.get("num_speculative_tokens")
+    bounds = {"drafter_coverage": 1.0}
+    if k:
+        bounds.update(acceptance_length=k + 1.0, speedup=k + 1.0)
+    for column, bound in bounds.items():
+        value = rec.get(column)
+        if isinstance(value, (int, float)) and not math.isnan(value) and value > bound * (1 + 1e-9):
+            out.append(f"implausible: {column} {value:.3g} above its bound {bound:g}")
+    return out
+
+
+def roofline_share(column: str, pct: Any, limit: str) -> tuple[float | None, str | None]:
+    """A %-of-roofline share as it may be published, and why not where it may not: a point cannot
+    run above a limit of its machine, so a share above 100% means the limit was measured on other
+    kernels than the engine's. The share is then withheld (None), never shown or tracked as a
+    negative "unused" share, and the reason keeps the number."""
+    if not isinstance(pct, (int, float)) or isinstance(pct, bool) or math.isnan(pct) or pct <= 100:
+        return pct, None
+    name = {"prefill_pct_of_peak_flops": "prefill_above_peak",
+            "decode_pct_of_bandwidth": "decode_above_bandwidth"}.get(column, f"{column}_above_100")
+    return None, (f"{name}: {column} would be {pct:.0f}% of {limit}; the limit is not one of the "
+                  f"kernels this engine ran, so the share is withheld")
 
 
 def cause(error: str | None, width: int = 160) -> str:

