@@ -5,9 +5,11 @@ EAGLE_FIX_MODE), or two checkouts: both sides' engines are kept up at once (one 
 (mode, arm, fix)), and each round measures the point on the base engine, then on the new one, so
 machine drift falls on both. The side not being measured is paused (SIGSTOP of its process group):
 an idle vLLM worker busy-polls for a second after each step, which on a few cores lands on the other
-side's measurement. The verdict is on the paired ratios (new / base per round): their
-median and distribution-free 95% interval per metric and point (eagle_fix.stats.judge, paired).
-Acceptance is judged on counts, coverage and status exactly. Exit codes as `eagle-fix compare`.
+side's measurement. The verdict is on the paired ratios (new / base per round) per metric and
+point, by the rule `eagle-fix compare` uses (eagle_fix.verdict: beyond the threshold and the sign
+test at p < alpha; fewer rounds than the test needs to reach alpha are `inconclusive`), with each
+row's power. Acceptance is judged on counts, coverage and status exactly. Exit codes as
+`eagle-fix compare`.
 
 Both engines of a group must fit in memory together; when the second cannot start, the point is
 recorded as failed with the engine's cause (nothing is measured sequentially behind your back).
@@ -27,14 +29,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from eagle_fix import record
+from eagle_fix import record, stats, verdict
 from eagle_fix.errors import EagleFixError, parse_positive_int
 from eagle_fix.plan import RunArgs, csv, plan, point_timeout, prompt_len, resolve
 
-SCHEMA = 1
+# 2: the verdicts follow eagle_fix.verdict (sign test at alpha, power per row); `alpha` and
+# `min_detectable` recorded. Files of schema 1 kept the verdicts of a 95%-interval rule.
+SCHEMA = 2
 # Metrics judged on the paired rounds: (record column, higher is better).
-PAIRED = (("tpot_ms", False), ("decode_throughput_tok_s", True))
-DEFAULT_THRESHOLD = 0.05
+PAIRED = tuple((m, record.METRIC[m].higher_is_better) for m in verdict.PAIRED)
+DEFAULT_THRESHOLD = verdict.DEFAULT_THRESHOLD
+DEFAULT_ALPHA = verdict.DEFAULT_ALPHA
+# Enough rounds for the paired test to reach its level at all: fewer could only say inconclusive.
+DEFAULT_ROUNDS = stats.pairs_needed(DEFAULT_ALPHA)
 
 
 @dataclass(frozen=True)
@@ -46,8 +53,9 @@ class ABArgs:
     base_env: dict[str, str] = field(default_factory=dict)
     new_env: dict[str, str] = field(default_factory=dict)
     run: RunArgs = field(default_factory=RunArgs)
-    rounds: int = 5
+    rounds: int = DEFAULT_ROUNDS
     threshold: float = DEFAULT_THRESHOLD
+    alpha: float = DEFAULT_ALPHA
     strict: bool = False
     out: Path | None = None
 
@@ -124,8 +132,9 @@ def run_ab(args: ABArgs) -> dict[str, Any]:
     result: dict[str, Any] = {
         "schema": SCHEMA, "kind": "eagle-fix ab", "machine": fp, "machine_id": fp["id"],
         "git_commit": machine.git_commit(), "base": sides["base"], "new": sides["new"], "rounds": args.rounds,
-        "threshold": args.threshold, "started": _now(), "points": [],
-        # the side not being measured is paused (SIGSTOP), since 2026-11-30; older files ran both at once
+        "threshold": args.threshold, "alpha": args.alpha, "min_detectable": verdict.MIN_DETECTABLE,
+        "started": _now(), "points": [],
+        # the side not being measured is paused (SIGSTOP); files without this key ran both at once
         "idle_side": "paused",
     }
     started = time.monotonic()
@@ -184,7 +193,7 @@ def _measure(run, p, engines, args: ABArgs, spec, log_dir, sides, EngineProcess,
         entry["pairs"].append(pair)
     for side in ("base", "new"):
         entry["status"].setdefault(side, "ok")
-    entry["verdicts"] = _verdicts(entry, args.threshold, k=identity["num_speculative_tokens"])
+    entry["verdicts"] = _verdicts(entry, args.threshold, k=identity["num_speculative_tokens"], alpha=args.alpha)
     return entry
 
 
@@ -207,39 +216,39 @@ def _pair_numbers(res: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _verdicts(entry: dict[str, Any], threshold: float, *, k: int | None) -> dict[str, Any]:
-    from eagle_fix import stats
-
+def _verdicts(entry: dict[str, Any], threshold: float, *, k: int | None,
+              alpha: float = DEFAULT_ALPHA) -> dict[str, Any]:
+    """Every metric of one point, judged by eagle_fix.verdict on the rounds both sides measured."""
     status = entry["status"]
-    if status["base"] != "ok" or status["new"] != "ok":
-        verdict = {("ok", "failed"): "failed", ("failed", "ok"): "fixed"}.get((status["base"], status["new"]), "failed-both")
-        return {"status": {"verdict": verdict}}
+    failed = verdict.status(status["base"] == "ok", status["new"] == "ok")
+    if failed is not None:
+        return {"status": {"verdict": failed.verdict}}
     pairs = [p for p in entry["pairs"] if "base" in p and "new" in p]
     out: dict[str, Any] = {}
-    for metric, higher in PAIRED:
+    for metric, _ in PAIRED:
         b = [p["base"][metric] for p in pairs if p["base"].get(metric) and p["new"].get(metric)]
         n = [p["new"][metric] for p in pairs if p["base"].get(metric) and p["new"].get(metric)]
-        j = stats.judge(b, n, higher_is_better=higher, threshold=threshold, paired=True)
-        out[metric] = {**j, "base_median": stats.median(b), "new_median": stats.median(n),
+        v = verdict.noisy(b, n, metric=metric, threshold=threshold, alpha=alpha, paired=True)
+        out[metric] = {**v.detail, "verdict": v.verdict, "change": v.change, "evidence": v.evidence,
+                       "power": v.power, "base_median": stats.median(b), "new_median": stats.median(n),
                        "ratios": stats.paired_ratios(b, n)}
     first = entry["pairs"][0] if entry["pairs"] else {}
     fb, fn = first.get("base") or {}, first.get("new") or {}
     if fb.get("num_drafts") and fn.get("num_drafts"):
-        p = stats.acceptance_change_p(fb["num_drafts"], fb["num_accepted_tokens"], fn["num_drafts"],
-                                      fn["num_accepted_tokens"], k or 1)
-        moved = fb["acceptance_length"] != fn["acceptance_length"]
-        verdict = ("improved" if fn["acceptance_length"] > fb["acceptance_length"] else "regression") \
-            if (p is not None and p < 0.01 and moved) else ("same" if not moved else "within noise")
-        out["acceptance_length"] = {"verdict": verdict, "p": p, "base": fb["acceptance_length"], "new": fn["acceptance_length"]}
+        v = verdict.acceptance(fb["num_drafts"], fb["num_accepted_tokens"], fn["num_drafts"], fn["num_accepted_tokens"],
+                               base_length=fb["acceptance_length"], new_length=fn["acceptance_length"], k=k or 1,
+                               alpha=alpha)
+        out["acceptance_length"] = {"verdict": v.verdict, "p": v.detail.get("p"), "base": fb["acceptance_length"],
+                                    "new": fn["acceptance_length"], "evidence": v.evidence, "power": v.power}
         cb, cn = fb.get("drafter_coverage"), fn.get("drafter_coverage")
         if cb is not None and cn is not None:
-            out["drafter_coverage"] = {"verdict": "same" if cb == cn else ("improved" if cn > cb else "regression"),
-                                       "base": cb, "new": cn}
+            v = verdict.exact(cb, cn, higher_is_better=True)
+            out["drafter_coverage"] = {"verdict": v.verdict, "base": cb, "new": cn, "power": v.power}
     return out
 
 
 def _summary(result: dict[str, Any], *, strict: bool) -> dict[str, Any]:
-    bad = ("regression", "failed") + (("inconclusive",) if strict else ())
+    bad = verdict.failing(strict)
     counts: dict[str, int] = {}
     failing = []
     for entry in result["points"]:
@@ -250,29 +259,44 @@ def _summary(result: dict[str, Any], *, strict: bool) -> dict[str, Any]:
     return {"counts": counts, "failing": failing, "exit_code": 1 if failing else 0}
 
 
-def format_ab(result: dict[str, Any]) -> str:
-    header = ("context", "mode", "arm", "fix", "metric", "base", "new", "ratio [95% ci]", "verdict")
-    rows = [header]
+def _as_verdict(v: dict[str, Any]) -> verdict.Verdict:
+    """A stored verdict back as eagle_fix.verdict's (files of schema 1 lack the power fields)."""
+    return verdict.Verdict(v["verdict"], v.get("change"), v.get("evidence", ""), v.get("power", ""),
+                           v.get("detectable"), speed="base_median" in v and "power" in v)
+
+
+def format_ab(result: dict[str, Any], *, strict: bool = False) -> str:
+    """The table of eagle_fix.verdict (medians of the rounds, the median ratio's change), and a summary."""
+    rows = []
+    judged = []
     for entry in result["points"]:
         d = entry["identity"]
         for metric, v in entry["verdicts"].items():
             if "base_median" in v:
-                ci = v.get("ci95")
-                ratio = f"{(v['new_median'] or 0) / v['base_median']:.3f}" if v.get("base_median") else "-"
-                ratio += f" [{ci[0]:+.1%}, {ci[1]:+.1%}]" if ci else ""
-                b, n = f"{v['base_median']:.4g}" if v["base_median"] else "-", f"{v['new_median']:.4g}" if v["new_median"] else "-"
+                b, n = verdict.number_cell(v["base_median"]), verdict.number_cell(v["new_median"])
+                evidence = v.get("evidence")
+                if evidence is None:  # a file of schema 1: its interval, labelled with its real coverage
+                    ci = v.get("ci95")
+                    evidence = (f"[{ci[0]:+.1%}, {ci[1]:+.1%}] {stats.interval_label(v.get('coverage'))}"
+                                if ci else "")
             else:
-                b, n, ratio = str(v.get("base", "-")), str(v.get("new", "-")), (f"p={v['p']:.3g}" if v.get("p") is not None else "")
-            rows.append((str(d["context_len"]), d["mode"], d["arm"], d["fix"] or "-", metric, b, n, ratio, v["verdict"]))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
-    s = result["summary"]
+                b, n = verdict.number_cell(v.get("base")), verdict.number_cell(v.get("new"))
+                evidence = v.get("evidence") or (f"p={v['p']:.3g}" if v.get("p") is not None else "")
+            judged.append(_as_verdict(v))
+            rows.append((d, metric, b, n, verdict.change_cell(v.get("change")), evidence,
+                         verdict.verdict_cell(v["verdict"], v.get("power", ""), strict=strict)))
+    lines = verdict.table(rows)
     vb, vn = result["base"]["versions"].get("vllm"), result["new"]["versions"].get("vllm")
     lines.append(f"base: {result['base']['python']} (vLLM {vb}) {result['base']['env'] or ''}".rstrip())
     lines.append(f"new:  {result['new']['python']} (vLLM {vn}) {result['new']['env'] or ''}".rstrip())
-    lines.append(f"{len(result['points'])} points x {result['rounds']} rounds on {result['machine']['name']}: "
-                 + ", ".join(f"{n} {v}" for v, n in sorted(s["counts"].items())))
-    lines += [f"failing: {f}" for f in s["failing"]]
+    blind = verdict.power_line(judged, result.get("min_detectable", verdict.MIN_DETECTABLE))
+    if blind:
+        lines.append(blind)
+    verdicts = [v["verdict"] for e in result["points"] for v in e["verdicts"].values()]
+    lines.append(verdict.summary_line(
+        len(result["points"]), verdicts, threshold=result["threshold"], alpha=result.get("alpha", DEFAULT_ALPHA),
+        strict=strict, what=f"points x {result['rounds']} rounds on {result['machine']['name']}"))
+    lines += [f"failing: {f}" for f in result["summary"]["failing"]]
     return "\n".join(lines)
 
 
@@ -310,8 +334,11 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--arms", default="eagle3,baseline")
     parser.add_argument("--fix", default="on")
     parser.add_argument("--output-len", help="tokens per request (default: the profile's)")
-    parser.add_argument("--rounds", default="5", help="alternating rounds per point (default 5)")
-    parser.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD, help="relative change that can fail (5%%)")
+    parser.add_argument("--rounds", default=str(DEFAULT_ROUNDS),
+                        help=f"alternating rounds per point (default %(default)s: the fewest with which the paired "
+                             f"test can reach p < {DEFAULT_ALPHA:g})")
+    parser.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
+                        help=f"relative change that can fail (default {DEFAULT_THRESHOLD * 100:g}%%)")
     parser.add_argument("--strict", action="store_true", help="an inconclusive metric fails too")
     parser.add_argument("--out", help="write the whole result (every pair) as JSON here")
 
@@ -322,5 +349,5 @@ def cli_main(args: argparse.Namespace) -> int:
     result = run_ab(ab)
     if ab.out:
         ab.out.write_text(json.dumps(result, indent=1, default=str) + "\n")
-    print(format_ab(result))
+    print(format_ab(result, strict=ab.strict))
     return result["summary"]["exit_code"]

@@ -1,11 +1,13 @@
 """`eagle-fix compare BASE NEW`: the regression gate, with statistics.
 
-A noisy metric (throughput, TPOT, TTFT, memory) is a regression only when its change is beyond the
-threshold *and* significant on the samples, and neither side was measured on a busy machine (eagle_fix.stats.judge: Mann–Whitney U at p < 0.01, or
-non-overlapping distribution-free intervals when there are too few samples for the test to reach
-that level); without samples on both sides it is `inconclusive`. Acceptance is judged on vLLM's
-counts (a two-proportion test with the draft as the unit); exact fields (status, coverage, KV
-capacity, flags) compare as they are. A failed point, or a point missing from NEW, fails the gate.
+The verdicts are eagle_fix.verdict's, shared with `eagle-fix ab`: a sampled speed metric
+(throughput, TPOT, TTFT) is a regression only when its change is beyond the threshold *and* the
+exact Mann-Whitney U test on the samples gives p < alpha, and neither side was measured on a busy
+machine; with too few samples for the test to reach alpha it is `inconclusive`, naming the size
+needed. Every row says what it could have detected. Acceptance is judged on vLLM's counts (a
+two-proportion test with the draft as the unit); exact fields (status, coverage, KV capacity,
+flags) compare as they are; memory and speedup (one number per point) are shown, not gated. A
+failed point, or a point missing from NEW, fails the gate.
 """
 
 from __future__ import annotations
@@ -17,14 +19,15 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from eagle_fix import record
+from eagle_fix import record, verdict
 from eagle_fix.errors import EagleFixError
 from eagle_fix.results import load_asv_commit, load_asv_file, load_jsonl
+from eagle_fix.verdict import DEFAULT_ALPHA, DEFAULT_THRESHOLD, FAILING, Verdict
 
-DEFAULT_THRESHOLD = 0.05
-DEFAULT_ALPHA = 0.01
-FAILING = ("regression", "failed", "missing")
-# Derived from other gated numbers (so never judged twice) or without samples by construction.
+__all__ = ["DEFAULT_ALPHA", "DEFAULT_THRESHOLD", "FAILING", "Change", "Comparison", "compare_records",
+           "format_comparison", "load_side"]
+
+# Derived from other gated numbers (so never judged twice).
 NOT_GATED = {"decode_pct_of_bandwidth", "prefill_pct_of_peak_flops"}
 
 
@@ -37,8 +40,10 @@ class Change:
     base: float | None
     new: float | None
     change: float | None  # (new - base) / |base|
-    verdict: str  # regression | improved | within noise | inconclusive | same | failed | fixed | failed-both | missing
+    verdict: str  # see eagle_fix.verdict.Verdict
     evidence: str = ""  # the p-value or interval behind the verdict
+    power: str = ""  # what this row could have detected
+    judged: Verdict | None = None  # the whole verdict (detectable shift, statistics)
 
 
 @dataclass
@@ -48,9 +53,11 @@ class Comparison:
     cross_machine: str | None = None
     unknown_machine: bool = False
     fix_ab: str | None = None  # set when each side ran one fix arm and they differ
+    threshold: float = DEFAULT_THRESHOLD
+    alpha: float = DEFAULT_ALPHA
 
     def failures(self, *, strict: bool = False) -> list[Change]:
-        bad = FAILING + (("inconclusive",) if strict else ())
+        bad = verdict.failing(strict)
         return [c for c in self.changes if c.verdict in bad]
 
 
@@ -60,12 +67,6 @@ def _num(value) -> float | None:
     except (TypeError, ValueError):
         return None
     return None if math.isnan(value) else value
-
-
-def _rel(vb: float, vn: float) -> float:
-    if vb == 0:
-        return 0.0 if vn == 0 else math.copysign(math.inf, vn)
-    return (vn - vb) / abs(vb)
 
 
 def _machines(records: list[dict]) -> set:
@@ -91,10 +92,10 @@ def compare_records(base: list[dict], new: list[dict], *, threshold: float = DEF
                     alpha: float = DEFAULT_ALPHA, allow_missing: bool = False,
                     allow_cross_machine: bool = False) -> Comparison:
     """Match points by their identity (eagle_fix.record.IDENTITY) and judge each metric."""
-    from eagle_fix import stats
-
     if not (0 <= threshold < 1):
         raise EagleFixError(f"--threshold must be in [0, 1), got {threshold}", exit_code=2)
+    if not (0 < alpha < 1):
+        raise EagleFixError(f"alpha must be in (0, 1), got {alpha}", exit_code=2)
     base = [record.upgrade(r) for r in base]
     new = [record.upgrade(r) for r in new]
     cross, unknown = check_machines(base, new, allow_cross_machine=allow_cross_machine)
@@ -109,7 +110,7 @@ def compare_records(base: list[dict], new: list[dict], *, threshold: float = DEF
         new = [{**r, "fix": None} if r.get("arm") == "eagle3" else r for r in new]
     b, n = record.index(base), record.index(new)
     result = Comparison(only_new=sorted(set(n) - set(b), key=str), cross_machine=cross, unknown_machine=unknown,
-                        fix_ab=fix_ab)
+                        fix_ab=fix_ab, threshold=threshold, alpha=alpha)
     if not set(b) & set(n):
         raise EagleFixError(
             f"BASE and NEW share no point ({', '.join(record.IDENTITY)}): BASE has {len(b)}, NEW {len(n)}; "
@@ -121,15 +122,15 @@ def compare_records(base: list[dict], new: list[dict], *, threshold: float = DEF
                                          "n/a" if allow_missing else "missing", "in BASE, not in NEW"))
             continue
         ok_b, ok_n = rb.get("status") == "ok", rn.get("status") == "ok"
-        if not (ok_b and ok_n):
-            verdict = {(True, False): "failed", (False, True): "fixed"}.get((ok_b, ok_n), "failed-both")
-            error = rn.get("error") if not ok_n else rb.get("error")
-            result.changes.append(Change(key, "status", None, None, None, verdict, record.cause(error, 120)))
+        failed = verdict.status(ok_b, ok_n, record.cause(rn.get("error") if not ok_n else rb.get("error"), 120))
+        if failed is not None:
+            result.changes.append(Change(key, "status", None, None, None, failed.verdict, failed.evidence,
+                                         judged=failed))
             continue
         for m in record.METRICS:
             if m.column in NOT_GATED:
                 continue
-            change = _judge_metric(m, rb, rn, threshold=threshold, alpha=alpha, stats=stats)
+            change = _judge_metric(m, rb, rn, threshold=threshold, alpha=alpha)
             if change is not None:
                 result.changes.append(Change(key, *change))
         new_flags = sorted(set(rn.get("flags") or []) - set(rb.get("flags") or []))
@@ -138,67 +139,41 @@ def compare_records(base: list[dict], new: list[dict], *, threshold: float = DEF
     return result
 
 
-def _judge_metric(m: record.Metric, rb: dict, rn: dict, *, threshold: float, alpha: float, stats) -> tuple | None:
+def _judge_metric(m: record.Metric, rb: dict, rn: dict, *, threshold: float, alpha: float) -> tuple | None:
     vb, vn = _num(rb.get(m.column)), _num(rn.get(m.column))
     if vb is None and vn is None:
         return None
     if vb is None or vn is None:  # measured on one side only: say so
         return (m.column, vb, vn, None, "n/a", "measured on one side only")
-    change = _rel(vb, vn)
     if m.column == "acceptance_length" and rb.get("num_drafts") and rn.get("num_drafts") \
             and rb.get("num_accepted_tokens") is not None and rn.get("num_accepted_tokens") is not None:
         k = rn.get("num_speculative_tokens") or len(rn.get("accepted_per_position") or []) or 1
-        p = stats.acceptance_change_p(rb["num_drafts"], rb["num_accepted_tokens"], rn["num_drafts"],
-                                      rn["num_accepted_tokens"], k)
-        if p is not None and p < alpha and vn != vb:
-            verdict = "improved" if vn > vb else "regression"
-        else:
-            verdict = "same" if vn == vb else "within noise"
-        return (m.column, vb, vn, change, verdict, f"p={p:.3g} (counts)" if p is not None else "")
-    if not m.noisy:
-        if vn == vb:
-            return (m.column, vb, vn, change, "same", "exact")
-        better = (vn > vb) == m.higher_is_better
-        return (m.column, vb, vn, change, "improved" if better else "regression", "exact")
-    sb = (rb.get("samples") or {}).get(m.column) or []
-    sn = (rn.get("samples") or {}).get(m.column) or []
-    busy = record.busy(rb) or record.busy(rn)
-    if busy:  # other work on the machine moves speed more than code does: not evidence either way
-        return (m.column, vb, vn, change, "inconclusive", busy)
-    if len(sb) < 2 or len(sn) < 2:
-        return (m.column, vb, vn, change, "inconclusive", f"samples {len(sb)} vs {len(sn)}")
-    j = stats.judge(sb, sn, higher_is_better=m.higher_is_better, threshold=threshold, alpha=alpha)
-    evidence = f"p={j['p']:.3g}" if j.get("p") is not None else ""
-    if j.get("ci95"):
-        lo, hi = j["ci95"]
-        evidence += f" ci [{lo:+.1%}, {hi:+.1%}]"
-    return (m.column, vb, vn, change, j["verdict"], f"{evidence.strip()} ({j.get('test', '')})".strip())
+        v = verdict.acceptance(rb["num_drafts"], rb["num_accepted_tokens"], rn["num_drafts"],
+                               rn["num_accepted_tokens"], base_length=vb, new_length=vn, k=k, alpha=alpha)
+    elif not m.noisy:
+        v = verdict.exact(vb, vn, higher_is_better=m.higher_is_better)
+    else:
+        sb = (rb.get("samples") or {}).get(m.column) or []
+        sn = (rn.get("samples") or {}).get(m.column) or []
+        v = verdict.noisy(sb, sn, metric=m.column, threshold=threshold, alpha=alpha,
+                          busy=record.busy(rb) or record.busy(rn))
+    # the change of the headline numbers shown beside it (the samples' medians where there are samples)
+    return (m.column, vb, vn, verdict.relative_change(vb, vn), v.verdict, v.evidence, v.power, v)
 
 
-def _fmt(v: float | None) -> str:
-    if v is None:
-        return "-"
-    if float(v).is_integer() and abs(v) >= 100:
-        return f"{v:.0f}" if abs(v) < 1e6 else f"{v:.4g}"
-    return f"{v:.4g}" if abs(v) < 100 or abs(v) >= 1e6 else f"{v:.1f}"
-
-
-def format_comparison(cmp: Comparison, *, threshold: float, strict: bool = False, show_same: bool = False) -> str:
+def format_comparison(cmp: Comparison, *, threshold: float | None = None, strict: bool = False,
+                      show_same: bool = False) -> str:
     """A plain-text table, one line per point and metric (unchanged exact ones only with show_same), and a summary."""
-    header = ("context", "mode", "arm", "fix", "metric", "base", "new", "change", "evidence", "verdict")
-    rows = [header]
-    failing = cmp.failures(strict=strict)
+    threshold = cmp.threshold if threshold is None else threshold
     note = " (cross-machine)" if cmp.cross_machine else ""
+    rows = []
     for c in cmp.changes:
         if c.verdict == "same" and not show_same:
             continue
-        d = dict(zip(record.IDENTITY, c.key))
-        change = "-" if c.change is None else ("inf" if math.isinf(c.change) else f"{c.change:+.1%}")
-        verdict = (c.verdict.upper() if c in failing else c.verdict) + note
-        rows.append((str(d["context_len"]), str(d["mode"]), str(d["arm"]), str(d["fix"] or "-"), c.metric,
-                     _fmt(c.base), _fmt(c.new), change, c.evidence, verdict))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
+        rows.append((dict(zip(record.IDENTITY, c.key)), c.metric, verdict.number_cell(c.base),
+                     verdict.number_cell(c.new), verdict.change_cell(c.change), c.evidence,
+                     verdict.verdict_cell(c.verdict, c.power, strict=strict, note=note)))
+    lines = verdict.table(rows)
     for k in cmp.only_new:
         lines.append(f"only in NEW: {record.describe(k)}")
     if cmp.fix_ab:
@@ -207,12 +182,11 @@ def format_comparison(cmp: Comparison, *, threshold: float, strict: bool = False
         lines.append(f"cross-machine: {cmp.cross_machine}; speed differences here are the machines', not the code's")
     if cmp.unknown_machine:
         lines.append("note: some records predate machine fingerprints (schema 1); their machine cannot be checked")
-    counts = {v: sum(c.verdict == v for c in cmp.changes) for v in ("regression", "failed", "missing", "improved",
-                                                                     "within noise", "inconclusive", "same")}
-    n_points = len({c.key for c in cmp.changes})
-    lines.append(f"{n_points} points: " + ", ".join(f"{n} {v}" for v, n in counts.items() if n)
-                 + f" (threshold {threshold:.0%}; noisy metrics need p < {DEFAULT_ALPHA} too"
-                 + ("; --strict: inconclusive fails" if strict else "") + ")")
+    blind = verdict.power_line(c.judged for c in cmp.changes if c.judged is not None)
+    if blind:
+        lines.append(blind)
+    lines.append(verdict.summary_line(len({c.key for c in cmp.changes}), [c.verdict for c in cmp.changes],
+                                      threshold=threshold, alpha=cmp.alpha, strict=strict))
     return "\n".join(lines)
 
 
@@ -255,7 +229,7 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("base", metavar="BASE", help="`eagle-fix run` .jsonl, asv results .json, or a commit with asv results")
     parser.add_argument("new", metavar="NEW", help="same kinds as BASE")
     parser.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
-                        help="relative wrong-way change that can fail the gate (default %(default)s = 5%%)")
+                        help=f"relative wrong-way change that can fail the gate (default {DEFAULT_THRESHOLD * 100:g}%%)")
     parser.add_argument("--strict", action="store_true", help="an inconclusive metric (no samples) fails the gate too")
     parser.add_argument("--allow-missing", action="store_true", help="a point of BASE missing from NEW does not fail")
     parser.add_argument("--allow-cross-machine", action="store_true",

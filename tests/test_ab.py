@@ -54,12 +54,97 @@ def _entry(base, new, **extra):
 
 
 def test_paired_verdicts():
-    slow = ab._verdicts(_entry([10.0, 10.2, 9.9, 10.1, 10.0], [11.5, 11.8, 11.4, 11.6, 11.5]), 0.05, k=None)
+    base8 = [10.0, 10.2, 9.9, 10.1, 10.0, 10.3, 9.8, 10.1]
+    slow = ab._verdicts(_entry(base8, [11.5, 11.8, 11.4, 11.6, 11.5, 11.9, 11.3, 11.6]), 0.05, k=None)
     assert slow["tpot_ms"]["verdict"] == "regression" and slow["decode_throughput_tok_s"]["verdict"] == "regression"
-    same = ab._verdicts(_entry([10.0, 10.2, 9.9, 10.1, 10.0], [10.1, 10.0, 10.2, 9.9, 10.0]), 0.05, k=None)
+    same = ab._verdicts(_entry(base8, [10.1, 10.0, 10.2, 9.9, 10.0, 10.2, 9.9, 10.0]), 0.05, k=None)
     assert same["tpot_ms"]["verdict"] == "within noise"
     failed = ab._verdicts(_entry([10.0], [10.0], status={"base": "ok", "new": "failed"}), 0.05, k=None)
     assert failed == {"status": {"verdict": "failed"}}
+
+
+def test_too_few_rounds_for_the_test_are_inconclusive_and_name_the_rounds_needed():
+    """5 rounds all 15% slower used to be a regression on a (min, max) interval that covers 93.75%;
+    the sign test on 5 pairs cannot go below p = 1/16, so at alpha 0.01 nothing can be claimed."""
+    slow = ab._verdicts(_entry([10.0, 10.2, 9.9, 10.1, 10.0], [11.5, 11.8, 11.4, 11.6, 11.5]), 0.05, k=None)
+    tpot = slow["tpot_ms"]
+    assert tpot["verdict"] == "inconclusive" and tpot["needed"] == 8 == ab.DEFAULT_ROUNDS
+    assert tpot["power"] == "needs >= 8 rounds"
+    assert "range, 93.75% cov" in tpot["evidence"]  # the (min, max) of 5 ratios, not a 95% interval
+
+
+def test_default_rounds_reach_the_level_and_each_row_states_its_power():
+    from eagle_fix import stats, verdict
+
+    assert ab.DEFAULT_ALPHA == verdict.DEFAULT_ALPHA and ab.DEFAULT_THRESHOLD == verdict.DEFAULT_THRESHOLD
+    assert stats.sign_test_floor(ab.DEFAULT_ROUNDS) < ab.DEFAULT_ALPHA <= stats.sign_test_floor(ab.DEFAULT_ROUNDS - 1)
+    noisy = [10.0, 12.0, 9.0, 11.0, 10.5, 9.5, 10.0, 11.5]
+    v = ab._verdicts(_entry(noisy, [b * r for b, r in zip(noisy, [1.1, 0.9, 1.05, 0.95, 1.2, 0.85, 1.0, 1.02])]),
+                     0.05, k=None)["tpot_ms"]
+    assert v["verdict"] == "within noise" and v["alpha"] == 0.01
+    # all 8 ratios must land above 1 for the sign test: the largest (median / ratio) - 1
+    assert v["detectable"] == pytest.approx(1.01 / 0.85 - 1)  # median ratio 1.01, smallest 0.85
+    assert v["power"] == f"could detect >= {v['detectable']:.1%}"
+
+
+def _fake_run_ab(tmp_path, monkeypatch, factor, rounds=ab.DEFAULT_ROUNDS):
+    """run_ab end to end with fake engines: base decodes at 10 ms a token, new at factor x that."""
+    import argparse
+
+    from eagle_fix import engine, lifecycle
+
+    class Fake:
+        def __init__(self, spec, log, *, python, env, **_):
+            self.slow = factor if env.get("SIDE") == "new" else 1.0
+            self.calls = 0
+
+        def run_point(self, cmd, timeout_s):
+            self.calls += 1
+            tpot = 10.0 * self.slow * (1 + 0.01 * (self.calls % 3))
+            return {"samples": {"tpot_ms": [tpot], "decode_throughput_tok_s": [1000.0 / tpot], "ttft_s": [1.0]},
+                    "num_drafts": 128, "num_accepted_tokens": 384, "acceptance_length": 4.0, "drafter_coverage": 1.0}
+
+        def pause(self):
+            pass
+
+        resume = close = pause
+
+    monkeypatch.setattr(engine, "EngineProcess", Fake)
+    monkeypatch.setattr(lifecycle, "install_signal_handlers", lambda: None)
+    monkeypatch.setattr(ab, "_side_info", lambda python, env, flag: {
+        "python": python, "env": env, "versions": {"vllm": "0.0"}, "machine_id": "m"})
+    args = argparse.Namespace(base_python=sys.executable, new_python=sys.executable, base_env=["SIDE=base"],
+                              new_env=["SIDE=new"], profile="cpu-quick", contexts="8192", modes="eager",
+                              arms="eagle3", fix="on", output_len=None, rounds=str(rounds), threshold=0.05,
+                              strict=False, out=str(tmp_path / "ab.json"))
+    a = ab.ABArgs.from_cli_args(args)
+    return a, ab.run_ab(a)
+
+
+def test_the_file_records_its_threshold_alpha_and_power(tmp_path, monkeypatch):
+    a, result = _fake_run_ab(tmp_path, monkeypatch, factor=1.2)
+    assert a.rounds == ab.DEFAULT_ROUNDS
+    assert (result["threshold"], result["alpha"], result["min_detectable"]) == (0.05, 0.01, 0.05)
+    assert result["schema"] == ab.SCHEMA == 2
+    [point] = result["points"]
+    tpot = point["verdicts"]["tpot_ms"]
+    assert tpot["verdict"] == "regression" and len(tpot["ratios"]) == ab.DEFAULT_ROUNDS
+    assert tpot["p"] == pytest.approx(2 / 2**ab.DEFAULT_ROUNDS) and tpot["detectable"] is not None
+    json.dumps(result)  # what --out writes
+    text = ab.format_ab(result)
+    assert text.splitlines()[0].split() == ["context", "mode", "arm", "fix", "metric", "base", "new", "change",
+                                            "evidence", "verdict"]
+    assert "REGRESSION, could detect >= " in text and "(threshold 5%, alpha 0.01" in text
+    assert "failing: cpu-quick 8192 eager eagle3 fix on tpot_ms: regression" in text
+
+
+def test_a_comparison_that_cannot_see_the_minimum_says_so_in_one_line(tmp_path, monkeypatch):
+    _, result = _fake_run_ab(tmp_path, monkeypatch, factor=1.0, rounds=5)
+    assert result["summary"]["exit_code"] == 0
+    text = ab.format_ab(result)
+    blind = [line for line in text.splitlines() if line.startswith("power:")]
+    assert blind == ["power: 2 of 2 speed rows could not detect a 5% slowdown, the gate's stated minimum: "
+                     "2 could detect nothing (needs >= 8 rounds)"]
 
 
 def _calibrated_delay_ms() -> float:
@@ -77,7 +162,7 @@ def _calibrated_delay_ms() -> float:
 @pytest.mark.engine
 def test_identical_sides_pass_and_the_calibrated_delay_is_caught(tmp_path):
     common = ["--base-python", sys.executable, "--new-python", sys.executable, "--profile", "cpu-quick",
-              "--modes", "eager", "--arms", "eagle3", "--rounds", "3"]
+              "--modes", "eager", "--arms", "eagle3"]  # the default rounds: fewer cannot reach alpha
     same = run_ab(*common, "--out", str(tmp_path / "aa.json"))
     assert same.returncode == 0, same.stdout + same.stderr[-3000:]
     # The calibrated delay is this project's calibration machine's; CI's machine may be several times
@@ -92,5 +177,5 @@ def test_identical_sides_pass_and_the_calibrated_delay_is_caught(tmp_path):
     assert slow.returncode == 1, slow.stdout + slow.stderr[-3000:]
     result = json.loads((tmp_path / "d.json").read_text())
     assert result["new"]["env"] == {"EAGLE_FIX_INJECT_STEP_DELAY_MS": f"{delay:g}"}
-    assert len(result["points"][0]["pairs"]) == 3
+    assert len(result["points"][0]["pairs"]) == ab.DEFAULT_ROUNDS
     assert any("tpot_ms: regression" in f for f in result["summary"]["failing"])

@@ -297,3 +297,86 @@ def test_a_committed_file_against_a_copy_from_another_machine(tmp_path, capsys):
     assert cli.main(["compare", str(committed), str(other), "--allow-cross-machine"]) == 0
     out = capsys.readouterr().out
     assert "cross-machine: BASE ran on" in out
+
+
+COMMITTED = "cpu-intel-f6m207-2c-2215d0-c2142001-cpu.jsonl"
+
+
+def committed_point(n: int, factor: float = 1.0, context_len: int = 8192, arm: str = "eagle3") -> dict:
+    """A committed record cut to its first n repeats, every sample of a speed metric scaled to a
+    machine `factor` as fast (throughputs x factor, times / factor), headline numbers their medians."""
+    from conftest import ROOT
+
+    from eagle_fix import record, stats
+
+    recs = [json.loads(line) for line in (ROOT / "results" / "runs" / COMMITTED).read_text().splitlines()]
+    [rec] = [r for r in recs if (r["context_len"], r["mode"], r["arm"]) == (context_len, "eager", arm)]
+    rec = copy.deepcopy(rec)
+    for column, values in rec["samples"].items():
+        values = values[:n]
+        if column in record.METRIC:
+            values = [v * factor if record.METRIC[column].higher_is_better else v / factor for v in values]
+            rec[column] = stats.median(values)
+        rec["samples"][column] = values
+    return rec
+
+
+def test_two_samples_a_side_never_say_regression(tmp_path, capsys):
+    """Issue 22's done-when: a 2-sample copy of a committed point against the same scaled by 0.79
+    (a 21% slower decode) exits 0, inconclusive, naming the samples needed. With 2 vs 2 the exact
+    Mann-Whitney p cannot go below 1/3; the old non-overlap fallback called this a regression."""
+    base = write(tmp_path, "base.jsonl", [committed_point(2)])
+    new = write(tmp_path, "new.jsonl", [committed_point(2, 0.79)])
+    assert len(json.loads(base.read_text())["samples"]["decode_throughput_tok_s"]) == 2
+    assert cli.main(["compare", str(base), str(new)]) == 0
+    out = capsys.readouterr().out
+    row = re.search(r"8192\s+eager\s+eagle3\s+on\s+decode_throughput_tok_s\s+\S+\s+\S+\s+-21.0%\s+(.*)", out).group(1)
+    assert "p=0.333" in row and "range, 66.67% cov" in row  # the full range of 4 ratios: coverage 1 - 2/6
+    assert row.endswith("inconclusive, needs >= 5 samples a side")
+    assert "regression" not in out.lower()
+    assert "power: 4 of 4 speed rows could not detect a 5% slowdown" in out
+    assert out.splitlines()[-1].endswith("(threshold 5%, alpha 0.01: a speed change fails only beyond the threshold "
+                                         "with p < alpha)")
+
+
+def test_five_samples_a_side_catch_the_same_slowdown(tmp_path, capsys):
+    """The same point with all 5 committed repeats: 5 vs 5 can reach p = 2/252 < 0.01, so the gate
+    speaks, and each row says the smallest slowdown it could have caught (1 - min/max of its samples)."""
+    base = write(tmp_path, "base.jsonl", [committed_point(5)])
+    new = write(tmp_path, "new.jsonl", [committed_point(5, 0.79)])
+    assert cli.main(["compare", str(base), str(new)]) == 1
+    out = capsys.readouterr().out
+    samples = committed_point(5)["samples"]["decode_throughput_tok_s"]
+    floor = 1 - min(samples) / max(samples)
+    assert re.search(r"decode_throughput_tok_s\s.*p=0.00794 .*REGRESSION, could detect >= "
+                     + re.escape(f"{floor:.1%}"), out)
+    # within noise, and it says how large a slowdown it would have needed
+    new = write(tmp_path, "new.jsonl", [committed_point(5, 0.9)])
+    assert cli.main(["compare", str(base), str(new)]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"decode_throughput_tok_s\s.*-10.0%\s+p=0.0952 .*within noise, could detect >= "
+                     + re.escape(f"{floor:.1%}"), out)
+
+
+def test_metrics_without_samples_are_not_gated(tmp_path):
+    b = point(peak_host_memory_bytes=4e9, speedup=2.0, decode_throughput_tok_s=100.0,
+              samples={"decode_throughput_tok_s": noisy(100.0)})
+    n = point(peak_host_memory_bytes=8e9, speedup=1.0, decode_throughput_tok_s=100.0,
+              samples={"decode_throughput_tok_s": noisy(100.0)})
+    cmp = compare_records([b], [n])
+    verdicts = {c.metric: (c.verdict, c.evidence) for c in cmp.changes}
+    assert verdicts["peak_host_memory_bytes"] == ("not gated", "no samples")
+    assert verdicts["speedup"] == ("not gated", "no samples")
+    # --strict fails what could not be judged; a number that is never sampled is not that
+    assert not {"peak_host_memory_bytes", "speedup"} & {c.metric for c in cmp.failures(strict=True)}
+
+
+def test_the_comparison_records_threshold_and_alpha():
+    b = point(decode_throughput_tok_s=100.0, samples={"decode_throughput_tok_s": noisy(100.0)})
+    cmp = compare_records([b], [b], threshold=0.1, alpha=0.05)
+    assert (cmp.threshold, cmp.alpha) == (0.1, 0.05)
+    from eagle_fix.compare import format_comparison
+
+    assert "(threshold 10%, alpha 0.05" in format_comparison(cmp)
+    with pytest.raises(EagleFixError, match="alpha must be in"):
+        compare_records([b], [b], alpha=0.0)

@@ -330,15 +330,122 @@ def test_judge_too_few_samples_is_inconclusive():
     assert s.judge([1.0, None], [1.0, 2.0], higher_is_better=True, threshold=0.05)["verdict"] == "inconclusive"
 
 
-def test_judge_3v3_falls_back_to_interval_overlap():
+def test_judge_below_the_test_floor_is_inconclusive_and_names_the_size():
+    """3 vs 3 used to fall back to non-overlap of the medians' intervals, so fully separated
+    samples were a "regression" although Mann-Whitney cannot go below p = 0.1 there (2 vs 2:
+    1/3). Below the size at which the test can reach alpha nothing is claimed."""
     base, new = [100.0, 101.0, 99.0], [90.0, 91.0, 89.0]
     r = s.judge(base, new, higher_is_better=True, threshold=0.05)
-    assert r["verdict"] == "regression"
+    assert r["verdict"] == "inconclusive"
     assert r["p"] == pytest.approx(0.1)  # reported, but 3v3 can never go below 0.1
-    assert "non-overlap" in r["test"]
+    assert r["needed"] == 5 and "cannot reach p < 0.01" in r["test"] and r["detectable"] is None
+    assert r["coverage"] == pytest.approx(0.9)  # the full range of the 9 pairwise ratios
     overlapping = [90.0, 91.0, 100.5]
-    r = s.judge(base, overlapping, higher_is_better=True, threshold=0.05)
-    assert r["verdict"] == "within noise"
+    assert s.judge(base, overlapping, higher_is_better=True, threshold=0.05)["verdict"] == "inconclusive"
+    r = s.judge([100.0, 101.0], [79.0, 79.8], higher_is_better=True, threshold=0.05)
+    assert (r["verdict"], r["p"], r["needed"]) == ("inconclusive", pytest.approx(1 / 3), 5)
+    # 4 vs 4 reaches 2/70 only: a looser alpha makes it enough
+    r = s.judge([100.0, 101.0, 99.0, 100.5], [90.0, 91.0, 89.0, 90.5], higher_is_better=True, threshold=0.05,
+                alpha=0.05)
+    assert (r["verdict"], r["needed"]) == ("regression", None)
+
+
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_small_samples_never_say_regression(n):
+    rng = random.Random(n)
+    for _ in range(200):
+        base = [rng.lognormvariate(0, 0.2) for _ in range(n)]
+        new = [rng.lognormvariate(rng.choice([0, -0.5, -2]), 0.2) for _ in range(n)]
+        assert s.judge(base, new, higher_is_better=True, threshold=0.05)["verdict"] == "inconclusive"
+        assert s.judge(base, new, higher_is_better=True, threshold=0.05, paired=True)["verdict"] == "inconclusive"
+
+
+def test_floors_and_sizes_needed():
+    assert s.mann_whitney_floor(5, 5) == pytest.approx(2 / 252)
+    assert s.mann_whitney_floor(2, 2) == pytest.approx(1 / 3)
+    assert s.mann_whitney_floor(3, 3) == pytest.approx(0.1)
+    assert s.mann_whitney_floor(0, 5) == 1.0
+    assert s.sign_test_floor(8) == pytest.approx(2 / 256) and s.sign_test_floor(5) == pytest.approx(1 / 16)
+    assert (s.samples_needed(0.01), s.samples_needed(0.05)) == (5, 4)
+    assert (s.pairs_needed(0.01), s.pairs_needed(0.05)) == (8, 6)
+    for alpha in (0.001, 0.01, 0.05, 0.1):
+        n = s.samples_needed(alpha)
+        assert s.mann_whitney_floor(n, n) < alpha <= s.mann_whitney_floor(n - 1, n - 1)
+        k = s.pairs_needed(alpha)
+        assert s.sign_test_floor(k) < alpha <= s.sign_test_floor(k - 1)
+    with pytest.raises(ValueError):
+        s.samples_needed(0.0)
+
+
+def test_interval_label_says_its_real_coverage():
+    assert s.interval_label(s.median_ci_coverage(2)) == "range, 50% cov"
+    assert s.interval_label(s.median_ci_coverage(3)) == "range, 75% cov"
+    assert s.interval_label(s.median_ci_coverage(5)) == "range, 93.75% cov"
+    assert s.interval_label(s.median_ci_coverage(8)) == "95% ci"  # (min, max) of 8 covers 99.2%
+    assert s.interval_label(None) == "no interval"
+
+
+def _worse(values, s_, higher_is_better):
+    return [v * (1 - s_) if higher_is_better else v * (1 + s_) for v in values]
+
+
+@pytest.mark.parametrize("higher_is_better", [True, False])
+@pytest.mark.parametrize("m, n, alpha", [(5, 5, 0.01), (6, 4, 0.05), (7, 9, 0.01), (12, 12, 0.001)])
+def test_detectable_shift_is_the_smallest_shift_the_test_calls(higher_is_better, m, n, alpha):
+    """Brute force: the samples shifted just past the answer are significant, just short are not."""
+    rng = random.Random(m * 100 + n)
+    base = [rng.lognormvariate(3, 0.15) for _ in range(m)]
+    new = [rng.lognormvariate(3.05, 0.15) for _ in range(n)]
+    d = s.detectable_shift(base, new, higher_is_better=higher_is_better, alpha=alpha)
+    assert d is not None and d > 0
+    moved = [v * s.median(base) / s.median(new) for v in new]
+    assert s.mann_whitney_p(base, _worse(moved, d * (1 + 1e-9) + 1e-12, higher_is_better)) < alpha
+    assert s.mann_whitney_p(base, _worse(moved, d * (1 - 1e-6), higher_is_better)) >= alpha
+    # the verdict at that shift (beyond the threshold) is a regression, and the judge reports it
+    shifted = _worse(moved, d * 1.001, higher_is_better)
+    r = s.judge(base, shifted, higher_is_better=higher_is_better, threshold=min(0.01, d / 2), alpha=alpha)
+    assert r["verdict"] == "regression"
+    assert r["detectable"] == pytest.approx(max(d, min(0.01, d / 2)), rel=1e-6)
+
+
+def test_detectable_shift_5v5_is_one_minus_min_over_max():
+    """5 vs 5 at 0.01 needs full separation: the smallest throughput drop caught is 1 - min/max."""
+    base = [45.0, 51.3, 51.6, 53.6, 56.1]
+    assert s.detectable_shift(base, base, higher_is_better=True, alpha=0.01) == pytest.approx(1 - 45.0 / 56.1)
+    assert s.detectable_shift(base, base, higher_is_better=False, alpha=0.01) == pytest.approx(56.1 / 45.0 - 1)
+    assert s.detectable_shift(base[:3], base[:3], higher_is_better=True, alpha=0.01) is None
+    r = s.judge(base, base, higher_is_better=True, threshold=0.05)
+    assert r["detectable"] == pytest.approx(1 - 45.0 / 56.1)
+    tight = [100.0, 100.1, 99.9, 100.05, 99.95]
+    assert s.judge(tight, tight, higher_is_better=True, threshold=0.05)["detectable"] == 0.05  # the threshold binds
+
+
+@pytest.mark.parametrize("higher_is_better", [True, False])
+def test_paired_detectable_shift_by_brute_force(higher_is_better):
+    rng = random.Random(5)
+    base = [rng.uniform(9, 11) for _ in range(10)]
+    new = [b * rng.uniform(0.97, 1.05) for b in base]
+    alpha = 0.05
+    d = s.detectable_shift(base, new, higher_is_better=higher_is_better, alpha=alpha, paired=True)
+    ratios = s.paired_ratios(base, new)
+    med = s.median(ratios)
+
+    def sign_p(shift):
+        moved = _worse([r / med for r in ratios], shift, higher_is_better)
+        above, below = sum(r > 1 for r in moved), sum(r < 1 for r in moved)
+        return 2 * sum(math.comb(above + below, i) for i in range(min(above, below) + 1)) / 2 ** (above + below)
+
+    assert sign_p(d + 1e-9) < alpha <= sign_p(d - 1e-6)
+    assert s.detectable_shift(base[:5], new[:5], higher_is_better=True, alpha=alpha, paired=True) is None
+
+
+def test_acceptance_detectable_drop_by_brute_force():
+    drop = s.acceptance_detectable_drop(128, 384, 128, 3, 0.01)  # 4.0 over 128 drafts (the 8K profile)
+    assert 0 < drop < 0.5
+    x1 = 384 / 3
+    assert s.two_proportion_p(x1, 128, (384 - 3 * 128 * drop / 3 - 1e-6) / 3, 128) < 0.01
+    assert s.two_proportion_p(x1, 128, (384 - 3 * 128 * drop / 3 * 0.999) / 3, 128) >= 0.01
+    assert s.acceptance_detectable_drop(1, 1, 1, 3, 0.01) is None  # one draft a side: nothing is significant
 
 
 def test_judge_paired():
