@@ -66,62 +66,59 @@ class _SweepBase:
                            position=position)
 
 
-def _track(column, unit, doc):
-    """An asv track_ method returning the lower-is-better form of `column` at (context_len, mode).
+def _track(column, arm="eagle3"):
+    """An asv track_ method returning the lower-is-better form of `column` at (context_len, mode); its
+    unit, title and description come from the metric registry (eagle_fix.record.METRICS).
 
     asv names a class's benchmark by the attribute it is bound to, so the names (and the results
     keyed by them) are those of the class bodies below."""
+    from eagle_fix.record import METRIC
+
+    metric = METRIC[column]
 
     def track(self, cache, context_len, mode):
         return self._value(cache, column, context_len, mode)
 
-    track.unit, track.version = unit, VERSION
-    track.__doc__ = doc
-    track.pretty_source = f"return asv_value({column!r}, record[{column!r}])  # eagle_fix.asv_suite.point_value"
+    track.unit, track.version = metric.asv_unit, VERSION
+    who = "EAGLE3" if arm == "eagle3" else "no speculation"
+    track.pretty_name = f"{who}: {metric.asv_title} [{metric.asv_unit}, lower is better]"
+    track.__doc__ = track.pretty_source = f"{who}: {metric.asv_doc} Lower is better."
     return track
 
 
 class Sweep(_SweepBase):
     """The EAGLE3 arm (fix on, or $EAGLE_FIX_ASV_FIX) per context length x mode."""
 
-    track_tpot = _track("tpot_ms", "ms", "Time per output token after the first (median of the decode repeats).")
-    track_e2e_ms_per_token = _track("output_throughput_tok_s", "ms",
-                                    "End-to-end milliseconds per output token, prefill included (1000 / output throughput).")
-    track_ttft = _track("ttft_s", "seconds", "Time to first token (the prefill of the whole context).")
-    track_relative_decode_time = _track("speedup", "fraction",
-                                        "EAGLE3 decode time over the baseline arm's at the same point (1 / speedup; "
-                                        "below 1: speculation pays).")
-    track_target_passes_per_token = _track("acceptance_length", "passes/token",
-                                           "Target forward passes per output token (1 / acceptance length, from "
-                                           "vLLM's own counters).")
-    track_drafter_skipped_share = _track("drafter_coverage", "fraction",
-                                         "Share of decode steps in which the drafter did not run (1 - coverage): "
-                                         "vLLM's counters count zero-filled drafts as drafts.")
-    track_peak_host_memory = _track("peak_host_memory_bytes", "bytes", "Peak RSS of the engine's process tree.")
-    track_decode_bandwidth_unused_pct = _track("decode_pct_of_bandwidth", "%",
-                                               "100 - decode's share of the memory bandwidth measured in the same run.")
-    track_prefill_flops_unused_pct = _track("prefill_pct_of_peak_flops", "%",
-                                            "100 - prefill's share of the matmul FLOP/s measured in the same run.")
+    track_tpot = _track("tpot_ms")
+    track_e2e_ms_per_token = _track("output_throughput_tok_s")
+    track_ttft = _track("ttft_s")
+    track_relative_decode_time = _track("speedup")
+    track_target_passes_per_token = _track("acceptance_length")
+    track_drafter_skipped_share = _track("drafter_coverage")
+    track_peak_host_memory = _track("peak_host_memory_bytes")
+    track_decode_bandwidth_unused_pct = _track("decode_pct_of_bandwidth")
+    track_prefill_flops_unused_pct = _track("prefill_pct_of_peak_flops")
 
 
 class Baseline(_SweepBase):
     """The no-speculation arm at the same points: an engine regression shows here first."""
 
     arm = "baseline"
-    track_tpot = _track("tpot_ms", "ms", "Time per output token without speculation.")
-    track_ttft = _track("ttft_s", "seconds", "Time to first token without speculation.")
+    track_tpot = _track("tpot_ms", "baseline")
+    track_ttft = _track("ttft_s", "baseline")
 
 
 class GPUMemory(_SweepBase):
-    """Peak GPU memory (NVML) of the EAGLE3 arm; skipped on CPU profiles, never faked."""
+    """Peak GPU memory of the EAGLE3 arm; skipped on CPU profiles, never faked."""
 
     def setup(self, cache, context_len, mode):
         super().setup(cache, context_len, mode)
-        if cache["profile"].startswith("cpu"):
+        from eagle_fix.models import get_profile
+
+        if get_profile(cache["profile"]).device != "cuda":
             raise NotImplementedError("no GPU memory on a CPU profile")
 
-    track_peak_gpu_memory = _track("peak_gpu_memory_bytes", "bytes",
-                                   "Peak NVML device memory used minus the idle level before the engine started.")
+    track_peak_gpu_memory = _track("peak_gpu_memory_bytes")
 
 
 class PerPosition(_SweepBase):
@@ -135,3 +132,5 @@ class PerPosition(_SweepBase):
 
     track_per_position_rejection.unit = "rate"
     track_per_position_rejection.version = VERSION
+    track_per_position_rejection.pretty_name = "EAGLE3: rejected share per draft position [rate, lower is better]"
+    track_per_position_rejection.pretty_source = "EAGLE3: 1 - vLLM's accepted_per_pos / drafts, per draft position 1..k. Lower is better."

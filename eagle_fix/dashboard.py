@@ -62,9 +62,18 @@ def _slug(text: str) -> str:
 
 
 def env_name(engine: str, fix: str, workload: str, source: str) -> str:
-    """The environment name asv files this result under (and the file name's tail)."""
-    tail = "" if source == "measured" else f"_{source}"
-    return f"{LABELLED}{_slug(engine)}_fix-{fix}_{_slug(workload.split(',')[0])}{tail}"
+    """The environment name asv files this result under (and the file name's tail).
+
+    `asv compare` pairs results by environment name, so a measured fix-on run is named by its workload
+    alone: the same setup on another commit or another vLLM in the same venv pairs with it. A fix arm
+    other than `on` is its own environment (a series apart from the default, green one), and so is a
+    replayed release (releases side by side at one commit need one file each)."""
+    name = f"{LABELLED}{_slug(workload.split(',')[0])}"
+    if fix != "on":
+        name += f"_fix-{fix}"
+    if source != "measured":
+        name += f"_{_slug(engine)}_{source}"
+    return name
 
 
 def _combos(params: list[list[str]]) -> list[tuple]:
@@ -234,7 +243,7 @@ def _conf(path: Path) -> dict:
         raise EagleFixError(f"{path}: no asv config there; run from the repository root or give --config")
     conf = util.load_json(str(path), js_comments=True)
     base = path.resolve().parent
-    return {k: (base / conf[k]).resolve() for k in ("results_dir", "html_dir")} | {"path": path.resolve()}
+    return {k: (base / conf[k]).resolve() for k in ("results_dir", "html_dir", "repo")} | {"path": path.resolve()}
 
 
 def _relative(path: Path, root: Path) -> str:
@@ -250,11 +259,11 @@ def cli_main(args: argparse.Namespace) -> int:
 
     conf = _conf(Path(args.config))
     results_dir, html_dir = conf["results_dir"], conf["html_dir"]
-    commit = args.commit or os.environ.get("ASV_COMMIT") or machine.git_commit(conf["path"].parent) or ""
+    commit = args.commit or os.environ.get("ASV_COMMIT") or machine.git_commit(conf["repo"]) or ""
     name = asv_suite.asv_machine_name()
     replay = os.environ.get(asv_suite.RECORDS_ENV)
     records_path = Path(args.records or replay or asv_suite.run_out_path(
-        os.environ.get("EAGLE_FIX_PROFILE") or "cpu", conf_dir=conf["path"].parent))
+        os.environ.get("EAGLE_FIX_PROFILE") or "cpu", conf_dir=conf["repo"]))
     files = unlabelled_files(results_dir, name, commit) if commit else []
     if files:
         records = record.read(records_path, missing_ok=True)
@@ -262,18 +271,23 @@ def cli_main(args: argparse.Namespace) -> int:
         for f in files:
             out = label_result(f, records, engine=engine_label(vers["vllm_distribution"], vers["vllm"]),
                                fix=asv_suite.asv_fix(), source="replayed" if replay else "measured",
-                               records_file=_relative(records_path, conf["path"].parent))
+                               records_file=_relative(records_path, conf["repo"]))
             print(f"publish: {out.relative_to(results_dir)} labelled ({len(records)} records from {records_path})")
     asv = Path(sys.executable).with_name("asv")
     proc = subprocess.run([str(asv), "--config", str(conf["path"]), "publish"], capture_output=True, text=True)
     if proc.returncode != 0:
         raise EagleFixError(f"asv publish exited {proc.returncode}: {proc.stderr.strip()[-300:]}")
-    js = conf["path"].parent / "build" / "asv-js"
+    for line in (proc.stdout + proc.stderr).splitlines():
+        if "Skipping" in line or "Couldn't find" in line:
+            print(f"publish: asv: {line.strip()}")
+    js = conf["repo"] / "build" / "asv-js"
     if js.is_dir():
         print(f"publish: dashboard self-contained ({localize_dashboard(html_dir, js)} CDN references replaced)")
     else:
         print("publish: build/asv-js/ is missing, so the dashboard loads its JavaScript from CDNs; for an "
               "offline box run scripts/setup-browser.sh, then this again")
+    shown = add_story(html_dir, results_dir, conf["repo"])
+    print(f"publish: the first view tells the newest run of {shown} machine(s)")
     dropped = prune_empty_graphs(html_dir)
     if dropped:
         print(f"publish: {len(dropped)} graph(s) with no data on any machine left out: {', '.join(dropped)}")
@@ -284,3 +298,140 @@ def cli_main(args: argparse.Namespace) -> int:
     parser = argparse.ArgumentParser()
     report.add_cli_args(parser)
     return report.cli_main(parser.parse_args([str(results_dir.parent), "--out", str(html_dir / "eagle-fix")]))
+
+
+# --------------------------------------------------------------------------- the first view
+
+STORY_ID = "eagle-fix-story"
+STORY_PNG = "eagle-fix-story.png"
+FIX_STYLE = {"on": ("tab:blue", "-"), "upstream": ("tab:orange", "--"), "off": ("tab:red", ":")}
+
+
+def story_runs(results_dir: Path, root: Path, *, max_machines: int = 3) -> list[dict]:
+    """Per machine, the runs behind its newest commit's measured asv results (every fix arm there):
+    what the first view of the dashboard tells. Newest machine first."""
+    runs = []
+    for machine_dir in sorted(p for p in results_dir.iterdir() if (p / "machine.json").is_file()):
+        files = []
+        for f in machine_dir.glob(f"*-{LABELLED}*.json"):
+            data = json.loads(f.read_text(encoding="utf-8"))
+            if data.get("params", {}).get("source") == "measured" and (data.get("eagle_fix") or {}).get("records_file"):
+                files.append(data)
+        if not files:
+            continue
+        newest = max(d["date"] for d in files)
+        commit = next(d["commit_hash"] for d in files if d["date"] == newest)
+        records = []
+        for d in files:
+            if d["commit_hash"] != commit:
+                continue
+            path = Path(d["eagle_fix"]["records_file"])
+            path = path if path.is_absolute() else root / path
+            records.extend(record.read(path, missing_ok=True))
+        if records:
+            runs.append({"machine": machine_dir.name, "commit": commit, "date": newest, "records": records,
+                         "workload": workload_label(records)})
+    return sorted(runs, key=lambda r: -r["date"])[:max_machines]
+
+
+def story_figure(runs: list[dict], path: Path) -> None:
+    """Per machine one row, per context on the x axis: decode time per token of both arms, the speedup,
+    acceptance length and drafter coverage of every fix arm; a failed point is an x with its cause below."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = (("tpot_ms", "decode ms / token\n(lower is better)"), ("speedup", "speedup vs no speculation\n(above 1: pays)"),
+              ("acceptance_length", "acceptance length\n(tokens per step)"), ("drafter_coverage", "drafter coverage\n(share of steps drafted)"))
+    fig, axes = plt.subplots(len(runs), len(panels), figsize=(4.2 * len(panels), 3.2 * len(runs)), squeeze=False)
+    for row, run in zip(axes, runs):
+        recs = run["records"]
+        for ax, (column, title) in zip(row, panels):
+            series: dict[tuple, list] = {}
+            for r in recs:
+                if column != "tpot_ms" and r.get("arm") != "eagle3":
+                    continue
+                label = ("no speculation", None) if r.get("arm") == "baseline" else (f"EAGLE3 fix {r.get('fix') or 'on'}", r.get("fix") or "on")
+                series.setdefault((label, r.get("mode")), []).append(r)
+            for ((label, fix), mode), rs in sorted(series.items(), key=lambda kv: str(kv[0])):
+                rs = sorted(rs, key=lambda r: r["context_len"])
+                color, style = FIX_STYLE.get(fix, ("black", "-"))
+                marker = "o" if mode == "eager" else "s"
+                ok = [r for r in rs if r.get("status") == "ok" and r.get(column) is not None
+                      and not withheld(r, column)]
+                xs = [r["context_len"] for r in ok]
+                ys = [r[column] for r in ok]
+                ci = [((r.get("ci95") or {}).get(column) or [None, None]) for r in ok]
+                err = [[max(0.0, y - (c[0] if c[0] is not None else y)) for y, c in zip(ys, ci)],
+                       [max(0.0, (c[1] if c[1] is not None else y) - y) for y, c in zip(ys, ci)]]
+                ax.errorbar(xs, ys, yerr=err if any(map(any, err)) else None, color=color, linestyle=style,
+                            marker=marker, capsize=3, label=f"{label}, {mode}")
+                failed = [r["context_len"] for r in rs if r.get("status") != "ok"]
+                if failed:
+                    ax.plot(failed, [0] * len(failed), "x", color=color, markersize=12, mew=3,
+                            label=f"{label}, {mode}: FAILED")
+            ax.set_xscale("log", base=2)
+            contexts = sorted({r["context_len"] for r in recs})
+            ax.set_xticks(contexts, [f"{c // 1024}K" for c in contexts])
+            ax.minorticks_off()
+            ax.set_title(title, fontsize=9)
+            ax.set_xlabel("context (tokens)", fontsize=8)
+            ax.tick_params(labelsize=7)
+            if column == "speedup":
+                ax.axhline(1.0, color="grey", linewidth=0.8)
+        row[0].set_ylabel(f"{run['machine']}\n{run['workload']}", fontsize=8)
+        handles, labels = row[-1].get_legend_handles_labels()
+        h0, l0 = row[0].get_legend_handles_labels()
+        seen = dict(zip(l0 + labels, h0 + handles))
+        row[-1].legend(seen.values(), seen.keys(), fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5))
+    fig.tight_layout()
+    fig.savefig(path, dpi=90, bbox_inches="tight")
+    plt.close(fig)
+
+
+def story_html(runs: list[dict]) -> str:
+    """The block above asv's grid: the figure, every failed point with its cause, and where to look next."""
+    import html as _html
+
+    fails = []
+    for run in runs:
+        for r in sorted(run["records"], key=lambda r: (r["context_len"], r.get("mode"), str(r.get("fix")))):
+            if r.get("status") != "ok":
+                fails.append(f"<tr><td>{_html.escape(run['machine'])}</td><td>{r['context_len']}</td><td>{r.get('mode')}</td>"
+                             f"<td>{r.get('arm')}</td><td>{r.get('fix') or '–'}</td>"
+                             f"<td>{_html.escape(record.cause(r.get('error'), 200))}</td></tr>")
+            for f in record.implausible(r):
+                fails.append(f"<tr><td>{_html.escape(run['machine'])}</td><td>{r['context_len']}</td><td>{r.get('mode')}</td>"
+                             f"<td>{r.get('arm')}</td><td>{r.get('fix') or '–'}</td><td>withheld: {_html.escape(f)}</td></tr>")
+    table = ("<table class='table table-condensed' style='font-size:12px;width:auto'><tr><th>machine</th><th>context</th>"
+             "<th>mode</th><th>arm</th><th>fix</th><th>failed or withheld: cause</th></tr>" + "".join(fails) + "</table>"
+             if fails else "<p>No point failed.</p>")
+    per_context = "?x-axis=context_len"
+    links = " · ".join(f"<a href='#bench_eagle.{b}{per_context}'>{t}</a>" for b, t in (
+        ("Sweep.track_tpot", "EAGLE3 decode ms/token"), ("Baseline.track_tpot", "no-speculation decode ms/token"),
+        ("Sweep.track_relative_decode_time", "relative decode time"),
+        ("Sweep.track_target_passes_per_token", "passes per token"),
+        ("Sweep.track_drafter_skipped_share", "drafter skipped share")))
+    return (f"<div id='{STORY_ID}' style='padding:10px 20px'><h2>EAGLE3 at long context: the newest run per machine</h2>"
+            f"<img src='{STORY_PNG}' alt='decode time, speedup, acceptance and drafter coverage per context' "
+            f"style='max-width:100%'>{table}<p>Per context in asv's graphs: {links}. Every asv graph below is lower "
+            f"is better; replayed results carry <code>source-replayed</code>, workloads their own "
+            f"<code>workload</code> label. More tables and plots: <a href='eagle-fix/index.html'>the report</a>.</p></div>")
+
+
+def add_story(html_dir: Path, results_dir: Path, repo: Path) -> int:
+    """Put the story above asv's grid (asv appends its grid to the same element). Returns its runs."""
+    runs = story_runs(results_dir, repo)
+    if not runs:
+        return 0
+    story_figure(runs, html_dir / STORY_PNG)
+    index = html_dir / "index.html"
+    text = index.read_text(encoding="utf-8")
+    text = re.sub(rf"<div id='{STORY_ID}'.*?</div>(?=<!-- /{STORY_ID} -->)<!-- /{STORY_ID} -->", "", text, flags=re.S)
+    anchor = '<div id="summarygrid-display"'
+    at = text.index(anchor)
+    at = text.index(">", at) + 1
+    text = text[:at] + story_html(runs) + f"<!-- /{STORY_ID} -->" + text[at:]
+    index.write_text(text, encoding="utf-8")
+    return len(runs)

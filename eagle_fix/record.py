@@ -45,6 +45,10 @@ class Metric:
     asv: str | None = None
     asv_unit: str | None = None
     to_asv: Callable[[float], float] | None = None
+    # What the asv graph of this metric shows, in words (its title and its tooltip): every asv form
+    # is lower-is-better, and the graph says so.
+    asv_title: str | None = None
+    asv_doc: str | None = None
 
 
 def _inverse(scale: float = 1.0) -> Callable[[float], float]:
@@ -61,32 +65,55 @@ def _unused_pct(v: float) -> float:
 
 METRICS: tuple[Metric, ...] = (
     Metric("decode_throughput_tok_s", "decode throughput", "tok/s", True, True),
-    Metric("tpot_ms", "time per output token", "ms", False, True, "track_tpot", "ms"),
+    Metric("tpot_ms", "time per output token", "ms", False, True, "track_tpot", "ms",
+           asv_title="decode: time per output token",
+           asv_doc="Milliseconds per output token after the first (median of the decode samples); "
+                   "the decode cost speculation exists to lower."),
     Metric("output_throughput_tok_s", "output throughput", "tok/s", True, True,
-           "track_e2e_ms_per_token", "ms", _inverse(1000.0)),
-    Metric("ttft_s", "TTFT", "s", False, True, "track_ttft", "seconds"),
+           "track_e2e_ms_per_token", "ms", _inverse(1000.0),
+           asv_title="end to end: ms per output token",
+           asv_doc="1000 / output tokens per second, prefill included: what one request costs per token."),
+    Metric("ttft_s", "TTFT", "s", False, True, "track_ttft", "seconds",
+           asv_title="time to first token", asv_doc="Seconds to the first token: the prefill of the whole context."),
     Metric("speedup", "speedup vs baseline", "x", True, True,
-           "track_relative_decode_time", "fraction", _inverse()),
+           "track_relative_decode_time", "fraction", _inverse(),
+           asv_title="EAGLE3 decode time / no-speculation decode time",
+           asv_doc="1 / speedup at the same point: below 1 speculation pays, above 1 it costs. At most k+1 "
+                   "tokens a step, so below 1/(k+1) is impossible and withheld."),
     Metric("acceptance_length", "acceptance length", "tokens", True, False,
-           "track_target_passes_per_token", "passes/token", _inverse()),
+           "track_target_passes_per_token", "passes/token", _inverse(),
+           asv_title="target passes per output token (1 / acceptance length)",
+           asv_doc="1 / acceptance length from vLLM's counters: 1 means every draft was rejected, "
+                   "1/(k+1) every draft accepted."),
     Metric("drafter_coverage", "drafter coverage", "fraction", True, False,
-           "track_drafter_skipped_share", "fraction", _complement),
-    Metric("peak_gpu_memory_bytes", "peak GPU memory", "bytes", False, True, "track_peak_gpu_memory", "bytes"),
-    Metric("peak_host_memory_bytes", "peak host memory", "bytes", False, True, "track_peak_host_memory", "bytes"),
+           "track_drafter_skipped_share", "fraction", _complement,
+           asv_title="share of decode steps the drafter skipped",
+           asv_doc="1 - drafter coverage, counted in the engine: vLLM's own counters count zero-filled "
+                   "drafts as drafts, so only this says whether speculation ran."),
+    Metric("peak_gpu_memory_bytes", "peak GPU memory", "bytes", False, True, "track_peak_gpu_memory", "bytes",
+           asv_title="peak GPU memory", asv_doc="Peak GPU memory of the point (CUDA profiles only)."),
+    Metric("peak_host_memory_bytes", "peak host memory", "bytes", False, True, "track_peak_host_memory", "bytes",
+           asv_title="peak host memory", asv_doc="Peak resident memory of the engine's process tree."),
     Metric("kv_cache_capacity_tokens", "KV cache capacity", "tokens", True, False),
     # %-of-roofline against the limits measured in the same run (eagle_fix.machine); asv tracks the
     # share left unused
     Metric("decode_pct_of_bandwidth", "decode % of bandwidth", "%", True, True,
-           "track_decode_bandwidth_unused_pct", "%", _unused_pct),
+           "track_decode_bandwidth_unused_pct", "%", _unused_pct,
+           asv_title="decode: % of memory bandwidth left unused",
+           asv_doc="100 - decode's share of the memory bandwidth measured on this machine."),
     Metric("prefill_pct_of_peak_flops", "prefill % of peak FLOP/s", "%", True, True,
-           "track_prefill_flops_unused_pct", "%", _unused_pct),
+           "track_prefill_flops_unused_pct", "%", _unused_pct,
+           asv_title="prefill: % of peak FLOP/s left unused",
+           asv_doc="100 - prefill's share of the matmul rate measured on this machine."),
 )
 METRIC = {m.column: m for m in METRICS}
 # The %-of-roofline columns and what each is a share of.
 ROOFLINE_SHARES = {"prefill_pct_of_peak_flops": "the matmul peak", "decode_pct_of_bandwidth": "the copy bandwidth"}
 # Per draft position (1..k): vLLM's accepted_per_pos / drafts; asv tracks the rejected share.
 PER_POSITION = Metric("per_position_acceptance", "per-position acceptance", "rate", True, False,
-                      "track_per_position_rejection", "rate", _complement)
+                      "track_per_position_rejection", "rate", _complement,
+                      asv_title="rejected share per draft position",
+                      asv_doc="1 - vLLM's accepted_per_pos / drafts, per draft position 1..k.")
 
 # Fields the sweep writes on every record (None where a point has no such number). Records of
 # schema 1 lack some; `upgrade()` fills them so every reader sees one shape.

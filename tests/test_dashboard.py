@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from eagle_fix.report import localize_dashboard
 
 from conftest import ROOT, asv_conf
 
@@ -84,13 +83,13 @@ def dashboard(tmp_path_factory):
     results = committed_results() or synthetic_results(tmp)
     html = tmp / "html"
     conf = asv_conf(tmp, results, html)
-    proc = subprocess.run([str(ASV), "--config", str(conf), "publish", "--no-pull"], cwd=ROOT,
-                          capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "eagle_fix.cli", "publish", "--config", str(conf), "--no-report"],
+                          cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     # asv's results folder holds only asv's files: nothing for publish to skip
     assert "Skipping" not in proc.stdout + proc.stderr, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert (html / "index.html").is_file()
-    assert localize_dashboard(html, JS_DIR) >= 10
+    assert "CDN references replaced" in proc.stdout, proc.stdout
     handler = functools.partial(QuietHandler, directory=str(html))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -175,3 +174,25 @@ def test_releases_are_compared_at_one_commit(dashboard):
         if "commit_hash" in data and data["params"].get("workload", "").startswith("cpu-quick"):
             commits.setdefault(f.parent.name, set()).add(data["commit_hash"])
     assert commits and all(len(c) == 1 for c in commits.values()), commits
+
+
+def test_first_view_tells_the_story_and_shows_the_fix_ab_failure_with_its_cause(dashboard):
+    """The grid page opens on the newest run per machine: per-context plots and every failed point with
+    its cause; with the committed fix A/B, the seed's compiled crash past 2048 (fix off) is there."""
+    if dashboard["results"] != ROOT / "results" / "asv":
+        pytest.skip("no committed asv results: no run to tell")
+    dom = chromium("--dump-dom", dashboard["url"]).stdout
+    assert 'id="eagle-fix-story"' in dom or "id='eagle-fix-story'" in dom, dom[:2000]
+    assert (dashboard["html"] / "eagle-fix-story.png").stat().st_size > 10_000
+    story = dom[dom.index("eagle-fix-story"):]
+    assert re.search(r"<td>compile</td><td>eagle3</td><td>off</td><td>[^<]*index out of bounds", story), story[:3000]
+
+
+def test_no_graph_is_empty(dashboard):
+    """A benchmark no machine can have (GPU memory in a CPU-only history) is left out, not drawn empty."""
+    index = json.loads((dashboard["html"] / "index.json").read_text())
+    for name in index["benchmarks"]:
+        graphs = list((dashboard["html"] / "graphs").rglob(f"{name}.json"))
+        assert any(any(v == v and v is not None for _, v in json.loads(g.read_text()) if not isinstance(v, list))
+                   or any(isinstance(v, list) and any(x == x and x is not None for x in v)
+                          for _, v in json.loads(g.read_text())) for g in graphs), f"{name}: an empty graph"
