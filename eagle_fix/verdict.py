@@ -108,6 +108,8 @@ def noisy(base: list, new: list, *, metric: str, threshold: float = DEFAULT_THRE
     parts.append("(sign test)" if paired else "(Mann-Whitney)")
     if j.get("needed"):
         power = f"needs >= {j['needed']} {unit}"
+    elif j.get("detectable") is None:  # e.g. a zero base median: no relative change to speak of
+        power = "could detect nothing"
     else:
         power = f"could detect >= {j['detectable']:.1%}"
     return Verdict(j["verdict"], j["change"], " ".join(parts), power, j.get("detectable"), speed=True, detail=j)

@@ -511,3 +511,12 @@ def test_cross_check_against_scipy():
     for x1, n1, x2, n2 in [(45, 100, 30, 100), (20, 50, 50, 200), (3, 40, 9, 41)]:
         chi = st.chi2_contingency([[x1, n1 - x1], [x2, n2 - x2]], correction=False)
         assert s.two_proportion_p(x1, n1, x2, n2) == pytest.approx(chi.pvalue, rel=1e-9)
+
+
+def test_judge_zero_base_median_is_inconclusive_without_a_size():
+    r = s.judge([0.0, 0.0, 0.0, 0.0, 0.0], [1.0, 2.0, 3.0, 4.0, 5.0], higher_is_better=False, threshold=0.05)
+    assert (r["verdict"], r["needed"], r["detectable"]) == ("inconclusive", None, None)
+    from eagle_fix import verdict
+
+    v = verdict.noisy([0.0] * 5, [1.0, 2.0, 3.0, 4.0, 5.0], metric="tpot_ms")
+    assert (v.verdict, v.power) == ("inconclusive", "could detect nothing")
