@@ -28,7 +28,7 @@
 #      --max-model-len 8192 under EAGLE_FIX_MODE=auto/off/revert -> results/releases/doctor-X.json
 #   3. the asv suite of $EAGLE_FIX_PROFILE (default cpu-quick), fix on, in that venv:
 #      asv run -E existing:<venv>/bin/python --set-commit-hash HEAD --launch-method spawn; asv results in
-#      results/asv/<machine>/<sha8>-existing-py_<venv path>.json, the sweep's JSON lines in
+#      results/asv/<machine>/<sha8>-eagle-fix_<workload>...json (labelled by eagle-fix publish), the sweep's JSON lines in
 #      results/releases/<machine>-<sha8>-<profile>-vllm-X.jsonl (EAGLE_FIX_RUN_OUT: one file per release,
 #      so releases at one commit do not rename each other's file to .old)
 #   4. the fix A/B at 4096 (past the draft's 2048): EAGLE3, fix on/off/upstream x eager/compile ->
