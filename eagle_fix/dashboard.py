@@ -116,6 +116,9 @@ def withheld(rec: dict, column: str) -> str | None:
     implausible = [f for f in record.implausible(rec) if f.split()[1] == column]
     if implausible:
         return implausible[0]
+    roofline = [f for f in rec.get("roofline_flags") or [] if column in str(f)]
+    if roofline and rec.get(column) is None:  # a share above 100% of a limit: the limit was wrong
+        return str(roofline[0])
     return record.busy(rec) if record.METRIC.get(column) is not None and record.METRIC[column].noisy else None
 
 

@@ -70,8 +70,19 @@ class Profile:
         return {**read_config(self.target, "target"), **dict(self.hf_overrides)}
 
     def check_runs_here(self) -> None:
-        """One-line EagleFixError when the installed vLLM refuses what this profile asks for, before
-        any engine starts (today: the synthetic rejection sampler on vLLM's CPU sampling kernels)."""
+        """One-line EagleFixError when this machine or the installed vLLM refuses what this profile asks
+        for, before any engine starts: a CUDA profile without a GPU, the synthetic rejection sampler on
+        vLLM's CPU sampling kernels, a reduced depth without distinct auxiliary layers."""
+        if self.device == "cuda":
+            try:
+                import torch
+
+                cuda = torch.cuda.is_available()
+            except ImportError:
+                cuda = False
+            if not cuda:
+                raise EagleFixError(f"profile {self.name!r} runs on CUDA and torch sees no GPU here; on this "
+                                    f"machine use --profile cpu or cpu-quick (on a GPU box: scripts/setup.sh --gpu)")
         layers = dict(self.hf_overrides).get("num_hidden_layers")
         if layers is not None and self.draft is not None:
             dcfg = read_config(self.draft, "draft")
@@ -140,6 +151,9 @@ def _profiles() -> dict[str, Profile]:
         "cpu-quick": Profile("cpu-quick", t, d, "auto", (8192,), None, "cpu", kv_cache_gib=1.0),
         # 131072 tokens of the tiny pair's KV are ~0.6 GiB (target 4 KiB/token + draft 1 KiB).
         "cpu": Profile("cpu", t, d, "auto", FULL_SWEEP, None, "cpu", kv_cache_gib=2.0),
+        # The shipped trained pair on CUDA with the standard sampler: real acceptance, so the fix A/B
+        # shows the bug there (fix off, compiled: CUDA's device-side assert past the draft's 2048).
+        "gpu-tiny": Profile("gpu-tiny", t, d, "auto", FULL_SWEEP, None, "cuda", gpu_memory_utilization=0.5),
         "gpu-dummy": Profile("gpu-dummy", rt, rd, "dummy", FULL_SWEEP, 2.5, "cuda",
                              gpu_memory_utilization=0.9),
         "gpu": Profile("gpu", None, None, "auto", FULL_SWEEP, None, "cuda", gpu_memory_utilization=0.9),

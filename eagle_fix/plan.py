@@ -191,7 +191,9 @@ def check_space(folder: Path, flag: str) -> None:
 
 
 def add_cli_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--profile", help="cpu-quick | cpu | gpu-dummy | gpu (default: cpu here, gpu-dummy on CUDA)")
+    from eagle_fix.models import PROFILES
+
+    parser.add_argument("--profile", help=f"{' | '.join(PROFILES)} (default: cpu here, gpu-dummy on CUDA)")
     parser.add_argument("--target", help="target model folder (profile gpu, or to override the profile's)")
     parser.add_argument("--draft", help="EAGLE3 draft folder")
     parser.add_argument("--contexts", help="comma-separated context lengths, e.g. 8192,16384 (default: the profile's)")

@@ -13,6 +13,14 @@ cd "$(dirname "$0")/.."
 conf=${EAGLE_FIX_ASV_CONFIG:-asv.conf.json}
 export EAGLE_FIX_PROFILE=${EAGLE_FIX_PROFILE:-$(.venv/bin/python -c 'from eagle_fix.models import default_profile_name as d; print(d())')}
 export ASV_COMMIT=${EAGLE_FIX_COMMIT:-$(git rev-parse HEAD)}
+# A profile this machine cannot run (a CUDA profile without a GPU) is one line here, before asv starts.
+.venv/bin/python -c 'import sys
+from eagle_fix.errors import EagleFixError
+from eagle_fix.models import get_profile
+try:
+    get_profile(sys.argv[1]).check_runs_here()
+except EagleFixError as exc:
+    sys.exit(f"bench: {exc}")' "$EAGLE_FIX_PROFILE"
 echo "bench: profile $EAGLE_FIX_PROFILE, fix ${EAGLE_FIX_ASV_FIX:-on}, machine $(.venv/bin/python scripts/asv_machine.py --name)"
 # asv shows a benchmark's output only when it ends: the sweep also appends one line per point to
 # this file, followed here so the long setup_cache shows its progress.

@@ -135,7 +135,7 @@ def test_not_a_draft(pair):
 
 
 def test_profiles():
-    assert set(models.PROFILES) == {"cpu-quick", "cpu", "gpu-dummy", "gpu", "cpu-8b", "cpu-8b-l8"}
+    assert set(models.PROFILES) == {"cpu-quick", "cpu", "gpu-tiny", "gpu-dummy", "gpu", "cpu-8b", "cpu-8b-l8"}
     assert models.get_profile("cpu-quick").contexts == (8192,)
     assert models.get_profile("cpu").contexts == (8192, 16384, 32768, 65536, 131072)
     gd = models.get_profile("gpu-dummy")
@@ -149,7 +149,7 @@ def test_profiles():
 
 
 def test_profile_errors():
-    with pytest.raises(EagleFixError, match="cpu-quick, cpu, gpu-dummy, gpu"):
+    with pytest.raises(EagleFixError, match="cpu-quick, cpu, gpu-tiny, gpu-dummy, gpu"):
         models.get_profile("tpu")
     with pytest.raises(EagleFixError, match="--target DIR and --draft DIR"):
         models.get_profile("gpu", target="/m/t")
@@ -166,3 +166,14 @@ def test_engine_spec_takes_the_profiles_speculative_config():
     assert spec.llm_kwargs()["speculative_config"] == gd.speculative_config()
     baseline = EngineSpec(target=str(gd.target), draft=None, mode="eager", fix=None, max_model_len=8192)
     assert "speculative_config" not in baseline.llm_kwargs()
+
+
+def test_a_cuda_profile_is_refused_in_one_line_without_a_gpu():
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is here: the CUDA profiles run")
+    for name in ("gpu-tiny", "gpu-dummy"):
+        with pytest.raises(EagleFixError, match=r"runs on CUDA and torch sees no GPU here"):
+            models.get_profile(name).check_runs_here()
+    assert models.get_profile("gpu-tiny").synthetic_acceptance_length is None  # real acceptance on CUDA
