@@ -2,8 +2,12 @@
 
 Two venvs with different vLLM releases, one venv with different environment variables (e.g.
 EAGLE_FIX_MODE), or two checkouts: both sides' engines are kept up at once (one per side per
-(mode, arm, fix)), and each round measures the point on the base engine, then on the new one, so
-machine drift falls on both. The side not being measured is paused (SIGSTOP of its process group):
+(mode, arm, fix)), and each round measures the point once on each side, so machine drift falls on
+both. The order within a round alternates ABBA (even rounds base then new, odd rounds new then base,
+see `round_order`; each round's order is recorded in the file): whatever the second measurement of a
+round inherits from the first (a warm cache, a load spike that fades, the resumed engine's first
+step) then falls on each side equally often, instead of always on new. The side not being measured
+is paused (SIGSTOP of its process group):
 an idle vLLM worker busy-polls for a second after each step, which on a few cores lands on the other
 side's measurement. The verdict is on the paired ratios (new / base per round) per metric and
 point, by the rule `eagle-fix compare` uses (eagle_fix.verdict: beyond the threshold and the sign
@@ -35,7 +39,11 @@ from eagle_fix.plan import RunArgs, csv, plan, point_timeout, prompt_len, resolv
 
 # 2: the verdicts follow eagle_fix.verdict (sign test at alpha, power per row); `alpha` and
 # `min_detectable` recorded. Files of schema 1 kept the verdicts of a 95%-interval rule.
-SCHEMA = 2
+# 3: the order within a round alternates (ABBA), recorded per pair (`order`) and for the file
+# (`order`: "abba"); files of schema 1 and 2 measured base first in every round.
+SCHEMA = 3
+# The order of the two sides in round r: base first in even rounds, new first in odd ones.
+ORDER = "abba"
 # Metrics judged on the paired rounds: (record column, higher is better).
 PAIRED = tuple((m, record.METRIC[m].higher_is_better) for m in verdict.PAIRED)
 DEFAULT_THRESHOLD = verdict.DEFAULT_THRESHOLD
@@ -114,6 +122,12 @@ def _side_info(python: str, env: dict[str, str], flag: str) -> dict[str, Any]:
     return {"python": python, "env": env, **info}
 
 
+def round_order(r: int) -> tuple[str, str]:
+    """Which side round r measures first: ABBA, so each side goes first in half the rounds (an even
+    number of rounds balances exactly) and no order effect can pose as a change between the sides."""
+    return ("base", "new") if r % 2 == 0 else ("new", "base")
+
+
 def run_ab(args: ABArgs) -> dict[str, Any]:
     """Measure every point on both sides in alternating rounds; returns the whole result (every pair)."""
     from eagle_fix import machine
@@ -136,6 +150,8 @@ def run_ab(args: ABArgs) -> dict[str, Any]:
         "started": _now(), "points": [],
         # the side not being measured is paused (SIGSTOP); files without this key ran both at once
         "idle_side": "paused",
+        # the order within each round (round_order); files without this key measured base first
+        "order": ORDER,
     }
     started = time.monotonic()
     try:
@@ -165,15 +181,18 @@ def run_ab(args: ABArgs) -> dict[str, Any]:
 
 
 def _measure(run, p, engines, args: ABArgs, spec, log_dir, sides, EngineProcess, EngineDied) -> dict[str, Any]:
-    """One point: `rounds` rounds of (base, new); a side whose engine died is restarted once per point."""
+    """One point: `rounds` rounds, each measuring both sides in round_order(r) (the pair keeps its
+    `order`; the ratio is new / base whichever went first); a side whose engine died is restarted
+    once per point."""
     identity = run.identity(p)
     entry: dict[str, Any] = {"identity": identity, "status": {}, "error": {}, "pairs": []}
     for side in ("base", "new"):
         if isinstance(engines[side], Exception):
             entry["status"][side], entry["error"][side] = "failed", str(engines[side]).splitlines()[0][:500]
     for r in range(args.rounds):
-        pair = {"round": r}
-        for side in ("base", "new"):
+        order = round_order(r)
+        pair = {"round": r, "order": list(order)}
+        for side in order:
             if entry["status"].get(side) == "failed":
                 continue
             cmd = {"op": "point", "prompt_len": prompt_len(p.context_len, run), "batch_size": run.args.batch_size,

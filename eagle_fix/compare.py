@@ -194,7 +194,9 @@ def format_comparison(cmp: Comparison, *, threshold: float | None = None, strict
 
 
 def load_side(spec: str, *, results_dir: str | os.PathLike = "results", machine: str | None = None) -> list[dict]:
-    """Records of BASE or NEW: an `eagle-fix run` .jsonl, an asv results .json, or a commit in results_dir."""
+    """Records of BASE or NEW: an `eagle-fix run` .jsonl, an asv results .json, or a commit in
+    results_dir, as COMMIT or COMMIT:ENV (ENV: an asv environment name, or a part of one only it has;
+    needed when the commit holds several, e.g. vLLM releases replayed at it or a fix arm)."""
     path = Path(spec)
     if path.is_file():
         if path.suffix == ".json":
@@ -210,7 +212,11 @@ def load_side(spec: str, *, results_dir: str | os.PathLike = "results", machine:
             f"{spec!r} is not a file, and there is no asv results folder {results_dir}/ to find it as a commit",
             exit_code=2,
         )
-    return load_asv_commit(results_dir, _resolve_commit(spec), machine=machine)
+    # a git revision never holds ':' in a ref name, so the first one splits off the environment
+    rev, _, env = spec.partition(":")
+    if not rev or (_ and not env):
+        raise EagleFixError(f"{spec!r}: expected COMMIT or COMMIT:ENV (an asv environment name)", exit_code=2)
+    return load_asv_commit(results_dir, _resolve_commit(rev), machine=machine, env=env or None, name=rev)
 
 
 def _resolve_commit(rev: str) -> str:
@@ -226,7 +232,8 @@ def _resolve_commit(rev: str) -> str:
 
 
 def add_cli_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("base", metavar="BASE", help="`eagle-fix run` .jsonl, asv results .json, or a commit with asv results")
+    parser.add_argument("base", metavar="BASE", help="`eagle-fix run` .jsonl, asv results .json, or a commit with asv "
+                                                     "results (COMMIT:ENV picks one of the commit's asv environments)")
     parser.add_argument("new", metavar="NEW", help="same kinds as BASE")
     parser.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
                         help=f"relative wrong-way change that can fail the gate (default {DEFAULT_THRESHOLD * 100:g}%%)")

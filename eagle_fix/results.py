@@ -156,7 +156,7 @@ def load_asv_file(path: str | os.PathLike) -> list[dict]:
     machine, commit = path.parent.name, data["commit_hash"]
     release, workload = asv_release(data), asv_workload(data)
     fix = params.get("fix") or (data.get("env_vars") or {}).get(FIX_ENV)
-    fingerprint = params.get("fingerprint")
+    fingerprint = params.get("fingerprint") or asv_machine_fingerprint(path.parent)
     named = sidecar_records(path, machine, commit)
     cache: list[list[dict]] = []
 
@@ -219,11 +219,34 @@ def load_asv_file(path: str | os.PathLike) -> list[dict]:
                    vllm_version=release or base.get("vllm_version"),
                    git_commit=commit, timestamp=base.get("timestamp") or when,
                    machine_name=params.get("machine") or machine,
-                   machine_id=base.get("machine_id") or fingerprint or machine, status="failed" if failed else "ok",
+                   machine_id=fingerprint or base.get("machine_id") or machine, status="failed" if failed else "ok",
                    error=_asv_error(failed, base.get("error")) if failed else None,
                    asv_source=params.get("source"))
         out.append(rec)
     return out
+
+
+def asv_machine_fingerprint(folder: Path) -> str | None:
+    """The fingerprint id asv's machine folder was named for (its machine.json `fingerprint`, which
+    scripts/asv_machine.py writes from eagle_fix.machine.fingerprint()): the id JSON-lines records
+    carry as machine_id, so an asv result and a record of one box name one machine. None when the
+    file has none, or says the machine predates fingerprints."""
+    try:
+        fp = json.loads((Path(folder) / "machine.json").read_text(encoding="utf-8")).get("fingerprint")
+    except (OSError, ValueError, AttributeError):
+        return None
+    fp = str(fp or "").strip()
+    return fp if fp and not fp.startswith("unknown") and " " not in fp else None
+
+
+def asv_environment(path: Path) -> str:
+    """The asv environment an asv results file measured (its `env_name`, else the file name after
+    the commit): one commit holds one file per environment (vLLM release, fix arm, workload)."""
+    try:
+        name = json.loads(Path(path).read_text(encoding="utf-8")).get("env_name")
+    except (OSError, ValueError, AttributeError):
+        name = None
+    return str(name) if name else Path(path).stem.split("-", 1)[-1]
 
 
 def _iso_ms(ms) -> str | None:
@@ -265,8 +288,12 @@ def asv_commits(results_dir: str | os.PathLike) -> list[str]:
     return sorted(out)
 
 
-def load_asv_commit(results_dir: str | os.PathLike, commit: str, machine: str | None = None) -> list[dict]:
-    """Records for one commit (a prefix is enough) from the asv results under results_dir."""
+def load_asv_commit(results_dir: str | os.PathLike, commit: str, machine: str | None = None,
+                    env: str | None = None, name: str | None = None) -> list[dict]:
+    """Records for one commit (a prefix is enough) and one asv environment from the asv results under
+    results_dir. A commit with several environments (releases replayed at it, a fix arm, another
+    workload) needs `env`, an environment name or a part of one only it has: merging them would let
+    one silently replace the other's points. `name`: the commit as the user wrote it, for the hint."""
     results_dir = Path(results_dir)
     matches = [c for c in asv_commits(results_dir) if c.startswith(commit)]
     if not matches:
@@ -283,10 +310,22 @@ def load_asv_commit(results_dir: str | os.PathLike, commit: str, machine: str | 
     if len(machines) > 1:
         raise EagleFixError(f"commit {commit!r} has asv results from several machines {machines}: "
                             f"pass --machine NAME (results of different machines are not one history)", exit_code=2)
-    rows = [r for p in files for r in load_asv_file(p)]
-    if machine and not rows:
+    if machine and not files:
         raise EagleFixError(f"no asv results for commit {commit!r} on machine {machine!r}", exit_code=2)
-    return rows
+    envs = {p: asv_environment(p) for p in files}
+    if env is not None:
+        exact = [p for p, name in envs.items() if name == env]
+        files = exact or [p for p, name in envs.items() if env in name]
+        if not files:
+            raise EagleFixError(f"commit {name or commit!r} has no asv environment {env!r}; it has "
+                                f"{', '.join(sorted(set(envs.values())))}", exit_code=2)
+    names = sorted({envs[p] for p in files})
+    if len(names) > 1:
+        what = "matches" if env is not None else "has"
+        raise EagleFixError(
+            f"commit {name or commit!r} {what} {len(names)} asv environments ({', '.join(names)}), which are not one "
+            f"run: pick one as {name or commit}:ENV, e.g. {name or commit}:{names[0]}", exit_code=2)
+    return [r for p in files for r in load_asv_file(p)]
 
 
 # --------------------------------------------------------------------------- everything

@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, Iterable
@@ -46,6 +47,7 @@ def run_sweep(args: RunArgs) -> list[dict[str, Any]]:
     _check_before_measuring(run, todo)
     common = _common_fields(run)
     sampler = MemorySampler()
+    load = LoadSampler()
     progress = _Progress(len(points), len(points) - len(todo), args.progress)
     try:
         for group in groups(todo):
@@ -72,14 +74,21 @@ def run_sweep(args: RunArgs) -> list[dict[str, Any]]:
                         cmd = {"op": "point", "prompt_len": prompt_len(p.context_len, run), "batch_size": args.batch_size,
                                "output_len": run.output_len, "seed": args.seed, "repeats": args.repeats,
                                "ttft_repeats": args.ttft_repeats}
+                        load.start(engine.pid)
+                        died = None
                         try:
                             result = engine.run_point(cmd, timeout_s=point_timeout(run, p))
                         except EngineDied as exc:
-                            rec = _record(run, p, fields, status="failed", error=str(exc), ready=engine.ready,
-                                          memory=sampler.peaks())
+                            died = exc
+                        finally:
+                            during = load.stop()
+                        if died is not None:
+                            rec = _record(run, p, fields, status="failed", error=str(died), ready=engine.ready,
+                                          memory=sampler.peaks(), load=during)
                             records.append(_emit(run, rec, progress))
                             break  # restart the engine for the remaining points
-                        rec = _record(run, p, fields, status="ok", result=result, ready=engine.ready, memory=sampler.peaks())
+                        rec = _record(run, p, fields, status="ok", result=result, ready=engine.ready,
+                                      memory=sampler.peaks(), load=during)
                         if p.arm == "baseline":
                             baselines[record.key(rec)] = rec
                         else:
@@ -94,6 +103,7 @@ def run_sweep(args: RunArgs) -> list[dict[str, Any]]:
     except EagleFixError as exc:  # e.g. a log or the results file that cannot be written
         raise EagleFixError(f"{exc}; {_finished(records, points, run)}", exit_code=exc.exit_code) from None
     finally:
+        load.stop()
         progress.close()
         sampler.close()
     return records
@@ -123,7 +133,8 @@ def _finished(records: list, points: list, run: Resolved) -> str:
 
 
 def _record(run: Resolved, p: Point, fields: dict[str, Any], *, status: str, result: dict | None = None,
-            error: str | None = None, ready: dict | None = None, memory: dict | None = None) -> dict[str, Any]:
+            error: str | None = None, ready: dict | None = None, memory: dict | None = None,
+            load: dict | None = None) -> dict[str, Any]:
     rec = record.new(**run.identity(p), **fields["common"], prompt_len=prompt_len(p.context_len, run),
                      status=status, error=error, engine_log=_relative(fields["log"], run),
                      load_avg_1m=os.getloadavg()[0],  # a busy machine's speed is not evidence (compare)
@@ -133,6 +144,8 @@ def _record(run: Resolved, p: Point, fields: dict[str, Any], *, status: str, res
             rec[k] = ready.get(k)
     if memory:
         rec.update(memory)
+    if load:  # the load over the point (LoadSampler); load_avg_1m stays the reading at its end
+        rec.update(load)
     if result:
         _summarize(rec, result)
         _roofline(rec, run)
@@ -194,8 +207,105 @@ def _common_fields(run: Resolved) -> dict[str, Any]:
     fp = machine.fingerprint()
     env = {INJECT_DELAY_ENV: os.environ[INJECT_DELAY_ENV]} if os.environ.get(INJECT_DELAY_ENV) else None
     return {"device": device_info(), "git_commit": machine.git_commit(), "env": env, "machine": fp,
-            "machine_id": fp["id"], "machine_name": fp["name"], "limits": machine.limits(),
+            "machine_id": fp["id"], "machine_name": fp["name"], "limits": limits_with_age(machine.limits()),
             "synthetic_acceptance": run.profile.synthetic_acceptance_length is not None}
+
+
+def limits_with_age(limits: Any, now: _dt.datetime | None = None) -> Any:
+    """The limits as measured, with how old they were when this sweep started (`age_s`) beside
+    `cached`: a figure cached hours ago says nothing of the contention of this run, and a reader
+    has to see that it was cached, and when it was measured, to know what it stands for."""
+    if not isinstance(limits, dict):
+        return limits
+    out = dict(limits)
+    out.setdefault("cached", None)
+    try:
+        measured = _dt.datetime.fromisoformat(str(out.get("measured_at")))
+        if measured.tzinfo is None:
+            measured = measured.replace(tzinfo=_dt.timezone.utc)
+        now = now or _dt.datetime.now(_dt.timezone.utc)
+        out["age_s"] = max(0, round((now - measured).total_seconds()))
+    except ValueError:
+        out["age_s"] = None  # no or unreadable measured_at: the age is unknown, not zero
+    return out
+
+
+class LoadSampler:
+    """The machine's load over one point, sampled by a background thread of the sweep's process
+    while the engine measures: the 1-minute load average every `interval_s` (its mean and maximum
+    over the point, not one reading at its end, which misses a run that came and went mid-point), and
+    the cores other processes kept busy on average (from /proc/stat, less the CPU time of this
+    process and of the engine's process tree). A process of the tree that exits during the point
+    takes its time with it, so `other_busy_cores` can only overstate others' work, never hide it."""
+
+    def __init__(self, interval_s: float = 1.0):
+        self.interval_s = interval_s
+        self._thread: threading.Thread | None = None
+        self._result: dict[str, Any] | None = None
+
+    def start(self, pid: int | None) -> None:
+        self.stop()
+        self._pid, self._result = pid, None
+        self._samples = [os.getloadavg()[0]]
+        self._stop = threading.Event()
+        self._t0, self._busy0, self._own0 = time.monotonic(), _machine_busy_s(), self._own_cpu()
+        self._thread = threading.Thread(target=self._loop, name="eagle-fix-load", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self._samples.append(os.getloadavg()[0])
+
+    def stop(self) -> dict[str, Any] | None:
+        """Stop sampling; the record fields of the point (None when nothing was started). Idempotent."""
+        if self._thread is None:
+            return self._result
+        self._stop.set()
+        self._thread.join()
+        self._thread = None
+        self._samples.append(os.getloadavg()[0])
+        elapsed = time.monotonic() - self._t0
+        busy1, own1 = _machine_busy_s(), self._own_cpu()
+        others = None
+        if self._busy0 is not None and busy1 is not None and elapsed > 0:
+            own = sum(own1.get(k, 0.0) - self._own0.get(k, 0.0) for k in own1)
+            others = round(max(0.0, (busy1 - self._busy0 - own) / elapsed), 2)
+        self._result = {"load_avg_mean": round(sum(self._samples) / len(self._samples), 2),
+                        "load_avg_max": round(max(self._samples), 2), "other_busy_cores": others}
+        return self._result
+
+    def _own_cpu(self) -> dict[Any, float]:
+        """CPU seconds of this process and of the engine's process tree, by process."""
+        t = os.times()
+        out: dict[Any, float] = {"self": t.user + t.system}
+        if self._pid is None:
+            return out
+        try:
+            import psutil
+
+            root = psutil.Process(self._pid)
+            procs = [root] + root.children(recursive=True)
+        except Exception:  # noqa: BLE001 -- no psutil, or the engine already gone: the machine's figure alone
+            return out
+        for proc in procs:
+            try:
+                c = proc.cpu_times()
+                out[(proc.pid, proc.create_time())] = c.user + c.system
+            except Exception:  # noqa: BLE001 -- exited between listing and reading
+                continue
+        return out
+
+
+def _machine_busy_s() -> float | None:
+    """CPU seconds the whole machine spent busy since boot (/proc/stat: user, nice, system, irq,
+    softirq; steal is the host's, not a process's); None where there is no /proc/stat."""
+    try:
+        with open("/proc/stat") as f:
+            fields = f.readline().split()
+        user, nice, system, _idle, _iowait, irq, softirq = (int(x) for x in fields[1:8])
+    except (OSError, ValueError):
+        return None
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
 
 
 def _roofline(rec: dict[str, Any], run: Resolved) -> None:

@@ -13,7 +13,9 @@ mkdir -p "$out"
 py=.venv/bin/python
 delays=("$@"); [ ${#delays[@]} -gt 0 ] || delays=(0.5 1 2)
 modes=${CALIBRATE_MODES:-eager}
-ab() { .venv/bin/eagle-fix ab --base-python "$py" --new-python "$py" --profile cpu-quick --modes "$modes" --rounds 5 "$@"; }
+# ab's default rounds: the fewest with which its sign test can reach its level at all (fewer rounds
+# could only say inconclusive, so they would calibrate nothing)
+ab() { .venv/bin/eagle-fix ab --base-python "$py" --new-python "$py" --profile cpu-quick --modes "$modes" "$@"; }
 start=$(date +%s)
 [ -f "$out/run-a.jsonl" ] || .venv/bin/eagle-fix run --profile cpu-quick --modes "$modes" --out "$out/run-a.jsonl" --no-progress
 [ -f "$out/aa.json" ] || ab --out "$out/aa.json"; echo "calibrate: A/A exit $?"

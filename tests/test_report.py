@@ -282,3 +282,23 @@ def test_at_most_eight_lines_per_axes(tmp_path):
     for ax in fig.axes:  # the legend sits outside every axes
         assert ax.get_legend() is None
     assert fig.legends
+
+
+def test_summary_intervals_are_labelled_with_their_real_coverage():
+    """With fewer than 6 samples the interval of the median is the samples' (min, max): its coverage
+    is 1 - 2*0.5^n (75% at 3), and the heading says so instead of "95% ci"."""
+    from eagle_fix import record, stats
+    from eagle_fix.report import summary_table
+    from eagle_fix.results import records_frame
+
+    def rec(ctx, samples):
+        return record.new(profile="p", context_len=ctx, mode="eager", arm="baseline", batch_size=1, output_len=64,
+                          status="ok", machine_id="m", machine_name="m", decode_throughput_tok_s=stats.median(samples),
+                          samples={"decode_throughput_tok_s": samples},
+                          ci95={"decode_throughput_tok_s": stats.median_ci(samples)})
+
+    three = summary_table(records_frame([rec(8192, [10.0, 11.0, 12.0])]))
+    assert "decode tok/s [range, 75% cov]" in three and "95% ci] | accept" not in three
+    mixed = summary_table(records_frame([rec(8192, [10.0, 11.0, 12.0]), rec(16384, [float(x) for x in range(10, 20)])]))
+    assert "decode tok/s [interval]" in mixed
+    assert "11.0 [10.0, 12.0] (range, 75% cov)" in mixed and "(95% ci)" in mixed
