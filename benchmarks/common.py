@@ -31,7 +31,7 @@ def profile_name() -> str:
 
 
 # Optional reduced set of contexts, e.g. EAGLE_FIX_CONTEXTS=8192,16384: the profile's own set
-# otherwise. (On 2 CPU cores a 131072-token prefill of the tiny pair takes ~30 min per engine.)
+# otherwise (the long contexts cost most: docs/results.md has what each took).
 CONTEXTS_ENV = "EAGLE_FIX_CONTEXTS"
 # The repository root: asv runs setup_cache in a scratch folder, so paths are anchored here.
 REPO = Path(__file__).resolve().parents[1]
