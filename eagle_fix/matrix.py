@@ -445,10 +445,14 @@ def doctor_differences(r: Release, mode: str, rep: dict) -> list[str]:
     out = []
     if rep.get("vllm_version") != r.version:
         out.append(f"the venv's vLLM is {rep.get('vllm_version')}, not {r.version}")
+    # The registry's verdicts are those of its runner; which runner vLLM picks depends on the machine
+    # (a CUDA build with a GPU picks another), so the verdict compared is that runner's.
+    judged = next((b for b in rep.get("by_runner") or [] if b.get("runner") == r.runner), None)
+    verdict = judged.get("verdict") if judged else rep.get("verdict") if got[2] == r.runner else None
     want = releases.DOCTOR_VERDICTS.get(mode)
-    if want and rep.get("verdict") != want:
-        out.append(f"verdict {rep.get('verdict')}, expected {want}")
-    for name, have, expected in zip(("override", "block table", "runner"), got, (r.override, r.block_table, r.runner)):
+    if want and verdict is not None and verdict != want:
+        out.append(f"verdict {verdict} on runner {r.runner}, expected {want}")
+    for name, have, expected in zip(("override", "block table"), got, (r.override, r.block_table)):
         if expected is not None and have != expected:
             out.append(f"{name} {have}, eagle_fix/releases.py says {expected}")
     return out

