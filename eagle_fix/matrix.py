@@ -356,14 +356,23 @@ class Matrix:
 
     def config_tests(self, r: Release) -> bool:
         """The config-level tests (vLLM's config classes, no engine) in the release's venv."""
+        return self._pytest(r, "config-tests", ["tests/test_config_classes.py", "tests/test_doctor.py",
+                                                 "tests/test_plugin.py"])
+
+    def hook_tests(self, r: Release) -> bool:
+        """Every hooked name of both model runners still there with the signature the plugin reads
+        (tests/test_hooks.py, import-level), in the release's venv: results/releases/hooks-<tag>.txt."""
+        return self._pytest(r, "hooks", ["tests/test_hooks.py"])
+
+    def _pytest(self, r: Release, kind: str, tests: list[str]) -> bool:
         t0 = time.monotonic()
-        out = r.files(self.root)["config-tests"]
-        tests = ["tests/test_config_classes.py", "tests/test_doctor.py", "tests/test_plugin.py"]
-        self.say(r, f"config-level tests ({' '.join(tests)}, -m 'not engine')")
+        out = r.files(self.root)[kind]
+        self.say(r, f"{kind} ({' '.join(tests)}, -m 'not engine')")
         py = str(self.venv(r) / "bin" / "python")
         proc = self.run([py, "-m", "pytest", "-q", "-rfs", "-p", "no:cacheprovider", "-m", "not engine", *tests],
                         env={"HF_HUB_OFFLINE": "1"}, capture=True)
-        self.cost(r, config_tests_s=round(time.monotonic() - t0, 1), config_tests_rc=proc.returncode)
+        self.cost(r, **{f"{kind.replace('-', '_')}_s": round(time.monotonic() - t0, 1),
+                        f"{kind.replace('-', '_')}_rc": proc.returncode})
         if self.dry:
             return True
         have = self.run([py, "-c", "import vllm; print('vllm', vllm.__version__)"], capture=True).stdout.strip()
@@ -371,7 +380,7 @@ class Matrix:
                  if line.startswith(("FAILED", "ERROR", "SKIPPED")) or "passed" in line or "failed" in line][-40:]
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text("\n".join([f"# {r.tag}: {have.splitlines()[-1] if have else ''}, exit {proc.returncode}", *lines]) + "\n")
-        self.say(r, f"config-level tests exit {proc.returncode}: {lines[-1] if lines else ''}")
+        self.say(r, f"{kind} exit {proc.returncode}: {lines[-1] if lines else ''}")
         return proc.returncode == 0
 
     def adjacent_ab(self, base: Release, new: Release) -> bool:
@@ -400,6 +409,8 @@ class Matrix:
                     continue
                 if not a.no_doctor and not self.doctor(r):
                     self.failed.append(f"{r.tag}:doctor")
+                if not self.hook_tests(r):
+                    self.failed.append(f"{r.tag}:hooks")
                 if r.config_only(self.gpu):  # the CUDA build on a CPU box: no engine
                     if not self.config_tests(r):
                         self.failed.append(f"{r.tag}:config-tests")

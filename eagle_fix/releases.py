@@ -76,7 +76,7 @@ class Release:
         """The matrix's per-release files (the records files are named by eagle_fix.matrix)."""
         d = root / RESULTS
         return {"doctor": d / f"doctor-{self.tag}.json", "cost": d / f"cost-{self.tag}.json",
-                "config-tests": d / f"config-tests-{self.tag}.txt"}
+                "config-tests": d / f"config-tests-{self.tag}.txt", "hooks": d / f"hooks-{self.tag}.txt"}
 
 
 RELEASES: tuple[Release, ...] = (

@@ -300,4 +300,5 @@ def test_the_script_passes_its_flags_and_plans_without_building():
     assert out.returncode == 0, out.stderr
     made = [line for line in out.stdout.splitlines() if line.startswith("matrix: would make or reuse ")]
     assert [line.split()[5] for line in made] == [str(r.venv) for r in two]
-    assert len(_steps(out.stdout)) == 3 * len(two) and "dry run done" in out.stdout
+    # per release: the doctor in its three modes and the hook test
+    assert len(_steps(out.stdout)) == 4 * len(two) and "dry run done" in out.stdout
