@@ -15,13 +15,20 @@ test at p < alpha; fewer rounds than the test needs to reach alpha are `inconclu
 row's power. Acceptance is judged on counts, coverage and status exactly. Exit codes as
 `eagle-fix compare`.
 
-Both engines of a group must fit in memory together; when the second cannot start, the point is
-recorded as failed with the engine's cause (nothing is measured sequentially behind your back).
+How the two sides share the machine is decided before any engine starts (`sharing_plan`) and
+recorded in the file (`sharing`, `sharing_reason`): on CPU both engines stay up and the idle one is
+paused ("paused"); on one GPU each side gets half the device and a KV budget sized to the points
+("split-memory": vLLM refuses to start an engine whose gpu_memory_utilization exceeds the free
+share, so two engines at the profiles' 0.9 could never both start), or, when two engines cannot
+fit or the device's memory is unknown, one side's engine at a time, stopped and started around
+each measurement ("one-at-a-time"). When a side's engine cannot start, the point is recorded as
+failed with the engine's cause.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as _dt
 import json
 import os
@@ -122,6 +129,57 @@ def _side_info(python: str, env: dict[str, str], flag: str) -> dict[str, Any]:
     return {"python": python, "env": env, **info}
 
 
+# Each side's share of one GPU under "split-memory", below half so the second engine's start-up
+# check (free memory >= its share) passes with the first engine up, and the CUDA context and
+# allocator slack of both fit beside.
+SPLIT_UTILIZATION = 0.45
+# Besides weights and KV: activations, CUDA graphs, the CUDA context and the allocator's slack.
+OVERHEAD_FLOOR_BYTES = 2 * 2**30
+OVERHEAD_SHARE_OF_WEIGHTS = 0.2
+
+
+def engine_need_bytes(run: Any, spec: Any) -> int | None:
+    """What one engine of `spec` holds on the GPU, roughly: weights (target, and draft on the
+    EAGLE3 arm) from the configs, the KV budget, and an allowance for the rest; None when the
+    configs cannot say."""
+    from eagle_fix.checkpoint import read_config
+    from eagle_fix.machine import model_shape
+
+    try:
+        weights = model_shape(run.profile.target_config())["weight_bytes"]
+        if spec.draft is not None:
+            weights += model_shape(read_config(run.profile.draft, "draft"))["weight_bytes"]
+    except (EagleFixError, OSError, KeyError, TypeError, ValueError):
+        return None
+    return int(weights + (spec.kv_cache_memory_bytes or 0)
+               + max(OVERHEAD_FLOOR_BYTES, OVERHEAD_SHARE_OF_WEIGHTS * weights))
+
+
+def sharing_plan(device: str, need_bytes: int | None, total_bytes: int | None,
+                 total_error: str | None = None) -> dict[str, Any]:
+    """How the two sides' engines share the machine, and why (recorded in the ab file)."""
+    if device != "cuda":
+        return {"sharing": "paused", "reason": "CPU: both engines stay up; the side not measured is paused "
+                                               "(SIGSTOP), so its idle polling cannot land on the other's numbers"}
+    gib = lambda n: f"{n / 2**30:.1f} GiB"  # noqa: E731
+    if total_bytes is None:
+        return {"sharing": "one-at-a-time",
+                "reason": f"the GPU's memory is unknown ({total_error or 'NVML gave none'}): two engines are not "
+                          "shown to fit, so each side's engine runs alone, stopped and started per measurement"}
+    if need_bytes is None:
+        return {"sharing": "one-at-a-time",
+                "reason": "one engine's memory cannot be estimated from the configs: each side's engine runs "
+                          "alone, stopped and started per measurement"}
+    share = int(SPLIT_UTILIZATION * total_bytes)
+    if need_bytes <= share:
+        return {"sharing": "split-memory", "gpu_memory_utilization": SPLIT_UTILIZATION,
+                "reason": f"one engine needs about {gib(need_bytes)} (weights, KV budget, allowance); each side "
+                          f"gets gpu_memory_utilization {SPLIT_UTILIZATION} ({gib(share)} of {gib(total_bytes)})"}
+    return {"sharing": "one-at-a-time",
+            "reason": f"one engine needs about {gib(need_bytes)}, more than a side's share {gib(share)} of "
+                      f"{gib(total_bytes)}: each side's engine runs alone, stopped and started per measurement"}
+
+
 def round_order(r: int) -> tuple[str, str]:
     """Which side round r measures first: ABBA, so each side goes first in half the rounds (an even
     number of rounds balances exactly) and no order effect can pose as a change between the sides."""
@@ -138,6 +196,8 @@ def run_ab(args: ABArgs) -> dict[str, Any]:
     from eagle_fix import lifecycle
 
     lifecycle.install_signal_handlers()  # engines never outlive the command, on both sides
+    from eagle_fix.memory import gpu_total_bytes
+
     run = resolve(args.run)
     sides = {"base": _side_info(args.base_python, args.base_env, "--base-python"),
              "new": _side_info(args.new_python, args.new_env, "--new-python")}
@@ -148,30 +208,40 @@ def run_ab(args: ABArgs) -> dict[str, Any]:
         "git_commit": machine.git_commit(), "base": sides["base"], "new": sides["new"], "rounds": args.rounds,
         "threshold": args.threshold, "alpha": args.alpha, "min_detectable": verdict.MIN_DETECTABLE,
         "started": _now(), "points": [],
-        # the side not being measured is paused (SIGSTOP); files without this key ran both at once
+        # the side not being measured is paused (SIGSTOP), or stopped under "one-at-a-time"; files
+        # without this key ran both at once
         "idle_side": "paused",
         # the order within each round (round_order); files without this key measured base first
         "order": ORDER,
     }
     started = time.monotonic()
+    total, total_error = gpu_total_bytes() if run.profile.device == "cuda" else (None, None)
     try:
         for group in groups(plan(run)):
             spec = engine_spec(run, group[0])
-            engines: dict[str, Any] = {}
+            share = sharing_plan(run.profile.device, engine_need_bytes(run, spec), total, total_error)
+            if share.get("gpu_memory_utilization"):
+                spec = dataclasses.replace(spec, gpu_memory_utilization=share["gpu_memory_utilization"])
+            # the first group's plan is the file's; a group that differs is recorded on its points
+            result.setdefault("sharing", share["sharing"])
+            result.setdefault("sharing_reason", share["reason"])
+            if share["sharing"] == "one-at-a-time":
+                result["idle_side"] = "stopped"
+            engines: dict[str, Any] = {"base": None, "new": None}
             try:
-                for side in ("base", "new"):
-                    log = log_dir / f"{side}-{group[0].mode}-{group[0].arm}-{group[0].fix or 'none'}-{int(time.time())}.log"
-                    try:
-                        engines[side] = EngineProcess(spec, log, python=sides[side]["python"], env=sides[side]["env"])
-                    except EngineDied as exc:
-                        engines[side] = exc
+                if share["sharing"] != "one-at-a-time":
+                    for side in ("base", "new"):
+                        engines[side] = _start(spec, log_dir, side, group[0], sides, EngineProcess, EngineDied)
                 for p in group:
-                    entry = _measure(run, p, engines, args, spec, log_dir, sides, EngineProcess, EngineDied)
+                    entry = _measure(run, p, engines, args, spec, log_dir, sides, EngineProcess, EngineDied,
+                                     sharing=share["sharing"])
+                    if share["sharing"] != result["sharing"]:
+                        entry["sharing"], entry["sharing_reason"] = share["sharing"], share["reason"]
                     result["points"].append(entry)
                     _progress(entry, started)
             finally:
                 for e in engines.values():
-                    if not isinstance(e, Exception):
+                    if e is not None and not isinstance(e, Exception):
                         e.close()
     except Interrupted as exc:
         raise Interrupted(f"{exc}: {len(result['points'])} points measured, nothing written", exc.signum) from None
@@ -180,14 +250,26 @@ def run_ab(args: ABArgs) -> dict[str, Any]:
     return result
 
 
-def _measure(run, p, engines, args: ABArgs, spec, log_dir, sides, EngineProcess, EngineDied) -> dict[str, Any]:
+def _start(spec, log_dir: Path, side: str, p, sides, EngineProcess, EngineDied, suffix: str = "") -> Any:
+    """One side's engine, or the EngineDied that says why it could not start."""
+    log = log_dir / f"{side}-{p.mode}-{p.arm}-{p.fix or 'none'}-{int(time.time())}{suffix}.log"
+    try:
+        return EngineProcess(spec, log, python=sides[side]["python"], env=sides[side]["env"])
+    except EngineDied as exc:
+        return exc
+
+
+def _measure(run, p, engines, args: ABArgs, spec, log_dir, sides, EngineProcess, EngineDied,
+             sharing: str = "paused") -> dict[str, Any]:
     """One point: `rounds` rounds, each measuring both sides in round_order(r) (the pair keeps its
     `order`; the ratio is new / base whichever went first); a side whose engine died is restarted
-    once per point."""
+    once per point. Under "one-at-a-time" the other side's engine is stopped before a side's is
+    started, so one engine at a time holds the GPU."""
     identity = run.identity(p)
     entry: dict[str, Any] = {"identity": identity, "status": {}, "error": {}, "pairs": []}
+    alone = sharing == "one-at-a-time"
     for side in ("base", "new"):
-        if isinstance(engines[side], Exception):
+        if not alone and isinstance(engines[side], Exception):  # one-at-a-time tries a fresh start per point
             entry["status"][side], entry["error"][side] = "failed", str(engines[side]).splitlines()[0][:500]
     for r in range(args.rounds):
         order = round_order(r)
@@ -195,8 +277,15 @@ def _measure(run, p, engines, args: ABArgs, spec, log_dir, sides, EngineProcess,
         for side in order:
             if entry["status"].get(side) == "failed":
                 continue
+            if alone:
+                _one_engine_up(engines, side, lambda: _start(spec, log_dir, side, p, sides, EngineProcess, EngineDied))
+                if isinstance(engines[side], Exception):
+                    entry["status"][side], entry["error"][side] = "failed", str(engines[side]).splitlines()[0][:500]
+                    continue
+            # a fresh engine has no cached prompt: it pays its prefill in a TTFT run first
+            fresh = r == 0 or alone
             cmd = {"op": "point", "prompt_len": prompt_len(p.context_len, run), "batch_size": run.args.batch_size,
-                   "output_len": run.output_len, "seed": run.args.seed, "repeats": 1, "ttft_repeats": 1 if r == 0 else 0}
+                   "output_len": run.output_len, "seed": run.args.seed, "repeats": 1, "ttft_repeats": 1 if fresh else 0}
             _measure_alone(engines, side)
             try:
                 res = engines[side].run_point(cmd, timeout_s=point_timeout(run, p))
@@ -220,8 +309,18 @@ def _measure_alone(engines: dict[str, Any], side: str) -> None:
     """The side about to be measured runs; the other side's engine is paused (SIGSTOP of its process
     group), so its idle busy-polling never lands on this side's numbers."""
     for name, engine in engines.items():
-        if not isinstance(engine, Exception):
+        if engine is not None and not isinstance(engine, Exception):
             (engine.resume if name == side else engine.pause)()
+
+
+def _one_engine_up(engines: dict[str, Any], side: str, start: Any) -> None:
+    """"one-at-a-time": close every other side's engine, then start this side's if it is not up."""
+    for name, engine in engines.items():
+        if name != side and engine is not None and not isinstance(engine, Exception):
+            engine.close()
+            engines[name] = None
+    if engines[side] is None or isinstance(engines[side], Exception):
+        engines[side] = start()
 
 
 def _pair_numbers(res: dict[str, Any]) -> dict[str, Any]:

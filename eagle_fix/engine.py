@@ -29,6 +29,10 @@ from typing import Any
 
 # `fix` arm -> EAGLE_FIX_MODE in the engine's processes.
 FIX_MODES = {"on": "auto", "off": "revert", "upstream": "off"}
+# vLLM's names (CompilationMode, CUDAGraphMode): the grid's settings of a compiled engine. An eager
+# engine (enforce_eager) is NONE and NONE whatever is asked.
+COMPILATION_MODES = ("NONE", "STOCK_TORCH_COMPILE", "DYNAMO_TRACE_ONCE", "VLLM_COMPILE")
+CUDAGRAPH_MODES = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
 # Lines of an engine log that name why it died, most specific first.
 _CAUSE_PATTERNS = (
     r"device-side assert.*",
@@ -57,6 +61,10 @@ class EngineSpec:
     gpu_memory_utilization: float | None = None  # CUDA only
     seed: int = 0
     hf_overrides: dict[str, Any] | None = None  # the target's config.json overrides (vLLM hf_overrides)
+    # None: vLLM's default for a compiled engine (VLLM_COMPILE; its default CUDA-graph mode on CUDA)
+    compilation_mode: str | None = None
+    cudagraph_mode: str | None = None
+    kv_cache_memory_bytes: int | None = None  # CUDA: the KV budget the points need (not a device share)
 
     def llm_kwargs(self) -> dict[str, Any]:
         """Keyword arguments of vllm.LLM for this engine."""
@@ -75,17 +83,24 @@ class EngineSpec:
             kwargs["max_num_batched_tokens"] = self.max_num_batched_tokens
         if self.gpu_memory_utilization:
             kwargs["gpu_memory_utilization"] = self.gpu_memory_utilization
+        if self.kv_cache_memory_bytes:
+            kwargs["kv_cache_memory_bytes"] = int(self.kv_cache_memory_bytes)
+        if self.mode != "eager":
+            compilation = {k: v for k, v in (("mode", self.compilation_mode), ("cudagraph_mode", self.cudagraph_mode)) if v}
+            if compilation:
+                kwargs["compilation_config"] = compilation
         if self.hf_overrides:
             # A dict applies to the target's config only: vLLM gives the draft its own overrides.
             kwargs["hf_overrides"] = dict(self.hf_overrides)
+        # every engine, baseline too: the memory RPCs (and the drafter's counters) live in the worker
+        from eagle_fix.memory import WORKER_EXTENSION
+
+        kwargs["worker_extension_cls"] = WORKER_EXTENSION
         if self.draft is not None:
             from eagle_fix.models import speculative_config
-            from eagle_fix.plugin import WORKER_EXTENSION
 
             kwargs["speculative_config"] = speculative_config(self.draft, self.num_speculative_tokens,
                                                               self.synthetic_acceptance_length)
-
-            kwargs["worker_extension_cls"] = WORKER_EXTENSION
         return kwargs
 
     def env(self) -> dict[str, str]:
@@ -593,7 +608,8 @@ def _child_main(spec_json: str, reply_fd: int, lifeline_fd: int | None = None) -
         replies.write(json.dumps(obj) + "\n")
         replies.flush()
 
-    from eagle_fix.measure import compile_seconds, drafter_stats, measure_point
+    from eagle_fix.measure import compile_seconds, drafter_stats, engine_settings, measure_point, worker_memory_once
+    from eagle_fix.memory import cudagraph_pool_bytes
 
     llm = None
     try:
@@ -612,6 +628,7 @@ def _child_main(spec_json: str, reply_fd: int, lifeline_fd: int | None = None) -
         startup_s = time.perf_counter() - t0
         cache = config.cache_config
         stats = drafter_stats(llm) if spec.draft else {}
+        log_lines = log_tail(Path(os.environ["EAGLE_FIX_ENGINE_LOG"]), 2_000_000) if os.environ.get("EAGLE_FIX_ENGINE_LOG") else []
         reply({
             "event": "ready",
             "startup_s": startup_s,
@@ -623,6 +640,8 @@ def _child_main(spec_json: str, reply_fd: int, lifeline_fd: int | None = None) -
             "plugin_actions": stats.get("plugin_actions"),
             "vocab_size": vocab,
             "compile_s": compile_seconds(os.environ.get("EAGLE_FIX_ENGINE_LOG")),
+            **engine_settings(config, worker_memory_once(llm)),
+            "vllm_cudagraph_pool_bytes": cudagraph_pool_bytes(log_lines),
         })
     except Exception as exc:  # cannot start: fatal, the parent reports it with the log tail
         dead = _dead_processes(llm) if llm is not None else None

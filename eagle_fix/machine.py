@@ -507,7 +507,46 @@ def _measure_cpu(threads: int) -> dict[str, Any]:
             **watch.result()}
 
 
+# Functions `_run_in_child` may run: measurements that must not leave a CUDA context here.
+_CHILD_FUNCTIONS = ("_measure_cuda", "_child_pid")
+CHILD_TIMEOUT_S = 900
+
+
+def _child_pid() -> dict[str, Any]:
+    """The child's pid (tests check that `_run_in_child` really runs elsewhere)."""
+    return {"pid": os.getpid()}
+
+
+def _run_in_child(name: str, timeout_s: float = CHILD_TIMEOUT_S) -> dict[str, Any]:
+    """`name()` of this module in a fresh interpreter, its JSON result returned. The CUDA roofline
+    creates a CUDA context, which lives as long as the process that made it: run in the sweep's
+    process it would stay for the whole sweep, and an EXCLUSIVE_PROCESS GPU would then refuse the
+    engine. A child's context ends with the child."""
+    import sys
+    import tempfile
+
+    if name not in _CHILD_FUNCTIONS:
+        raise ValueError(f"{name} is not a function _run_in_child runs")
+    code = (f"import json, sys; from eagle_fix import machine; "
+            f"sys.stdout.write('\\n' + json.dumps(machine.{name}()) + '\\n')")
+    try:
+        # a neutral folder: `-c` puts the working folder first on sys.path
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout_s,
+                              cwd=tempfile.gettempdir())
+    except subprocess.TimeoutExpired:
+        raise EagleFixError(f"measuring the machine's limits ({name}) took over {timeout_s:.0f} s in its own process") from None
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise EagleFixError(f"measuring the machine's limits ({name}) failed in its own process "
+                            f"(exit {proc.returncode}): {last[:300]}")
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    if not lines:
+        raise EagleFixError(f"measuring the machine's limits ({name}): its process printed no result")
+    return json.loads(lines[-1])
+
+
 def _measure_cuda() -> dict[str, Any]:
+    """The GPU's matmul and copy limits. Run through `_run_in_child` (never in the sweep's process)."""
     import torch
 
     def timed(fn, repeats: int) -> float:
@@ -543,7 +582,8 @@ def _measure_cuda() -> dict[str, Any]:
             "peak_gflops": gflops[peak], "peak_dtype": peak, "peak_path": paths[peak],
             "bandwidth_gbs": 2 * nbytes / secs / 1e9,
             "bandwidth_buffer_bytes": nbytes, "tf32": bool(torch.backends.cuda.matmul.allow_tf32),
-            "gpu_name": torch.cuda.get_device_name(0)}
+            "gpu_name": torch.cuda.get_device_name(0),
+            "memory_total_bytes_torch": int(torch.cuda.get_device_properties(0).total_memory)}
 
 
 def measure_limits(*, threads: int | None = None, device: str | None = None) -> dict[str, Any]:
@@ -583,9 +623,11 @@ def measure_limits(*, threads: int | None = None, device: str | None = None) -> 
         result.update(_measure_cpu(threads))
     else:
         result.update(threads=None, threads_rule="cuda: host threads do not bound the GPU's limits")
-        result.update(_measure_cuda())
+        measured = _run_in_child("_measure_cuda")  # no CUDA context left in this process
+        result.update({k: v for k, v in measured.items() if k != "memory_total_bytes_torch"})
         result["memory_total_bytes"] = (fp["cuda"] or {}).get("memory_total_bytes") or \
-            torch.cuda.get_device_properties(0).total_memory
+            measured.get("memory_total_bytes_torch")
+        result["measured_in"] = "child process"
     result["measure_s"] = round(time.perf_counter() - t0, 2)
     result["cached"] = False
     return result

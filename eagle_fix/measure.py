@@ -60,6 +60,50 @@ def drafter_stats(llm: Any) -> dict[str, Any]:
     return total
 
 
+def _enum_name(value: Any) -> str | None:
+    if value is None:
+        return None
+    name = getattr(value, "name", None)
+    return str(name if name is not None else value)
+
+
+def worker_memory_once(llm: Any) -> dict[str, Any]:
+    """The worker's memory figures now (eagle_fix.memory.WorkerExtension), or why there are none: an
+    engine without the extension must still measure its points."""
+    from eagle_fix.memory import combine_workers
+
+    try:
+        return combine_workers(llm.collective_rpc("eagle_fix_memory"))
+    except Exception as exc:  # noqa: BLE001 -- an RPC the worker lacks is a recorded reason, not a failed point
+        return {"error": f"worker memory RPC failed: {type(exc).__name__}: {exc}"[:300]}
+
+
+def reset_worker_memory(llm: Any) -> str | None:
+    """Reset the worker's peaks before a point; the reason when it could not be done."""
+    try:
+        llm.collective_rpc("eagle_fix_reset_memory")
+        return None
+    except Exception as exc:  # noqa: BLE001
+        return f"worker memory reset failed: {type(exc).__name__}: {exc}"[:300]
+
+
+def engine_settings(config: Any, worker: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The compilation mode, CUDA-graph mode and attention backend this engine really runs with,
+    from vLLM's own config (after its defaults and platform rules) and the worker's runner: a
+    "compile" point on CUDA is torch.compile plus a CUDA-graph mode, and each is recorded apart."""
+    comp = getattr(config, "compilation_config", None)
+    requested = getattr(getattr(config, "attention_config", None), "backend", None)
+    selected = (worker or {}).get("attention_backends")
+    return {
+        "compilation_mode": _enum_name(getattr(comp, "mode", None)),
+        "cudagraph_mode": _enum_name(getattr(comp, "cudagraph_mode", None)),
+        # the runner's choice; vLLM's auto-selection when nothing was asked for
+        "attention_backend": ",".join(selected) if selected else _enum_name(requested),
+        "attention_backend_requested": _enum_name(requested) or "auto",
+        "startup_memory": worker or None,
+    }
+
+
 def _decode_span(outputs: list) -> float | None:
     """First to last token of the batch on the engine's own timestamps (the prefill is not in it)."""
     firsts = [o.metrics.first_token_ts for o in outputs if getattr(o, "metrics", None) and o.metrics.first_token_ts]
@@ -86,6 +130,8 @@ def measure_point(llm: Any, spec: EngineSpec, cmd: dict[str, Any], vocab: int, S
 
     # 1. TTFT: the full, uncached prefill (one token out). The last one leaves the prefix cache
     #    filled, so the decode runs below do not pay the long prefill again.
+    # the worker's peaks cover this point alone: TTFT and decode runs, nothing of the start-up
+    reset_error = reset_worker_memory(llm)
     ttft = []
     for _ in range(ttft_repeats):
         llm.reset_prefix_cache()
@@ -118,6 +164,10 @@ def measure_point(llm: Any, spec: EngineSpec, cmd: dict[str, Any], vocab: int, S
             result["output_token_ids_head"] = list(outputs[0].outputs[0].token_ids[:16])
         if counted:
             result.update(_acceptance(llm, before))
+    memory = worker_memory_once(llm)
+    if reset_error:
+        memory = {**memory, "reset_error": reset_error}
+    result["worker_memory"] = memory
     return result
 
 

@@ -1,29 +1,98 @@
-"""Peak memory of an engine: GPU through NVML (the engine core is another process, so torch's own
-statistics in the parent see nothing), host RSS of the engine's whole process tree through psutil."""
+"""Memory of an engine, from three places, each labelled with what it covers:
+
+- inside the engine's worker (`WorkerMemoryExtension`, reached with `collective_rpc`): torch's
+  peak allocated and reserved CUDA memory since the point began (reset before it), the worker
+  process's own host peak (VmHWM, reset before the point where the kernel allows it: on CPU the
+  worker's tensors live there), and vLLM's own figures (weights, KV cache, activation peak, the
+  CUDA-graph estimate); the engine core is another process, so the sweep's torch sees none of it;
+- NVML from the sweep's process (no CUDA context): the engine's processes' GPU memory where NVML
+  lists them, else the whole device's use above its idle level, labelled `device`; every NVML
+  failure is a null with its reason (`gpu_memory_error`), never an exception;
+- psutil: the RSS of the engine's whole process tree.
+"""
 
 from __future__ import annotations
 
 import os
+import re
+import resource
 import sys
 import threading
 import time
 from typing import Any
 
+try:  # the worker extension adds the drafter counters' RPCs next to the memory ones
+    from eagle_fix.plugin import DrafterStatsExtension as _DrafterStats
+except Exception:  # noqa: BLE001 -- a plugin that cannot import still leaves memory measurable
+    _DrafterStats = object  # type: ignore[assignment,misc]
 
-def _nvml_handle() -> Any | None:
-    """NVML handle of the first visible GPU, or None without a GPU/driver/nvidia-ml-py."""
+# `LLM(worker_extension_cls=...)` of every engine: memory RPCs on both arms, drafter RPCs too.
+WORKER_EXTENSION = "eagle_fix.memory.WorkerExtension"
+
+
+# ------------------------------------------------------------------------------------ NVML
+
+def _nvml_error(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+def nvml_device(environ: dict[str, str] | None = None) -> tuple[Any | None, dict[str, Any]]:
+    """(handle, how) for the GPU the engine sees first; (None, how) with `how["error"]` saying why
+    not. CUDA_VISIBLE_DEVICES may name it by index, GPU UUID or MIG UUID: a UUID is looked up by
+    UUID (an index would name another device); a MIG-enabled GPU named by index, or the legacy
+    MIG-GPU-<uuid>/<gi>/<ci> form, is left unresolved with the reason, never silently device 0."""
+    env = os.environ if environ is None else environ
     try:
         import pynvml
     except ImportError:
-        return None
+        return None, {"error": "nvidia-ml-py (pynvml) is not installed", "visible": None}
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    first = visible.split(",")[0].strip() if visible is not None else None
+    how: dict[str, Any] = {"visible": first, "error": None}
     try:
         pynvml.nvmlInit()
-        visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
-        if visible.startswith("GPU-"):
-            return pynvml.nvmlDeviceGetHandleByUUID(visible)
-        return pynvml.nvmlDeviceGetHandleByIndex(int(visible) if visible.isdigit() else 0)
-    except Exception:  # pynvml.NVMLError and friends: no usable GPU here
-        return None
+    except Exception as exc:  # noqa: BLE001 -- NVMLError_LibraryNotFound, DriverNotLoaded, ...
+        return None, {**how, "error": f"NVML init failed ({_nvml_error(exc)})"}
+    if visible is not None and not first:
+        return None, {**how, "error": "CUDA_VISIBLE_DEVICES is empty: no GPU is visible to the engine"}
+    try:
+        if first is None or first.isdigit():
+            index = int(first or 0)
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            how["resolved_by"] = "index"
+            if env.get("CUDA_DEVICE_ORDER", "FASTEST_FIRST") != "PCI_BUS_ID":
+                # CUDA numbers the fastest device first, NVML by PCI bus: with several kinds of GPU
+                # the two indices can name different devices
+                how["note"] = "CUDA_DEVICE_ORDER is not PCI_BUS_ID: CUDA's index may differ from NVML's"
+            if _mig_enabled(pynvml, handle):
+                return None, {**how, "error": f"GPU {index} has MIG enabled: CUDA runs on one of its MIG "
+                                              "instances; name it by its MIG UUID in CUDA_VISIBLE_DEVICES "
+                                              "(nvidia-smi -L)"}
+            return handle, how
+        if first.startswith("MIG-GPU-"):
+            return None, {**how, "error": f"legacy MIG name {first!r} (GPU UUID/GI/CI) has no NVML lookup; "
+                                          "name the MIG instance by its MIG-<uuid> (nvidia-smi -L)"}
+        if first.startswith(("GPU-", "MIG-")):
+            handle = pynvml.nvmlDeviceGetHandleByUUID(first)
+            how["resolved_by"] = "mig uuid" if first.startswith("MIG-") else "uuid"
+            return handle, how
+        return None, {**how, "error": f"CUDA_VISIBLE_DEVICES entry {first!r} is neither an index nor a "
+                                      "GPU-/MIG- UUID"}
+    except Exception as exc:  # noqa: BLE001 -- NVMLError_NotFound, InvalidArgument, NoPermission, ...
+        return None, {**how, "error": f"NVML could not resolve CUDA_VISIBLE_DEVICES={first!r} ({_nvml_error(exc)})"}
+
+
+def _mig_enabled(pynvml: Any, handle: Any) -> bool:
+    try:
+        current, _pending = pynvml.nvmlDeviceGetMigMode(handle)
+    except Exception:  # noqa: BLE001 -- not a MIG-capable GPU (NotSupported) or an old driver
+        return False
+    return bool(current)
+
+
+def _nvml_handle() -> Any | None:
+    """NVML handle of the GPU the engine sees first, or None (the reason: `nvml_device()`)."""
+    return nvml_device()[0]
 
 
 def gpu_used_bytes(handle: Any) -> int:
@@ -35,30 +104,71 @@ def gpu_used_bytes(handle: Any) -> int:
     return int(info.used)
 
 
+def gpu_total_bytes() -> tuple[int | None, str | None]:
+    """The engine's GPU's memory in bytes from NVML (no CUDA context), or (None, why not)."""
+    handle, how = nvml_device()
+    if handle is None:
+        return None, how["error"]
+    try:
+        import pynvml
+
+        return int(pynvml.nvmlDeviceGetMemoryInfo(handle).total), None
+    except Exception as exc:  # noqa: BLE001
+        return None, f"NVML memory info failed ({_nvml_error(exc)})"
+
+
+def gpu_process_bytes(handle: Any, pids: set[int]) -> tuple[int | None, str | None]:
+    """GPU memory NVML attributes to these processes (nvmlDeviceGetComputeRunningProcesses), or
+    (None, why not): no permission, a driver that hides per-process use, or none of the pids in
+    NVML's list (a container's PID namespace: NVML reports the host's pids)."""
+    import pynvml
+
+    try:
+        procs = pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
+    except Exception as exc:  # noqa: BLE001 -- NoPermission, NotSupported (some MIG/vGPU setups)
+        return None, f"NVML per-process memory unavailable ({_nvml_error(exc)})"
+    mine = [p for p in procs if int(getattr(p, "pid", -1)) in pids]
+    if not mine:
+        return None, (f"none of the engine's {len(pids)} processes is in NVML's list of {len(procs)} "
+                      "(a container's PID namespace hides host pids)")
+    used = [getattr(p, "usedGpuMemory", None) for p in mine]
+    if any(u is None for u in used):
+        return None, "NVML lists the engine's processes without their memory (not permitted here)"
+    return int(sum(used)), None
+
+
 def device_info() -> dict[str, Any]:
-    """What the dashboard filters by: the GPU's name and driver, or the CPU's model."""
-    handle = _nvml_handle()
+    """What the dashboard filters by: the GPU's name and driver, or the CPU's model. A GPU that
+    NVML cannot resolve is named with the reason (`nvml_error`), not taken for a CPU silently."""
+    handle, how = nvml_device()
     if handle is not None:
         import pynvml
 
-        name = pynvml.nvmlDeviceGetName(handle)
-        driver = pynvml.nvmlSystemGetDriverVersion()
-        return {"kind": "cuda", "name": name.decode() if isinstance(name, bytes) else name,
-                "driver": driver.decode() if isinstance(driver, bytes) else driver}
+        try:
+            name = pynvml.nvmlDeviceGetName(handle)
+            driver = pynvml.nvmlSystemGetDriverVersion()
+            return {"kind": "cuda", "name": name.decode() if isinstance(name, bytes) else name,
+                    "driver": driver.decode() if isinstance(driver, bytes) else driver,
+                    "nvml_resolved_by": how.get("resolved_by"), "visible": how.get("visible")}
+        except Exception as exc:  # noqa: BLE001
+            how = {**how, "error": f"NVML device query failed ({_nvml_error(exc)})"}
     model = "cpu"
     try:
         with open("/proc/cpuinfo") as f:
             model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "cpu")
     except OSError:
         pass
-    return {"kind": "cpu", "name": model, "driver": None, "cores": os.cpu_count()}
+    # a GPU box whose GPU could not be resolved says why, instead of passing for a CPU machine
+    return {"kind": "cpu", "name": model, "driver": None, "cores": os.cpu_count(), "nvml_error": how.get("error")}
 
 
 class MemorySampler:
-    """Background thread sampling GPU used memory and the RSS of a process tree.
+    """Background thread sampling GPU memory (NVML) and the RSS of a process tree (psutil).
 
-    `idle_gpu_bytes` is taken at construction (before the engine starts), so a point's GPU peak is
-    reported above that level; peaks are reset per point with `reset_peaks()`.
+    GPU: per process (the engine tree's pids in NVML's compute-process list) where NVML allows it,
+    else the whole device's use above `idle_gpu_bytes` (read at construction, before the engine
+    starts), and `gpu_memory_scope` says which. Every NVML failure leaves the figure null with its
+    reason in `gpu_memory_error`; none raises. Peaks are reset per point with `reset_peaks()`.
     """
 
     # Why 0.25 s and a cached process list: vLLM's CPU worker computes on one core, and a sampler
@@ -67,11 +177,15 @@ class MemorySampler:
         self.interval_s = interval_s
         self.tree_refresh_s = tree_refresh_s
         self._tree: _ProcessTree | None = None
-        self._handle = _nvml_handle()
-        self.idle_gpu_bytes = gpu_used_bytes(self._handle) if self._handle is not None else None
-        self._peak_gpu = 0
-        self._peak_host = 0
-        self._gpu_error: str | None = None
+        self._handle, how = nvml_device()
+        self._nvml_error: str | None = how.get("error")
+        self.idle_gpu_bytes: int | None = None
+        if self._handle is not None:
+            try:
+                self.idle_gpu_bytes = gpu_used_bytes(self._handle)
+            except Exception as exc:  # noqa: BLE001 -- an NVML error at the first reading is a null, not a crash
+                self._nvml_error = f"NVML idle reading failed ({_nvml_error(exc)}): whole-device figure unavailable"
+        self.reset_peaks()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="eagle-fix-memory", daemon=True)
         self._thread.start()
@@ -85,15 +199,25 @@ class MemorySampler:
         self._tree = _ProcessTree(pid, self.tree_refresh_s) if pid is not None else None
 
     def reset_peaks(self) -> None:
-        self._peak_gpu = 0
+        self._peak_device: int | None = None
+        self._peak_process: int | None = None
+        self._process_error: str | None = None
+        self._device_error: str | None = None
         self._peak_host = 0
 
-    def peaks(self) -> dict[str, int | None]:
+    def peaks(self) -> dict[str, Any]:
         self._sample()  # at least one sample per point, however short
-        gpu = None
-        if self._handle is not None and self.idle_gpu_bytes is not None:
-            gpu = max(0, self._peak_gpu - self.idle_gpu_bytes)
-        return {"peak_gpu_memory_bytes": gpu, "peak_host_memory_bytes": self._peak_host or None}
+        gpu, scope, error = None, None, self._nvml_error
+        if self._handle is not None:
+            if self._peak_process is not None:
+                gpu, scope, error = self._peak_process, "process", None
+            elif self._peak_device is not None and self.idle_gpu_bytes is not None:
+                gpu, scope = max(0, self._peak_device - self.idle_gpu_bytes), "device"
+                error = self._process_error  # why it is not the engine's own figure
+            else:
+                error = self._device_error or self._nvml_error or self._process_error
+        return {"peak_gpu_memory_bytes": gpu, "gpu_memory_scope": scope, "gpu_memory_error": error,
+                "peak_host_memory_bytes": self._peak_host or None}
 
     def close(self) -> None:
         self._stop.set()
@@ -104,19 +228,31 @@ class MemorySampler:
             self._sample()
 
     def _sample(self) -> None:
-        if self._handle is not None:
-            import pynvml
-
-            try:
-                self._peak_gpu = max(self._peak_gpu, gpu_used_bytes(self._handle))
-            except pynvml.NVMLError as exc:  # a GPU that stops answering: say so once, keep sampling RSS
-                if not self._gpu_error:
-                    self._gpu_error = f"NVML: {exc}"
-                    print(f"eagle-fix: GPU memory sampling failed ({exc}); peak GPU memory will be partial",
-                          file=sys.stderr)
         tree = self._tree
+        if self._handle is not None:
+            self._sample_gpu(tree)
         if tree is not None:
             self._peak_host = max(self._peak_host, tree.rss_bytes())
+
+    def _sample_gpu(self, tree: "_ProcessTree | None") -> None:
+        try:
+            used = gpu_used_bytes(self._handle)
+            self._peak_device = used if self._peak_device is None else max(self._peak_device, used)
+        except Exception as exc:  # noqa: BLE001 -- a GPU that stops answering: say so once, keep sampling
+            if not self._device_error:
+                self._device_error = f"NVML memory reading failed ({_nvml_error(exc)})"
+                print(f"eagle-fix: GPU memory sampling failed ({exc}); the point's GPU figure is recorded as null "
+                      "with this reason", file=sys.stderr)
+        if tree is None:
+            return
+        pids = tree.pids()
+        if not pids:
+            return
+        mine, why = gpu_process_bytes(self._handle, pids)
+        if mine is not None:
+            self._peak_process = mine if self._peak_process is None else max(self._peak_process, mine)
+        elif self._process_error is None:
+            self._process_error = why
 
 
 class _ProcessTree:
@@ -127,7 +263,7 @@ class _ProcessTree:
         self._procs: list = []
         self._listed_at = float("-inf")
 
-    def rss_bytes(self) -> int:
+    def _list(self) -> list:
         import psutil
 
         now = time.monotonic()
@@ -138,10 +274,199 @@ class _ProcessTree:
             except psutil.Error:
                 self._procs = []
             self._listed_at = now
+        return self._procs
+
+    def pids(self) -> set[int]:
+        return {p.pid for p in self._list()}
+
+    def rss_bytes(self) -> int:
+        import psutil
+
         total = 0
-        for p in self._procs:
+        for p in self._list():
             try:
                 total += p.memory_info().rss
             except psutil.Error:
                 pass
         return total
+
+
+# ------------------------------------------------------------------------ inside the worker
+
+_HOST_RESET: dict[str, Any] = {"ok": False, "why": "no reset asked for yet"}
+
+
+def _reset_host_peak() -> None:
+    """Reset this process's VmHWM to its current RSS (Linux: "5" to /proc/self/clear_refs), so the
+    point's host peak is the point's, not the start-up's (loading weights peaks higher than decoding)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        _HOST_RESET.update(ok=True, why=None)
+    except OSError as exc:
+        _HOST_RESET.update(ok=False, why=f"/proc/self/clear_refs: {exc.strerror or exc}")
+
+
+def _host_peak() -> tuple[int | None, str]:
+    """This process's peak RSS and what it covers: "point" after a successful reset, else the whole
+    life of the process (ru_maxrss, which nothing resets)."""
+    try:
+        with open("/proc/self/status") as f:
+            hwm = next((int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:")), None)
+    except (OSError, ValueError):
+        hwm = None
+    if hwm is not None and _HOST_RESET["ok"]:
+        return hwm, "point"
+    if hwm is None:
+        hwm = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
+    return hwm, "process lifetime"
+
+
+def _cuda_device(worker: Any) -> Any | None:
+    device = getattr(worker, "device", None)
+    return device if getattr(device, "type", None) == "cuda" else None
+
+
+def reset_worker_peaks(worker: Any) -> None:
+    """Before a point: torch's CUDA peak statistics of the worker's device and the host peak."""
+    device = _cuda_device(worker)
+    if device is not None:
+        import torch
+
+        torch.cuda.reset_peak_memory_stats(device)
+    _reset_host_peak()
+
+
+def worker_memory(worker: Any) -> dict[str, Any]:
+    """The worker's own figures since `reset_worker_peaks`, and vLLM's, null with a reason each
+    where this engine has none (`null_reasons`)."""
+    why: dict[str, str] = {}
+    out: dict[str, Any] = {"pid": os.getpid()}
+    device = _cuda_device(worker)
+    if device is not None:
+        import torch
+
+        out["torch_peak_allocated_bytes"] = int(torch.cuda.max_memory_allocated(device))
+        out["torch_peak_reserved_bytes"] = int(torch.cuda.max_memory_reserved(device))
+    else:
+        out["torch_peak_allocated_bytes"] = out["torch_peak_reserved_bytes"] = None
+        why["torch_peak_allocated_bytes"] = why["torch_peak_reserved_bytes"] = \
+            "no CUDA device in this worker: its tensors are host memory (worker_host_peak_bytes)"
+    out["worker_host_peak_bytes"], out["worker_host_peak_scope"] = _host_peak()
+    if out["worker_host_peak_scope"] != "point":
+        why["worker_host_peak_scope"] = _HOST_RESET["why"] or "VmHWM unreadable"
+    runner = getattr(worker, "model_runner", None)
+    weights = getattr(runner, "model_memory_usage", None)
+    if weights is not None:
+        out["vllm_weights_bytes"], out["vllm_weights_source"] = int(weights), "model_runner.model_memory_usage"
+    else:
+        out["vllm_weights_bytes"], out["vllm_weights_source"] = _parameter_bytes(runner), "parameters counted"
+        why["vllm_weights_bytes"] = "this model runner keeps no model_memory_usage (vLLM's CPU runner): weights counted"
+    kv = getattr(runner, "kv_cache_config", None)
+    try:
+        out["vllm_kv_cache_bytes"] = int(sum(t.size for t in kv.kv_cache_tensors))
+        out["vllm_kv_cache_blocks"] = int(kv.num_blocks)
+    except (AttributeError, TypeError):
+        out["vllm_kv_cache_bytes"] = out["vllm_kv_cache_blocks"] = None
+        why["vllm_kv_cache_bytes"] = "the model runner has no kv_cache_config with kv_cache_tensors"
+    for field, attr, reason in (
+        ("vllm_activation_peak_bytes", "peak_activation_memory",
+         "vLLM profiles activations only on GPU and skips it when kv_cache_memory_bytes is set"),
+        ("vllm_cudagraph_estimate_bytes", "cudagraph_memory_estimate",
+         "no CUDA-graph memory profile in this worker (eager, CPU, or kv_cache_memory_bytes set)"),
+        ("vllm_available_kv_cache_bytes", "available_kv_cache_memory_bytes",
+         "vLLM sized the KV cache from kv_cache_memory_bytes (or the CPU budget), not from a profile"),
+    ):
+        value = getattr(worker, attr, None)
+        out[field] = int(value) if value is not None else None
+        if value is None:
+            why[field] = reason
+    out["attention_backends"] = _attention_backends(runner)
+    out["null_reasons"] = why
+    return out
+
+
+def _parameter_bytes(runner: Any) -> int | None:
+    try:
+        model = runner.get_model()
+        return int(sum(p.numel() * p.element_size() for p in model.parameters()))
+    except Exception:  # noqa: BLE001 -- no model yet or not a torch module
+        return None
+
+
+def _attention_backends(runner: Any) -> list[str] | None:
+    """The attention backends the runner selected, by vLLM's own names (one per KV-cache group)."""
+    names: list[str] = []
+    try:
+        for groups in runner.attn_groups:
+            for group in groups:
+                backend = group.backend
+                name = backend.get_name() if hasattr(backend, "get_name") else getattr(backend, "__name__", str(backend))
+                if name not in names:
+                    names.append(name)
+    except (AttributeError, TypeError):
+        return None
+    return names or None
+
+
+class WorkerMemoryExtension:
+    """Memory RPCs in the engine's worker (`llm.collective_rpc("eagle_fix_memory")`)."""
+
+    def eagle_fix_reset_memory(self) -> None:
+        reset_worker_peaks(self)
+
+    def eagle_fix_memory(self) -> dict[str, Any]:
+        return worker_memory(self)
+
+
+class WorkerExtension(_DrafterStats, WorkerMemoryExtension):  # type: ignore[misc,valid-type]
+    """The worker extension every engine gets: the drafter's counters and the memory figures."""
+
+
+def combine_workers(per_worker: list[dict[str, Any]]) -> dict[str, Any]:
+    """The engine's figures from its workers' (tensor parallel: sums of bytes, the first worker's
+    labels); `workers` keeps each one."""
+    if not per_worker:
+        return {}
+    first = per_worker[0]
+    out = {k: v for k, v in first.items() if k not in ("pid",)}
+    for key, value in first.items():
+        if key.endswith("_bytes") or key.endswith("_blocks"):
+            values = [w.get(key) for w in per_worker]
+            out[key] = None if any(v is None for v in values) else sum(values)
+    if len(per_worker) > 1:
+        out["workers"] = per_worker
+    return out
+
+
+# --------------------------------------------------------------------------- from the log
+
+_GRAPH_RX = re.compile(r"Graph capturing finished in [\d.]+ secs, took ([\d.]+) GiB")
+
+
+def cudagraph_pool_bytes(lines: list[str]) -> int | None:
+    """The CUDA-graph pool vLLM's runners (V1 and V2) log after capture ("Graph capturing finished
+    in N secs, took X GiB"): the actual pool, which the worker keeps nowhere; to 0.01 GiB."""
+    found = [float(m.group(1)) for line in lines if (m := _GRAPH_RX.search(line))]
+    return int(sum(found) * 2**30) if found else None
+
+
+# ------------------------------------------------------------------------------- KV budget
+
+# Room above the KV the longest sequences need: block rounding, the warm-up prompt, the
+# draft's share of positions being counted by its own layer count.
+KV_HEADROOM = 1.25
+KV_MIN_BYTES = 256 * 2**20
+
+
+def kv_budget_bytes(target_cfg: dict, draft_cfg: dict | None, *, max_model_len: int, max_num_seqs: int) -> int:
+    """vLLM `kv_cache_memory_bytes` for an engine: the KV of `max_num_seqs` sequences of
+    `max_model_len` tokens (target and draft layers) with headroom, so the engine's memory follows
+    what the points need instead of a share of the device."""
+    from eagle_fix.machine import model_shape
+
+    per_token = model_shape(target_cfg)["kv_bytes_per_token"]
+    if draft_cfg is not None:
+        per_token += model_shape(draft_cfg)["kv_bytes_per_token"]
+    need = per_token * max_model_len * max(1, max_num_seqs)
+    return max(KV_MIN_BYTES, int(need * KV_HEADROOM))

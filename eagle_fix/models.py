@@ -51,6 +51,14 @@ class Profile:
     # vLLM `hf_overrides` of the target as (key, value) pairs (a frozen profile stays hashable):
     # e.g. (("num_hidden_layers", 8),) for a reduced depth. The draft's config is never overridden.
     hf_overrides: tuple[tuple[str, Any], ...] = ()
+    # CUDA: vLLM `kv_cache_memory_bytes`. None sizes it from what the sweep's longest sequences need
+    # (eagle_fix.memory.kv_budget_bytes), so the engine's memory follows the points, not a share of
+    # the device (with a share, every point and arm reads the same reserved figure).
+    kv_cache_memory_bytes: int | None = None
+    # A compiled engine's vLLM CompilationMode and CUDAGraphMode by name; None: vLLM's defaults.
+    # `--compilation-mode` / `--cudagraph-mode` override them per run.
+    compilation_mode: str | None = None
+    cudagraph_mode: str | None = None
 
     def speculative_config(self) -> dict:
         """The `speculative_config` dict for `vllm.LLM`."""

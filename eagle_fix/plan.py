@@ -43,6 +43,9 @@ class RunArgs:
     seed: int = 0
     progress: bool = True
     extra: dict[str, Any] = field(default_factory=dict)
+    # a compiled engine's vLLM CompilationMode / CUDAGraphMode by name (None: the profile's, else vLLM's)
+    compilation_mode: str | None = None
+    cudagraph_mode: str | None = None
 
     @classmethod
     def from_cli_args(cls, args: argparse.Namespace) -> "RunArgs":
@@ -65,6 +68,8 @@ class RunArgs:
             log_dir=Path(args.log_dir) if args.log_dir else None,
             seed=int(args.seed),
             progress=not args.no_progress,
+            compilation_mode=getattr(args, "compilation_mode", None),
+            cudagraph_mode=getattr(args, "cudagraph_mode", None),
         )
 
 
@@ -107,6 +112,7 @@ def resolve(args: RunArgs) -> Resolved:
     for flag, value in (("--repeats", args.repeats), ("--ttft-repeats", args.ttft_repeats)):
         if int(value) < 1:
             raise EagleFixError(f"{flag} {value}: must be at least 1")
+    check_compile_settings(args.compilation_mode, args.cudagraph_mode)
     name = args.profile or default_profile_name(models_named=args.target is not None and args.draft is not None)
     profile = get_profile(name, target=args.target, draft=args.draft)
     target, draft = Path(profile.target), Path(profile.draft)
@@ -131,6 +137,24 @@ def resolve(args: RunArgs) -> Resolved:
     log_dir = args.log_dir or ((out.parent / f"{out.stem}-logs") if out else Path("runs") / "logs")
     check_space(log_dir if log_dir.exists() else (out.parent if out else Path(".")), "--log-dir")
     return Resolved(args=args, profile=profile, contexts=contexts, output_len=output_len, out=out, log_dir=log_dir)
+
+
+def check_compile_settings(compilation_mode: str | None, cudagraph_mode: str | None) -> None:
+    """The compiled engine's settings by vLLM's names, or a one-line error naming the flag."""
+    from eagle_fix.engine import COMPILATION_MODES, CUDAGRAPH_MODES
+
+    for flag, value, allowed in (("--compilation-mode", compilation_mode, COMPILATION_MODES),
+                                 ("--cudagraph-mode", cudagraph_mode, CUDAGRAPH_MODES)):
+        if value is not None and str(value).upper() not in allowed:
+            raise EagleFixError(f"{flag} {value}: unknown; choose from {','.join(allowed)}")
+
+
+def compile_settings(run: Resolved) -> tuple[str | None, str | None]:
+    """(compilation mode, CUDA-graph mode) a compiled engine of this sweep asks vLLM for: the run's
+    flags, else the profile's; None leaves vLLM's default."""
+    comp = run.args.compilation_mode or getattr(run.profile, "compilation_mode", None)
+    graphs = run.args.cudagraph_mode or getattr(run.profile, "cudagraph_mode", None)
+    return (comp.upper() if comp else None), (graphs.upper() if graphs else None)
 
 
 def plan(run: Resolved) -> list[Point]:
@@ -209,5 +233,9 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--resume", action="store_true", help="continue --out, skipping the points it holds")
     parser.add_argument("--point-timeout", help="watchdog per point in seconds (default: scaled with the context)")
     parser.add_argument("--log-dir", help="engine logs (default: next to --out)")
+    parser.add_argument("--compilation-mode", help="compiled engines: vLLM CompilationMode (NONE, STOCK_TORCH_COMPILE, "
+                        "DYNAMO_TRACE_ONCE, VLLM_COMPILE; default: the profile's, else vLLM's)")
+    parser.add_argument("--cudagraph-mode", help="compiled engines: vLLM CUDAGraphMode (NONE, PIECEWISE, FULL, "
+                        "FULL_DECODE_ONLY, FULL_AND_PIECEWISE; default: the profile's, else vLLM's)")
     parser.add_argument("--seed", default="0")
     parser.add_argument("--no-progress", action="store_true")

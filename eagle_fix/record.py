@@ -128,6 +128,15 @@ FIELDS = (
     "synthetic_acceptance", "env", "sol_decode_tok_s_baseline", "sol_decode_tok_s_eagle3",
     "load_avg_1m", "load_avg_mean", "load_avg_max", "other_busy_cores", "machine_name", "engine_log", "timestamp",
     "roofline_flags",
+    # memory: what peak_gpu_memory_bytes covers (process | device) or why it is null; the worker's own
+    # peaks over the point (torch's CUDA allocator; the host peak, and whether it is the point's or
+    # the process's lifetime); vLLM's figures of the engine; nulls' reasons by field
+    "gpu_memory_scope", "gpu_memory_error", "torch_peak_allocated_bytes", "torch_peak_reserved_bytes",
+    "worker_host_peak_bytes", "worker_host_peak_scope", "vllm_weights_bytes", "vllm_kv_cache_bytes",
+    "vllm_activation_peak_bytes", "vllm_cudagraph_pool_bytes", "vllm_cudagraph_estimate_bytes", "memory_null_reasons",
+    # the engine's settings: the KV budget and device share asked for, and the compilation, CUDA-graph
+    # and attention choices vLLM really made
+    "kv_cache_memory_bytes", "gpu_memory_utilization", "compilation_mode", "cudagraph_mode", "attention_backend",
 )
 
 

@@ -45,6 +45,7 @@ def run_sweep(args: RunArgs) -> list[dict[str, Any]]:
     records: list[dict[str, Any]] = [done[ident[p]] for p in points if ident[p] in done]
     baselines = {record.key(r): r for r in records if r.get("arm") == "baseline" and r.get("status") == "ok"}
     _check_before_measuring(run, todo)
+    check_resumed_settings(run, [done[ident[p]] for p in points if ident[p] in done])
     common = _common_fields(run)
     sampler = MemorySampler()
     load = LoadSampler()
@@ -58,7 +59,7 @@ def run_sweep(args: RunArgs) -> list[dict[str, Any]]:
                 log = run.log_dir / f"{group[0].mode}-{group[0].arm}-{group[0].fix or 'none'}-{int(time.time())}.log"
                 progress.status(f"start {group[0].mode}/{group[0].arm}/{group[0].fix or '-'}")
                 sampler.reset_peaks()
-                fields = {"common": common, "doctor": doctor, "doctor_error": doctor_error, "log": log}
+                fields = {"common": common, "doctor": doctor, "doctor_error": doctor_error, "log": log, "spec": spec}
                 try:
                     engine = EngineProcess(spec, log, startup_timeout_s=STARTUP_TIMEOUT_S)
                 except EngineDied as exc:
@@ -139,11 +140,18 @@ def _record(run: Resolved, p: Point, fields: dict[str, Any], *, status: str, res
                      status=status, error=error, engine_log=_relative(fields["log"], run),
                      load_avg_1m=os.getloadavg()[0],  # a busy machine's speed is not evidence (compare)
                      timestamp=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
+    spec = fields.get("spec")
+    if spec is not None:  # what was asked of the engine, recorded on failed points too
+        # CPU: the VLLM_CPU_KVCACHE_SPACE budget, in the same unit
+        rec["kv_cache_memory_bytes"] = spec.kv_cache_memory_bytes or (int(spec.kv_cache_gib * 2**30) if spec.kv_cache_gib else None)
+        rec["gpu_memory_utilization"] = spec.gpu_memory_utilization
     if ready:
-        for k in ("startup_s", "compile_s", "kv_cache_capacity_tokens", "vllm_version", "torch_version", "model_runner"):
+        for k in ("startup_s", "compile_s", "kv_cache_capacity_tokens", "vllm_version", "torch_version", "model_runner",
+                  "compilation_mode", "cudagraph_mode", "attention_backend", "vllm_cudagraph_pool_bytes"):
             rec[k] = ready.get(k)
     if memory:
         rec.update(memory)
+    _worker_memory(rec, (ready or {}).get("startup_memory"), (result or {}).get("worker_memory"))
     if load:  # the load over the point (LoadSampler); load_avg_1m stays the reading at its end
         rec.update(load)
     if result:
@@ -157,6 +165,54 @@ def _record(run: Resolved, p: Point, fields: dict[str, Any], *, status: str, res
             rec["draft_rotary_positions"] = (doctor.get("draft") or {}).get("effective_max_position_embeddings")
     rec["flags"] = record.flags(rec)
     return rec
+
+
+# The worker's figures of the engine (read once at its start) and of the point (reset before it).
+_ENGINE_MEMORY = ("vllm_weights_bytes", "vllm_kv_cache_bytes", "vllm_activation_peak_bytes",
+                  "vllm_cudagraph_estimate_bytes")
+_POINT_MEMORY = ("torch_peak_allocated_bytes", "torch_peak_reserved_bytes", "worker_host_peak_bytes",
+                 "worker_host_peak_scope")
+
+
+def _worker_memory(rec: dict[str, Any], engine: dict[str, Any] | None, point: dict[str, Any] | None) -> None:
+    """Memory from inside the worker onto the record; every null keeps its reason in
+    `memory_null_reasons` (an RPC that failed names itself for all of its fields)."""
+    why: dict[str, str] = {}
+    for source, keys, what in ((engine, _ENGINE_MEMORY, "engine start"), (point, _POINT_MEMORY, "point")):
+        source = source or {}
+        for k in keys:
+            rec[k] = source.get(k)
+            if rec[k] is None:
+                reason = (source.get("null_reasons") or {}).get(k) or source.get("error") \
+                    or f"no worker memory figures from the {what}"
+                why[k] = reason
+    point = point or {}
+    if point.get("worker_host_peak_scope") not in (None, "point"):  # a figure, but the process's lifetime
+        why["worker_host_peak_scope"] = (point.get("null_reasons") or {}).get("worker_host_peak_scope", "not reset")
+    if point.get("reset_error"):
+        why["worker_host_peak_scope"] = point["reset_error"]
+    if rec.get("vllm_cudagraph_pool_bytes") is None:
+        why["vllm_cudagraph_pool_bytes"] = "no CUDA graphs captured (eager, CPU) or vLLM logged no capture line"
+    if rec.get("peak_gpu_memory_bytes") is None and rec.get("gpu_memory_error"):
+        why["peak_gpu_memory_bytes"] = rec["gpu_memory_error"]
+    rec["memory_null_reasons"] = why or None
+
+
+def check_resumed_settings(run: Resolved, done: list[dict[str, Any]]) -> None:
+    """--resume of a file whose compiled points ran with another compilation or CUDA-graph mode
+    than this run asks for: refused in one line (the point identity does not carry the modes, so
+    the two would pass for one measurement)."""
+    from eagle_fix.errors import EagleFixError
+    from eagle_fix.plan import compile_settings
+
+    asked = dict(zip(("compilation_mode", "cudagraph_mode"), compile_settings(run)))
+    for rec in done:
+        if rec.get("mode") != "compile":
+            continue
+        for key, want in asked.items():
+            if want is not None and rec.get(key) is not None and rec[key] != want:
+                raise EagleFixError(f"--resume {run.out}: its compiled points ran with {key} {rec[key]}, this run "
+                                    f"asks for {want}; write to another --out")
 
 
 def _summarize(rec: dict[str, Any], result: dict[str, Any]) -> None:
@@ -338,9 +394,11 @@ def groups(points: Iterable[Point]) -> list[list[Point]]:
 
 def engine_spec(run: Resolved, p: Point):
     from eagle_fix.engine import EngineSpec
+    from eagle_fix.plan import compile_settings
 
     prof = run.profile
     prof.check_runs_here()  # what this engine refuses (the synthetic sampler on CPU): one line, no engine start
+    compilation_mode, cudagraph_mode = compile_settings(run)
     return EngineSpec(
         target=str(Path(prof.target).resolve()),  # the engine runs in its log's folder
         draft=str(Path(prof.draft).resolve()) if p.arm == "eagle3" else None,
@@ -356,7 +414,24 @@ def engine_spec(run: Resolved, p: Point):
         gpu_memory_utilization=getattr(prof, "gpu_memory_utilization", None),
         seed=run.args.seed,
         hf_overrides=prof.hf_overrides_dict(),
+        compilation_mode=compilation_mode,
+        cudagraph_mode=cudagraph_mode,
+        kv_cache_memory_bytes=kv_budget(run, p) if prof.device == "cuda" else None,
     )
+
+
+def kv_budget(run: Resolved, p: Point) -> int:
+    """A CUDA engine's KV budget: the profile's, else what this sweep's longest sequence needs
+    (target and, on the EAGLE3 arm, draft layers) for the batch (eagle_fix.memory.kv_budget_bytes)."""
+    from eagle_fix.checkpoint import read_config
+    from eagle_fix.memory import kv_budget_bytes
+
+    prof = run.profile
+    if getattr(prof, "kv_cache_memory_bytes", None):
+        return int(prof.kv_cache_memory_bytes)
+    draft = read_config(prof.draft, "draft") if p.arm == "eagle3" else None
+    return kv_budget_bytes(prof.target_config(), draft, max_model_len=max(run.contexts),
+                           max_num_seqs=max(run.args.batch_size, 1))
 
 
 

@@ -217,3 +217,88 @@ def test_identical_sides_pass_and_the_calibrated_delay_is_caught(tmp_path):
     assert result["new"]["env"] == {"EAGLE_FIX_INJECT_STEP_DELAY_MS": f"{delay:g}"}
     assert len(result["points"][0]["pairs"]) == ab.DEFAULT_ROUNDS
     assert any("tpot_ms: regression" in f for f in result["summary"]["failing"])
+
+
+# ------------------------------------------------------------------ two engines on one GPU
+
+GIB = 2**30
+
+
+def test_sharing_plan_per_device():
+    cpu = ab.sharing_plan("cpu", None, None)
+    assert cpu["sharing"] == "paused" and "SIGSTOP" in cpu["reason"]
+    split = ab.sharing_plan("cuda", 10 * GIB, 141 * GIB)
+    assert split["sharing"] == "split-memory" and split["gpu_memory_utilization"] == ab.SPLIT_UTILIZATION
+    big = ab.sharing_plan("cuda", 80 * GIB, 141 * GIB)
+    assert big["sharing"] == "one-at-a-time" and "80.0 GiB" in big["reason"]
+    unknown = ab.sharing_plan("cuda", 10 * GIB, None, "NVML init failed (Driver Not Loaded)")
+    assert unknown["sharing"] == "one-at-a-time" and "Driver Not Loaded" in unknown["reason"]
+
+
+def _cuda_run_ab(tmp_path, monkeypatch, total):
+    """run_ab on a pretend GPU of `total` bytes: fake engines that log their starts and closes."""
+    import argparse
+    import dataclasses
+
+    from eagle_fix import engine, lifecycle, memory, models
+
+    events, up = [], set()
+
+    class Fake:
+        def __init__(self, spec, log, *, python, env, **_):
+            self.side, self.spec = env.get("SIDE"), spec
+            # a second engine on the GPU only with each side's share split
+            assert not up or spec.gpu_memory_utilization == ab.SPLIT_UTILIZATION, "two engines up without a split"
+            up.add(self.side)
+            events.append(("start", self.side, spec.gpu_memory_utilization, spec.kv_cache_memory_bytes))
+
+        def run_point(self, cmd, timeout_s):
+            events.append(("point", self.side, cmd["ttft_repeats"], frozenset(up)))
+            return {"samples": {"tpot_ms": [10.0], "decode_throughput_tok_s": [100.0], "ttft_s": [1.0]},
+                    "num_drafts": 128, "num_accepted_tokens": 384, "acceptance_length": 4.0, "drafter_coverage": 1.0}
+
+        def pause(self):
+            pass
+
+        resume = pause
+
+        def close(self):
+            up.discard(self.side)
+            events.append(("close", self.side))
+
+    cuda = dataclasses.replace(models.PROFILES["cpu-quick"], device="cuda", gpu_memory_utilization=0.9)
+    monkeypatch.setitem(models.PROFILES, "cpu-quick", cuda)
+    monkeypatch.setattr(models.Profile, "check_runs_here", lambda self: None)
+    monkeypatch.setattr(memory, "gpu_total_bytes", lambda: (total, None if total else "NVML init failed"))
+    monkeypatch.setattr(engine, "EngineProcess", Fake)
+    monkeypatch.setattr(lifecycle, "install_signal_handlers", lambda: None)
+    monkeypatch.setattr(ab, "_side_info", lambda python, env, flag: {
+        "python": python, "env": env, "versions": {"vllm": "0.0"}, "machine_id": "m"})
+    args = argparse.Namespace(base_python=sys.executable, new_python=sys.executable, base_env=["SIDE=base"],
+                              new_env=["SIDE=new"], profile="cpu-quick", contexts="8192", modes="eager",
+                              arms="eagle3", fix="on", output_len=None, rounds="4", threshold=0.05,
+                              strict=False, out=str(tmp_path / "ab.json"))
+    return ab.run_ab(ab.ABArgs.from_cli_args(args)), events
+
+
+def test_two_engines_that_fit_split_the_gpu(tmp_path, monkeypatch):
+    result, events = _cuda_run_ab(tmp_path, monkeypatch, total=141 * GIB)
+    assert result["sharing"] == "split-memory" and result["idle_side"] == "paused" and result["sharing_reason"]
+    starts = [e for e in events if e[0] == "start"]
+    assert len(starts) == 2 and all(e[2] == ab.SPLIT_UTILIZATION and e[3] for e in starts)  # a share and a KV budget
+    assert result["points"][0]["status"] == {"base": "ok", "new": "ok"}
+
+
+def test_one_at_a_time_when_two_cannot_be_shown_to_fit(tmp_path, monkeypatch):
+    result, events = _cuda_run_ab(tmp_path, monkeypatch, total=None)
+    assert result["sharing"] == "one-at-a-time" and result["idle_side"] == "stopped"
+    assert "NVML init failed" in result["sharing_reason"]
+    points = [e for e in events if e[0] == "point"]
+    assert len(points) == 8 and all(e[3] == {e[1]} for e in points)  # only the measured side's engine is up
+    assert all(e[2] == 1 for e in points)  # every fresh engine pays its prefill before the decode
+    assert result["points"][0]["status"] == {"base": "ok", "new": "ok"} and len(result["points"][0]["pairs"]) == 4
+
+
+def test_cpu_runs_the_same_code_paused(tmp_path, monkeypatch):
+    _, result = _fake_run_ab(tmp_path, monkeypatch, factor=1.0, rounds=2)
+    assert result["sharing"] == "paused" and result["idle_side"] == "paused"

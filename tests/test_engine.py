@@ -160,3 +160,26 @@ def test_records_carry_samples_intervals_and_roofline(ab):
     assert sum(r["accepted_per_position"]) == r["num_accepted_tokens"]
     assert 0 < r["decode_pct_of_bandwidth"] < 100 and 0 < r["prefill_pct_of_peak_flops"] < 100
     assert r["sol_decode_tok_s_eagle3"] > r["sol_decode_tok_s_baseline"] > 0
+
+
+def test_the_cpu_worker_reports_its_own_memory_and_settings(tmp_path):
+    """One small point, its own sweep: the worker's host peak over the point (reset before it), vLLM's
+    figures read in the worker, the settings vLLM ran with, and the NVML null with its reason."""
+    from eagle_fix import record
+
+    out = tmp_path / "memory.jsonl"
+    proc = subprocess.run([sys.executable, "-m", "eagle_fix.cli", "run", "--profile", "cpu-quick", "--contexts", "1024",
+                           "--modes", "eager", "--arms", "eagle3", "--fix", "on", "--output-len", "32", "--repeats", "1",
+                           "--out", str(out), "--no-progress"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=1800, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    [r] = record.read(out)
+    assert r["status"] == "ok", r["error"]
+    assert r["worker_host_peak_bytes"] > 0 and r["worker_host_peak_scope"] == "point"
+    assert r["worker_host_peak_bytes"] <= r["peak_host_memory_bytes"] * 1.05  # one process of the tree, not more
+    assert r["torch_peak_allocated_bytes"] is None and r["memory_null_reasons"]["torch_peak_allocated_bytes"]
+    assert r["vllm_weights_bytes"] > 0 and r["vllm_kv_cache_bytes"] > 0
+    assert r["kv_cache_memory_bytes"] == 2**30  # cpu-quick's VLLM_CPU_KVCACHE_SPACE
+    assert (r["compilation_mode"], r["cudagraph_mode"]) == ("NONE", "NONE") and r["attention_backend"]
+    assert r["peak_gpu_memory_bytes"] is None and r["gpu_memory_error"]  # no GPU: null with its reason
+    assert r["drafter_coverage"] is not None  # the drafter's RPCs still answer through the combined extension
