@@ -404,6 +404,11 @@ def story_html(runs: list[dict]) -> str:
                 fails.append(f"<tr><td>{_html.escape(run['machine'])}</td><td>{r['context_len']}</td><td>{r.get('mode')}</td>"
                              f"<td>{r.get('arm')}</td><td>{r.get('fix') or '–'}</td>"
                              f"<td>{_html.escape(record.cause(r.get('error'), 200))}</td></tr>")
+            busy = record.busy(r) if r.get("status") == "ok" else None
+            if busy:
+                fails.append(f"<tr><td>{_html.escape(run['machine'])}</td><td>{r['context_len']}</td><td>{r.get('mode')}</td>"
+                             f"<td>{r.get('arm')}</td><td>{r.get('fix') or '–'}</td>"
+                             f"<td>speed withheld: {_html.escape(busy)}</td></tr>")
             for f in record.implausible(r):
                 fails.append(f"<tr><td>{_html.escape(run['machine'])}</td><td>{r['context_len']}</td><td>{r.get('mode')}</td>"
                              f"<td>{r.get('arm')}</td><td>{r.get('fix') or '–'}</td><td>withheld: {_html.escape(f)}</td></tr>")
