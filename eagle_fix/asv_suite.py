@@ -215,6 +215,8 @@ def write_asv_machine(*, machine: str | None = None, asv: str = "asv",
                  "ram": f"{cpu['memory_total_bytes'] / 2**30:.1f} GiB" if cpu.get("memory_total_bytes") else None, "os": f"{platform.system()} {platform.release()}"}.items():
         if v is not None and not data[name].get(k):
             data[name][k] = str(v)
+    if str(data[name].get("ram", "")).isdigit():  # asv's own default: bytes, unreadable as a filter
+        data[name]["ram"] = f"{int(data[name]['ram']) / 2**30:.1f} GiB"
     data[name]["fingerprint"] = fp["id"]
     data[name].update(extra or {})
     path.write_text(json.dumps(data, indent=4, sort_keys=True) + "\n")
