@@ -780,6 +780,23 @@ def _attention_flops(shape: dict, context_len: int) -> float:
     return 4 * shape["layers"] * shape["heads"] * shape["head_dim"] * (context_len**2 / 2)
 
 
+# Room above the KV the longest sequences need: block rounding, the warm-up prompt, the
+# draft's share of positions being counted by its own layer count.
+KV_HEADROOM = 1.25
+KV_MIN_BYTES = 256 * 2**20
+
+
+def kv_budget_bytes(target_cfg: dict, draft_cfg: dict | None, *, max_model_len: int, max_num_seqs: int) -> int:
+    """vLLM `kv_cache_memory_bytes` for an engine: the KV of `max_num_seqs` sequences of
+    `max_model_len` tokens (target and draft layers) with headroom, so the engine's memory follows
+    what the points need instead of a share of the device."""
+    per_token = model_shape(target_cfg)["kv_bytes_per_token"]
+    if draft_cfg is not None:
+        per_token += model_shape(draft_cfg)["kv_bytes_per_token"]
+    need = per_token * max_model_len * max(1, max_num_seqs)
+    return max(KV_MIN_BYTES, int(need * KV_HEADROOM))
+
+
 def point_work(target_cfg: dict, draft_cfg: dict | None, *, context_len: int, batch_size: int = 1,
                k: int = 3) -> dict[str, Any]:
     """FLOPs of the prefill and bytes of one decode step at a sweep point.

@@ -449,24 +449,3 @@ def cudagraph_pool_bytes(lines: list[str]) -> int | None:
     in N secs, took X GiB"): the actual pool, which the worker keeps nowhere; to 0.01 GiB."""
     found = [float(m.group(1)) for line in lines if (m := _GRAPH_RX.search(line))]
     return int(sum(found) * 2**30) if found else None
-
-
-# ------------------------------------------------------------------------------- KV budget
-
-# Room above the KV the longest sequences need: block rounding, the warm-up prompt, the
-# draft's share of positions being counted by its own layer count.
-KV_HEADROOM = 1.25
-KV_MIN_BYTES = 256 * 2**20
-
-
-def kv_budget_bytes(target_cfg: dict, draft_cfg: dict | None, *, max_model_len: int, max_num_seqs: int) -> int:
-    """vLLM `kv_cache_memory_bytes` for an engine: the KV of `max_num_seqs` sequences of
-    `max_model_len` tokens (target and draft layers) with headroom, so the engine's memory follows
-    what the points need instead of a share of the device."""
-    from eagle_fix.machine import model_shape
-
-    per_token = model_shape(target_cfg)["kv_bytes_per_token"]
-    if draft_cfg is not None:
-        per_token += model_shape(draft_cfg)["kv_bytes_per_token"]
-    need = per_token * max_model_len * max(1, max_num_seqs)
-    return max(KV_MIN_BYTES, int(need * KV_HEADROOM))

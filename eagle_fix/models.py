@@ -52,7 +52,7 @@ class Profile:
     # e.g. (("num_hidden_layers", 8),) for a reduced depth. The draft's config is never overridden.
     hf_overrides: tuple[tuple[str, Any], ...] = ()
     # CUDA: vLLM `kv_cache_memory_bytes`. None sizes it from what the sweep's longest sequences need
-    # (eagle_fix.memory.kv_budget_bytes), so the engine's memory follows the points, not a share of
+    # (eagle_fix.machine.kv_budget_bytes), so the engine's memory follows the points, not a share of
     # the device (with a share, every point and arm reads the same reserved figure).
     kv_cache_memory_bytes: int | None = None
     # A compiled engine's vLLM CompilationMode and CUDAGraphMode by name; None: vLLM's defaults.
@@ -339,3 +339,31 @@ def validate_pair(target_dir, draft_dir, *, load_format: str = "auto") -> None:
     if name is None and dvs != tv:
         raise EagleFixError(f"{draft_dir}: draft_vocab_size {dvs} != target vocab {tv} but no d2t tensor maps "
                             f"draft ids to target ids: ship the draft's d2t")
+
+
+# ---------------------------------------------------------------- served-mode grids (eagle-fix map)
+
+@dataclasses.dataclass(frozen=True)
+class MapProfile:
+    """A grid of `eagle-fix map`: the servers run a sweep profile's pair and engine knobs (`profile`),
+    loaded by vLLM's client at each context x load, EAGLE3 and no speculation in paired rounds."""
+
+    name: str
+    profile: str  # the sweep profile (PROFILES) whose pair, device and engine knobs the servers use
+    contexts: tuple[int, ...]
+    concurrencies: tuple[int, ...]  # vLLM bench's --max-concurrency (requests sent all at once)
+    request_rates: tuple[float, ...] = ()  # vLLM bench's --request-rate (Poisson arrivals, no cap)
+    modes: tuple[str, ...] = ("eager",)
+    fixes: tuple[str, ...] = ("on",)
+    output_len: int = 64
+    rounds: int = 4  # paired rounds per cell: an even number balances ABBA exactly
+    prompts_per_slot: int = 2  # requests per cell = this x the concurrency (each slot refilled once)
+    prefix_caching: bool = False  # distinct prompts share no prefix; off, so nothing is served from cache
+
+
+MAP_PROFILES: dict[str, MapProfile] = {
+    # The shipped tiny pair, eager, fix on: 2 contexts x (concurrency 1, 2, 4 and 1 request/s) x 2 arms
+    # x 4 rounds, 128 tokens out (docs/serving.md states what it costs on a 2-core machine).
+    "cpu-map-quick": MapProfile("cpu-map-quick", "cpu-quick", (2048, 8192), (1, 2, 4), request_rates=(1.0,),
+                                output_len=128),
+}

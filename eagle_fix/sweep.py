@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from eagle_fix import record
-from eagle_fix.plan import INJECT_DELAY_ENV, Point, Resolved, RunArgs, plan, point_timeout, prompt_len, resolve
+from eagle_fix.plan import Point, Resolved, RunArgs, plan, point_timeout, prompt_len, resolve
+from eagle_fix.plugin import INJECT_ENVS
 
 # An engine start includes loading, KV allocation, torch.compile and a warm-up generate.
 STARTUP_TIMEOUT_S = 1800.0
@@ -261,7 +262,7 @@ def _common_fields(run: Resolved) -> dict[str, Any]:
     from eagle_fix.memory import device_info
 
     fp = machine.fingerprint()
-    env = {INJECT_DELAY_ENV: os.environ[INJECT_DELAY_ENV]} if os.environ.get(INJECT_DELAY_ENV) else None
+    env = {k: os.environ[k] for k in INJECT_ENVS if os.environ.get(k)} or None
     return {"device": device_info(), "git_commit": machine.git_commit(), "env": env, "machine": fp,
             "machine_id": fp["id"], "machine_name": fp["name"], "limits": limits_with_age(machine.limits()),
             "synthetic_acceptance": run.profile.synthetic_acceptance_length is not None}
@@ -422,9 +423,9 @@ def engine_spec(run: Resolved, p: Point):
 
 def kv_budget(run: Resolved, p: Point) -> int:
     """A CUDA engine's KV budget: the profile's, else what this sweep's longest sequence needs
-    (target and, on the EAGLE3 arm, draft layers) for the batch (eagle_fix.memory.kv_budget_bytes)."""
+    (target and, on the EAGLE3 arm, draft layers) for the batch (eagle_fix.machine.kv_budget_bytes)."""
     from eagle_fix.checkpoint import read_config
-    from eagle_fix.memory import kv_budget_bytes
+    from eagle_fix.machine import kv_budget_bytes
 
     prof = run.profile
     if getattr(prof, "kv_cache_memory_bytes", None):

@@ -14,7 +14,7 @@ from enum import Enum
 
 import pytest
 
-from eagle_fix import memory
+from eagle_fix import machine, memory
 
 GIB = 2**30
 
@@ -287,10 +287,10 @@ def test_kv_budget_follows_the_points():
 
     t, d = (read_config(p, "x") for p in tiny_pair())
     per_token = model_shape(t)["kv_bytes_per_token"] + model_shape(d)["kv_bytes_per_token"]
-    small = memory.kv_budget_bytes(t, d, max_model_len=131072, max_num_seqs=1)
-    assert small == int(per_token * 131072 * memory.KV_HEADROOM)
-    assert memory.kv_budget_bytes(t, d, max_model_len=131072, max_num_seqs=4) == 4 * small
-    assert memory.kv_budget_bytes(t, None, max_model_len=16, max_num_seqs=1) == memory.KV_MIN_BYTES
+    small = machine.kv_budget_bytes(t, d, max_model_len=131072, max_num_seqs=1)
+    assert small == int(per_token * 131072 * machine.KV_HEADROOM)
+    assert machine.kv_budget_bytes(t, d, max_model_len=131072, max_num_seqs=4) == 4 * small
+    assert machine.kv_budget_bytes(t, None, max_model_len=16, max_num_seqs=1) == machine.KV_MIN_BYTES
 
 
 # ------------------------------------------------------------------- settings on the engine
@@ -367,7 +367,7 @@ def test_cuda_engines_get_a_kv_budget_sized_to_the_sweep(monkeypatch, tmp_path):
                           cudagraph_mode="full_decode_only"))
     eagle = sweep.engine_spec(run, Point(131072, "compile", "eagle3", "on"))
     base = sweep.engine_spec(run, Point(131072, "compile", "baseline", None))
-    assert memory.KV_MIN_BYTES < base.kv_cache_memory_bytes < eagle.kv_cache_memory_bytes < GIB  # not a device share
+    assert machine.KV_MIN_BYTES < base.kv_cache_memory_bytes < eagle.kv_cache_memory_bytes < GIB  # not a device share
     assert eagle.cudagraph_mode == "FULL_DECODE_ONLY" and eagle.compilation_mode is None
     pinned = dataclasses.replace(run, profile=dataclasses.replace(run.profile, kv_cache_memory_bytes=5 * GIB))
     assert sweep.engine_spec(pinned, Point(131072, "eager", "eagle3", "on")).kv_cache_memory_bytes == 5 * GIB
