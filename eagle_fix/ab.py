@@ -42,7 +42,7 @@ from typing import Any
 
 from eagle_fix import record, stats, verdict
 from eagle_fix.errors import EagleFixError, parse_positive_int
-from eagle_fix.plan import RunArgs, csv, plan, point_timeout, prompt_len, resolve
+from eagle_fix.plan import RunArgs, csv, plan, point_timeout, prompt_len, refuse_injected_delay, resolve
 
 # 2: the verdicts follow eagle_fix.verdict (sign test at alpha, power per row); `alpha` and
 # `min_detectable` recorded. Files of schema 1 kept the verdicts of a 95%-interval rule.
@@ -88,10 +88,16 @@ class ABArgs:
             raise EagleFixError(f"--out {out}: give a file path in an existing folder", exit_code=2)
         if not 0 <= args.threshold < 1:
             raise EagleFixError(f"--threshold must be in [0, 1), got {args.threshold}", exit_code=2)
+        base_env, new_env = _env_pairs(args.base_env, "--base-env"), _env_pairs(args.new_env, "--new-env")
+        # a knob in this process's environment reaches both sides and is in no side's recorded env:
+        # never under results/; one given per side is recorded in the file, so results/calibration/ may hold it
+        refuse_injected_delay(out, exit_code=2)
+        refuse_injected_delay(out, base_env, calibration_ok=True, where=" in --base-env", exit_code=2)
+        refuse_injected_delay(out, new_env, calibration_ok=True, where=" in --new-env", exit_code=2)
         # absolute (not resolved: a venv's python is a symlink whose target has no venv): engines and
         # the probe run from other folders
-        return cls(base_python=os.path.abspath(args.base_python), new_python=os.path.abspath(args.new_python), base_env=_env_pairs(args.base_env, "--base-env"),
-                    new_env=_env_pairs(args.new_env, "--new-env"), run=run,
+        return cls(base_python=os.path.abspath(args.base_python), new_python=os.path.abspath(args.new_python), base_env=base_env,
+                    new_env=new_env, run=run,
                     rounds=parse_positive_int(args.rounds, "--rounds"), threshold=args.threshold, strict=args.strict, out=out)
 
 
@@ -344,6 +350,8 @@ def _verdicts(entry: dict[str, Any], threshold: float, *, k: int | None,
     pairs = [p for p in entry["pairs"] if "base" in p and "new" in p]
     out: dict[str, Any] = {}
     for metric, _ in PAIRED:
+        if pairs and not any(p["base"].get(metric) is not None or p["new"].get(metric) is not None for p in pairs):
+            continue  # measured by neither side (an engine or checkout without it): no row, as in compare
         b = [p["base"][metric] for p in pairs if p["base"].get(metric) and p["new"].get(metric)]
         n = [p["new"][metric] for p in pairs if p["base"].get(metric) and p["new"].get(metric)]
         v = verdict.noisy(b, n, metric=metric, threshold=threshold, alpha=alpha, paired=True)

@@ -60,6 +60,21 @@ def drafter_stats(llm: Any) -> dict[str, Any]:
     return total
 
 
+def decode_step_ms(stats: dict[str, Any]) -> float | None:
+    """The median model-step time (ms) of a decode run's decode steps, from the worker's step times
+    (eagle_fix.plugin: execute_model plus the sample_tokens completing it). Steps whose batch carried
+    prompt tokens are left out (the first step of each request, a prefill chunk); where the worker
+    could not read a step's batch, the run's first step stands for its prefill and is left out. The
+    first worker's steps: tensor-parallel workers run every step together. None without step times."""
+    import statistics
+
+    times, prompt = stats.get("step_times_ms") or [], stats.get("step_prompt") or []
+    if len(prompt) != len(times):
+        prompt = [None] * len(times)
+    decode = [t for i, (t, p) in enumerate(zip(times, prompt)) if not p and not (p is None and i == 0)]
+    return statistics.median(decode) if decode else None
+
+
 def _enum_name(value: Any) -> str | None:
     if value is None:
         return None
@@ -141,19 +156,23 @@ def measure_point(llm: Any, spec: EngineSpec, cmd: dict[str, Any], vocab: int, S
     ttft_mid = sorted(ttft)[len(ttft) // 2] if ttft else None
 
     samples: dict[str, list[float]] = {"ttft_s": ttft, "decode_throughput_tok_s": [], "tpot_ms": [],
-                                       "output_throughput_tok_s": [], "decode_wall_s": []}
+                                       "output_throughput_tok_s": [], "decode_wall_s": [], "step_ms": []}
     result: dict[str, Any] = {"event": "point", "prompt_len": prompt_len, "samples": samples}
     for i in range(repeats):
         counted = spec.draft is not None and i == 0
         if counted:
             before = spec_counters(llm)
-            llm.collective_rpc("eagle_fix_reset_drafter_stats")
+        # the worker's counters and step times cover this decode run alone
+        llm.collective_rpc("eagle_fix_reset_drafter_stats")
         t1 = time.perf_counter()
         outputs = llm.generate(prompts, full, use_tqdm=False)
         wall_s = time.perf_counter() - t1
         n_out = sum(len(o.outputs[0].token_ids) for o in outputs)
         decode_s = _decode_span(outputs)
         samples["decode_wall_s"].append(wall_s)
+        step_ms = decode_step_ms(drafter_stats(llm))
+        if step_ms is not None:
+            samples["step_ms"].append(step_ms)
         if ttft_mid is not None:
             samples["output_throughput_tok_s"].append(n_out / (ttft_mid + (decode_s if decode_s is not None else wall_s)))
         if decode_s:

@@ -11,12 +11,12 @@ from pathlib import Path
 from typing import Any
 
 from eagle_fix.errors import EagleFixError, parse_positive_int
-from eagle_fix.plugin import INJECT_DELAY_ENV
+from eagle_fix.plugin import INJECT_PARSERS
 from eagle_fix.record import ARMS, FIXES, MODES
 
 # Free space a sweep needs before it starts: engine logs (tens of MB each) and the result lines.
 MIN_FREE_BYTES = 64 * 2**20
-# Where committed results live: nothing measured with an injected delay may land there.
+# Where committed results live: nothing measured with an injected delay or slowdown may land there.
 COMMITTED_RESULTS = Path(__file__).resolve().parents[1] / "results"
 
 
@@ -131,9 +131,9 @@ def resolve(args: RunArgs) -> Resolved:
     if short:
         raise EagleFixError(f"--contexts {short[0]} leaves no room for a prompt with --output-len {output_len}; use a longer context")
     out = args.out
+    refuse_injected_delay(out)  # checks the knobs' values with or without --out
     if out is not None:
         check_out(out, args.resume)
-        refuse_injected_delay(out)
     log_dir = args.log_dir or ((out.parent / f"{out.stem}-logs") if out else Path("runs") / "logs")
     check_space(log_dir if log_dir.exists() else (out.parent if out else Path(".")), "--log-dir")
     return Resolved(args=args, profile=profile, contexts=contexts, output_len=output_len, out=out, log_dir=log_dir)
@@ -196,11 +196,40 @@ def check_out(out: Path, resume: bool) -> None:
     check_space(out.parent, "--out")
 
 
-def refuse_injected_delay(out: Path) -> None:
-    """A calibration knob must never reach the committed results (their numbers would lie)."""
-    if os.environ.get(INJECT_DELAY_ENV) and Path(out).resolve().is_relative_to(COMMITTED_RESULTS):
-        raise EagleFixError(f"{INJECT_DELAY_ENV} is set: {out} is under the committed results/ folder; unset it, "
-                            f"or write calibration runs elsewhere")
+def injected(env: Any = None, *, exit_code: int = 1) -> dict[str, str]:
+    """The calibration knobs (eagle_fix.plugin.INJECT_ENVS) set in `env` (default: this process's
+    environment), each value checked before any engine starts: a bad one is one line naming it."""
+    env = os.environ if env is None else env
+    out = {}
+    for name, parse in INJECT_PARSERS.items():
+        raw = str(env.get(name) or "").strip()
+        if not raw:
+            continue
+        try:
+            parse(raw)
+        except ValueError as exc:
+            raise EagleFixError(str(exc), exit_code=exit_code) from None
+        out[name] = raw
+    return out
+
+
+def refuse_injected_delay(out: Path | None, env: Any = None, *, calibration_ok: bool = False,
+                          where: str = "", exit_code: int = 1) -> None:
+    """A calibration knob (an injected delay or slowdown) must never reach the committed results:
+    their numbers would lie. `calibration_ok`: results/calibration/ may hold it (eagle-fix ab records
+    each side's knobs in its file). Checks the knobs' values even without `out`."""
+    knobs = injected(env, exit_code=exit_code)
+    if not knobs or out is None:
+        return
+    path = Path(out).resolve()
+    if not path.is_relative_to(COMMITTED_RESULTS):
+        return
+    if calibration_ok and path.is_relative_to(COMMITTED_RESULTS / "calibration"):
+        return
+    names = " and ".join(knobs)
+    raise EagleFixError(f"{names} {'is' if len(knobs) == 1 else 'are'} set{where}: {out} is under the committed "
+                        f"results/ folder; unset {'it' if len(knobs) == 1 else 'them'}, or write calibration runs "
+                        + ("to results/calibration/ or " if calibration_ok else "") + "elsewhere", exit_code=exit_code)
 
 
 def check_space(folder: Path, flag: str) -> None:

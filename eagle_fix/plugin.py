@@ -1,5 +1,6 @@
 """vLLM general plugin: backport the draft-position fix where the engine lacks it, close the draft
-`max_model_len` gap, count the drafter's real work, and (for A/B) revert the fix on purpose.
+`max_model_len` gap, count the drafter's real work, time every model step (and, for calibration
+only, slow it down on purpose), and (for A/B) revert the fix on purpose.
 
 vLLM calls `register()` once in every process (front end, engine core, workers), so it is
 idempotent and cheap: config-side patches go on `SpeculativeConfig` (already imported by then),
@@ -23,9 +24,11 @@ import importlib.abc
 import importlib.util
 import inspect
 import logging
+import math
 import os
 import sys
 import threading
+import time
 from typing import Any, Callable, NamedTuple
 
 from eagle_fix.fix import SHARED_POSITION_METHODS, maybe_override_draft_max_position_embeddings, rope_is_cache_only
@@ -209,23 +212,121 @@ class _Counters:
 COUNTERS = _Counters()
 
 
-# Test-only: sleep this many ms in the worker on every model step, to calibrate the gate's power
-# (eagle-fix ab). Recorded on every record (`env`); refused by commands that write committed results.
+# Test-only: sleep this many ms in the worker on every model step. Superseded by
+# INJECT_SLOWDOWN_ENV (a fixed sleep cannot make a small relative slowdown); kept because the committed
+# calibration files (results/calibration/delay-*.json) were measured with it and name it.
 INJECT_DELAY_ENV = "EAGLE_FIX_INJECT_STEP_DELAY_MS"
+# Test-only, the calibration knob of the gate's power (eagle-fix ab --new-env): every model step is
+# made (1 + F)x as long by spinning in the worker for F x the step's own measured duration. Spinning,
+# not sleeping: a sleep hands the core to other threads and its wake-up latency is coarser than the
+# few-percent effects being calibrated. Both knobs are recorded on every record (`env`) and refused by
+# commands that write committed results.
+INJECT_SLOWDOWN_ENV = "EAGLE_FIX_INJECT_SLOWDOWN"
+INJECT_ENVS = (INJECT_DELAY_ENV, INJECT_SLOWDOWN_ENV)
 
 
-def inject_delay_s() -> float:
-    """The injected per-step delay in seconds (0 without the knob); a bad value names the fix."""
-    raw = os.environ.get(INJECT_DELAY_ENV, "").strip()
-    if not raw:
-        return 0.0
+def parse_delay_ms(raw: str) -> float:
+    """A value of INJECT_DELAY_ENV in milliseconds; a bad one is a one-line ValueError naming it."""
     try:
         value = float(raw)
     except ValueError:
         raise ValueError(f"{INJECT_DELAY_ENV}={raw!r} is not a number of milliseconds, e.g. 2.5") from None
-    if value < 0:
-        raise ValueError(f"{INJECT_DELAY_ENV}={raw!r} must be >= 0")
-    return value / 1000.0
+    if not value >= 0 or math.isinf(value):
+        raise ValueError(f"{INJECT_DELAY_ENV}={raw!r} must be a finite number >= 0")
+    return value
+
+
+def parse_slowdown(raw: str) -> float:
+    """A value of INJECT_SLOWDOWN_ENV (0.05: every step 5% longer); a bad one is a one-line
+    ValueError naming it."""
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"{INJECT_SLOWDOWN_ENV}={raw!r} is not a number; give the relative slowdown, "
+                         f"e.g. 0.05 for steps 5% longer") from None
+    if not value >= 0 or math.isinf(value):  # `not >=` also catches NaN
+        raise ValueError(f"{INJECT_SLOWDOWN_ENV}={raw!r} must be a finite number >= 0, e.g. 0.05")
+    return value
+
+
+# each knob's parser, for the commands that check them before any engine starts
+INJECT_PARSERS: dict[str, Callable[[str], float]] = {INJECT_DELAY_ENV: parse_delay_ms,
+                                                      INJECT_SLOWDOWN_ENV: parse_slowdown}
+
+
+def inject_delay_s() -> float:
+    """The injected per-step delay in seconds (0 without the knob); a bad value names the knob."""
+    raw = os.environ.get(INJECT_DELAY_ENV, "").strip()
+    return parse_delay_ms(raw) / 1000.0 if raw else 0.0
+
+
+def inject_slowdown() -> float:
+    """The injected relative slowdown F of every model step (0 without the knob); a bad value names it."""
+    raw = os.environ.get(INJECT_SLOWDOWN_ENV, "").strip()
+    return parse_slowdown(raw) if raw else 0.0
+
+
+def spin(seconds: float) -> float:
+    """Busy-wait `seconds` on perf_counter (the core stays busy, as a slower step would keep it);
+    returns the time really spun."""
+    start = time.perf_counter()
+    end = start + seconds
+    now = start
+    while now < end:
+        now = time.perf_counter()
+    return now - start
+
+
+class _Steps:
+    """The worker's model steps since the last reset: each one's duration (execute_model plus the
+    sample_tokens that completes it, the injected delay or spin included) and whether its batch
+    carried prompt tokens (None where the scheduler's output could not be read). Bounded: a point
+    resets it before every decode run, so the bound only guards a run that never resets."""
+
+    LIMIT = 4096
+
+    def __init__(self) -> None:
+        self.pending: tuple[float, bool | None] | None = None  # execute_model done, sample_tokens to come
+        self.reset()
+
+    def reset(self) -> None:
+        self.times_ms: list[float] = []
+        self.prompt: list[bool | None] = []
+        self.dropped = 0
+
+    def add(self, seconds: float, prompt: bool | None) -> None:
+        if len(self.times_ms) >= self.LIMIT:
+            self.dropped += 1
+            return
+        self.times_ms.append(1000.0 * seconds)
+        self.prompt.append(prompt)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"step_times_ms": list(self.times_ms), "step_prompt": list(self.prompt),
+                "steps_dropped": self.dropped}
+
+
+STEPS = _Steps()
+
+
+def carries_prompt(scheduler_output: Any) -> bool | None:
+    """Whether a step's batch carries prompt tokens: a new request (its first step computes what the
+    prefix cache lacks) or a request scheduled more tokens than its one new token plus its drafts
+    (a prefill chunk). None where the scheduler's output lacks those fields."""
+    try:
+        if scheduler_output.scheduled_new_reqs:
+            return True
+        drafts = scheduler_output.scheduled_spec_decode_tokens or {}
+        return any(int(n) > 1 + len(drafts.get(req, ())) for req, n in scheduler_output.num_scheduled_tokens.items())
+    except (AttributeError, TypeError, ValueError):
+        return None
+
+
+def _end_step(seconds: float, prompt: bool | None, slowdown: float) -> None:
+    """A model step is over: stretch it by the injected slowdown, then record it."""
+    if slowdown > 0:
+        seconds += spin(slowdown * seconds)
+    STEPS.add(seconds, prompt)
 
 
 class HookPoint(NamedTuple):
@@ -243,19 +344,24 @@ class HookPoint(NamedTuple):
 # a hook of the other runner is never installed, so both runners need their own.
 HOOK_POINTS: dict[str, tuple[HookPoint, ...]] = {
     "v1": (
+        # the model step: timed (step_ms), and where the injected delay or slowdown goes
         HookPoint("vllm.v1.worker.gpu_model_runner", "GPUModelRunner.execute_model", (),
-                  "the injected step delay", "delay"),
+                  "the model steps", "step"),
         # V1's fits-gate: one call per step that may draft, False where the runner skips the drafter
         HookPoint("vllm.v1.worker.gpu_model_runner", "GPUModelRunner._input_fits_in_drafter",
                   ("common_attn_metadata",), "drafter steps", "v1_gate"),
         HookPoint("vllm.v1.spec_decode.eagle", "EagleProposer.propose", ("common_attn_metadata",),
                   "drafter proposals", "v1_propose"),
+        # completes a step whose execute_model returned None: sampling and drafting
+        HookPoint("vllm.v1.worker.gpu_model_runner", "GPUModelRunner.sample_tokens", (),
+                  "the model steps' sampling and drafting", "v1_step_end"),
     ),
     "v2": (
-        HookPoint("vllm.v1.worker.gpu.model_runner", "GPUModelRunner.execute_model", (),
-                  "the injected step delay", "delay"),
+        HookPoint("vllm.v1.worker.gpu.model_runner", "GPUModelRunner.execute_model", ("dummy_run",),
+                  "the model steps", "step"),
         # V2 has no fits-gate: a step that may draft is a sample_tokens call with a speculator and a
-        # pending forward; the speculator is then called unconditionally
+        # pending forward; the speculator is then called unconditionally. It also completes the
+        # step's timing, as V1's sample_tokens does (without it the step times are unknown too).
         HookPoint("vllm.v1.worker.gpu.model_runner", "GPUModelRunner.sample_tokens", (),
                   "drafter steps", "v2_step"),
         HookPoint("vllm.v1.worker.gpu.spec_decode.eagle.speculator", "EagleSpeculator.propose",
@@ -264,7 +370,7 @@ HOOK_POINTS: dict[str, tuple[HookPoint, ...]] = {
     ),
 }
 # Which counters each wrapper feeds: without it they are unknown (None), never a guessed 0.
-_COUNTERS_OF = {"v1_gate": ("spec_steps", "fits_steps"), "v2_step": ("spec_steps", "fits_steps"),
+_COUNTERS_OF = {"step": ("step_times_ms", "step_prompt"), "v1_gate": ("spec_steps", "fits_steps"), "v2_step": ("spec_steps", "fits_steps", "step_times_ms", "step_prompt"),
                 "v1_propose": ("proposals", "max_seq_len_drafted"),
                 "v2_propose": ("proposals", "max_seq_len_drafted")}
 # The fields of the argument the proposal wrappers read the furthest position from.
@@ -277,10 +383,6 @@ ARGUMENT_FIELDS = {
 def runner_module(runner: str) -> str:
     """The module of the runner's GPUModelRunner (named once, in HOOK_POINTS)."""
     return next(p.module for p in HOOK_POINTS[runner] if p.qualname.startswith("GPUModelRunner."))
-
-
-def _needed(point: HookPoint) -> bool:
-    return point.wrap != "delay" or inject_delay_s() > 0
 
 
 def resolve_hook(point: HookPoint, module: Any = None) -> tuple[Any, Any, str | None]:
@@ -327,7 +429,9 @@ def _missing(runner: str, point: HookPoint, problem: str) -> None:
     one line naming the release, the runner and the hook. The fix itself does not depend on it; the
     counters it feeds are reported as unknown (never guessed), so the record is flagged and the
     matrix reports the point as unmeasured."""
-    effect = "not applied" if point.wrap == "delay" else "not counted (drafter coverage unmeasured)"
+    effect = {"step": "not timed (no step_ms), and no injected delay or slowdown applied",
+              "v1_step_end": "not timed (no step_ms where a step ends in sample_tokens)"}.get(
+        point.wrap, "not counted (drafter coverage unmeasured)")
     message = f"{_release()}, model runner {runner}: {problem}: {point.counts} {effect}"
     _problems[(runner, point.qualname)] = message
     if message not in _actions:
@@ -339,8 +443,6 @@ def _install_runner_hooks(runner: str, module: Any) -> None:
     """Runs once the runner's own module is imported (the engine core's worker): wrap its methods
     now, and the speculator's once that module is imported (vLLM imports it lazily, per method)."""
     for point in HOOK_POINTS[runner]:
-        if not _needed(point):
-            continue
         if point.module == module.__name__:
             _install(runner, point, module)
             continue
@@ -369,9 +471,12 @@ def _install(runner: str, point: HookPoint, module: Any) -> None:
     setattr(wrapper, _PATCHED_ATTR, True)
     setattr(cls, point.qualname.rpartition(".")[2], wrapper)
     _installed.add((runner, point.qualname))
-    if point.wrap == "delay":
+    if point.wrap == "step" and inject_delay_s() > 0:
         _actions.append(f"injected {inject_delay_s() * 1000:g} ms per model step on runner {runner} "
                         f"({INJECT_DELAY_ENV}, calibration only)")
+    if point.wrap == "step" and inject_slowdown() > 0:
+        _actions.append(f"model steps made {1 + inject_slowdown():g}x as long by spinning on runner {runner} "
+                        f"({INJECT_SLOWDOWN_ENV}, calibration only)")
 
 
 def _reader(fn: Callable[..., Any], name: str) -> Callable[[tuple, dict], Any]:
@@ -390,16 +495,50 @@ def _reader(fn: Callable[..., Any], name: str) -> Callable[[tuple, dict], Any]:
     return read
 
 
-def _wrap_delay(step: Callable[..., Any]) -> Callable[..., Any]:
-    import time
+def _wrap_step(step: Callable[..., Any]) -> Callable[..., Any]:
+    """execute_model, timed; the injected delay (a sleep before the step) and slowdown (a spin after
+    it, once the step is complete) are inside the time, as the engine waits for both. A step whose
+    execute_model returns None is completed by sample_tokens (_wrap_step_end), which records it."""
+    names = list(inspect.signature(step).parameters)
+    dummy_of = _reader(step, "dummy_run") if "dummy_run" in names else None
+    sched_of = _reader(step, "scheduler_output") if "scheduler_output" in names else (lambda a, k: a[0] if a else None)
+    delay, slowdown = inject_delay_s(), inject_slowdown()
 
-    delay = inject_delay_s()
+    def execute_model_timed(self: Any, *args: Any, **kwargs: Any) -> Any:
+        STEPS.pending = None
+        if dummy_of is not None and dummy_of(args, kwargs):  # V2's warm-up and profile runs: no request's step
+            return step(self, *args, **kwargs)
+        sched = sched_of(args, kwargs)
+        t0 = time.perf_counter()
+        if delay:
+            time.sleep(delay)
+        out = step(self, *args, **kwargs)
+        seconds = time.perf_counter() - t0
+        if not getattr(sched, "total_num_scheduled_tokens", 1):  # nothing scheduled: no model ran
+            return out
+        prompt = carries_prompt(sched)
+        if out is None:
+            STEPS.pending = (seconds, prompt)
+        else:
+            _end_step(seconds, prompt, slowdown)
+        return out
 
-    def execute_model_delayed(self: Any, *args: Any, **kwargs: Any) -> Any:
-        time.sleep(delay)
-        return step(self, *args, **kwargs)
+    return execute_model_timed
 
-    return execute_model_delayed
+
+def _wrap_step_end(sample_tokens: Callable[..., Any]) -> Callable[..., Any]:
+    """sample_tokens, timed as the rest of the step execute_model began (none pending: not a step)."""
+    slowdown = inject_slowdown()
+
+    def sample_tokens_timed(self: Any, *args: Any, **kwargs: Any) -> Any:
+        pending, STEPS.pending = STEPS.pending, None
+        t0 = time.perf_counter()
+        out = sample_tokens(self, *args, **kwargs)
+        if pending is not None:
+            _end_step(pending[0] + time.perf_counter() - t0, pending[1], slowdown)
+        return out
+
+    return sample_tokens_timed
 
 
 def _wrap_v1_gate(gate: Callable[..., Any]) -> Callable[..., Any]:
@@ -429,6 +568,8 @@ def _wrap_v1_propose(propose: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _wrap_v2_step(sample_tokens: Callable[..., Any]) -> Callable[..., Any]:
+    sample_tokens = _wrap_step_end(sample_tokens)
+
     def sample_tokens_counted(self: Any, *args: Any, **kwargs: Any) -> Any:
         # read before the call, which consumes the pending forward's state; only the last pipeline
         # rank drafts
@@ -465,7 +606,7 @@ def _wrap_v2_propose(propose: Callable[..., Any]) -> Callable[..., Any]:
 
 
 _WRAPPERS: dict[str, Callable[[Callable[..., Any]], Callable[..., Any]]] = {
-    "delay": _wrap_delay, "v1_gate": _wrap_v1_gate, "v1_propose": _wrap_v1_propose,
+    "step": _wrap_step, "v1_step_end": _wrap_step_end, "v1_gate": _wrap_v1_gate, "v1_propose": _wrap_v1_propose,
     "v2_step": _wrap_v2_step, "v2_propose": _wrap_v2_propose,
 }
 
@@ -482,7 +623,7 @@ def missing_hooks(runner: str) -> list[str]:
     counters would otherwise read 0, which means "the drafter never ran"."""
     out = []
     for point in HOOK_POINTS[runner]:
-        if not _needed(point) or (runner, point.qualname) in _installed:
+        if (runner, point.qualname) in _installed:
             continue
         if (runner, point.qualname) not in _problems:
             _, _, problem = resolve_hook(point)
@@ -498,7 +639,7 @@ class DrafterStatsExtension:
     def eagle_fix_drafter_stats(self) -> dict[str, Any]:
         model_runner = getattr(self, "model_runner", None)
         runner = runner_of(model_runner) if model_runner is not None else None
-        stats: dict[str, Any] = COUNTERS.as_dict()
+        stats: dict[str, Any] = {**COUNTERS.as_dict(), **STEPS.as_dict(), "inject_slowdown": inject_slowdown()}
         missing = missing_hooks(runner) if runner is not None else []
         if runner is not None:
             for point in HOOK_POINTS[runner]:
@@ -517,6 +658,7 @@ class DrafterStatsExtension:
 
     def eagle_fix_reset_drafter_stats(self) -> None:
         COUNTERS.reset()
+        STEPS.reset()
 
 
 # --------------------------------------------------------------------------- import hook

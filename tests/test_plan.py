@@ -104,3 +104,87 @@ def test_run_with_out_on_a_full_filesystem_is_one_line(tmp_path):
         assert not (mnt / "run.jsonl").exists()
     finally:
         subprocess.run(["umount", str(mnt)], check=False)
+
+
+# --------------------------------------------------------------------------- calibration knobs
+
+@pytest.mark.parametrize("knob, value", [("EAGLE_FIX_INJECT_SLOWDOWN", "0.05"), ("EAGLE_FIX_INJECT_STEP_DELAY_MS", "2")])
+def test_a_calibration_knob_never_reaches_the_committed_results(knob, value):
+    """`eagle-fix run --out results/...` with an injected slowdown or delay: one line naming the knob,
+    before any engine starts (the file is not created)."""
+    target = ROOT / "results" / "runs" / "knob-refused.jsonl"
+    out = subprocess.run([sys.executable, "-m", "eagle_fix.cli", "run", "--profile", "cpu-quick", "--out", str(target)],
+                         capture_output=True, text=True, timeout=120, cwd=ROOT,
+                         env={**os.environ, "HF_HUB_OFFLINE": "1", knob: value})
+    assert out.returncode == 1
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in out.stderr, out.stderr
+    assert f"{knob} is set: " in lines[0] and "under the committed results/ folder" in lines[0], lines[0]
+    assert not target.exists()
+
+
+@pytest.mark.parametrize("value", ["-0.05", "five", "nan"])
+def test_a_bad_slowdown_is_one_line_naming_it(value):
+    out = subprocess.run([sys.executable, "-m", "eagle_fix.cli", "run", "--profile", "cpu-quick"],
+                         capture_output=True, text=True, timeout=120, cwd=ROOT,
+                         env={**os.environ, "HF_HUB_OFFLINE": "1", "EAGLE_FIX_INJECT_SLOWDOWN": value})
+    assert out.returncode != 0
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in out.stderr, out.stderr
+    assert f"EAGLE_FIX_INJECT_SLOWDOWN={value!r}" in lines[0], lines[0]
+
+
+def test_the_refusal_in_process(tmp_path, monkeypatch):
+    from eagle_fix.errors import EagleFixError
+    from eagle_fix.plan import COMMITTED_RESULTS, injected, refuse_injected_delay
+
+    monkeypatch.delenv("EAGLE_FIX_INJECT_STEP_DELAY_MS", raising=False)
+    monkeypatch.setenv("EAGLE_FIX_INJECT_SLOWDOWN", "0.05")
+    assert injected() == {"EAGLE_FIX_INJECT_SLOWDOWN": "0.05"}
+    refuse_injected_delay(tmp_path / "x.jsonl")  # elsewhere: fine
+    refuse_injected_delay(None)
+    for where in ("runs/x.jsonl", "asv/x.json", "releases/ab-a-b.json", "calibration/x.json"):
+        with pytest.raises(EagleFixError, match="EAGLE_FIX_INJECT_SLOWDOWN is set: "):
+            refuse_injected_delay(COMMITTED_RESULTS / where)
+    # a knob recorded per side (eagle-fix ab): results/calibration/ may hold it, nothing else under results/
+    refuse_injected_delay(COMMITTED_RESULTS / "calibration" / "slowdown-5.json", {"EAGLE_FIX_INJECT_SLOWDOWN": "0.05"},
+                          calibration_ok=True)
+    monkeypatch.delenv("EAGLE_FIX_INJECT_SLOWDOWN")
+    with pytest.raises(EagleFixError, match="EAGLE_FIX_INJECT_SLOWDOWN is set in --new-env: ") as exc:
+        refuse_injected_delay(COMMITTED_RESULTS / "releases" / "ab.json", {"EAGLE_FIX_INJECT_SLOWDOWN": "0.05"},
+                              calibration_ok=True, where=" in --new-env", exit_code=2)
+    assert exc.value.exit_code == 2
+    assert injected({"EAGLE_FIX_INJECT_SLOWDOWN": "", "OTHER": "1"}) == {}
+
+
+def _ab_args(tmp_out, *extra):
+    import argparse
+
+    from eagle_fix import ab
+
+    parser = argparse.ArgumentParser()
+    ab.add_cli_args(parser)
+    return ab.ABArgs.from_cli_args(parser.parse_args(
+        ["--base-python", sys.executable, "--new-python", sys.executable, "--out", str(tmp_out), *extra]))
+
+
+def test_ab_refuses_a_knob_where_its_file_would_not_record_it(tmp_path, monkeypatch):
+    from eagle_fix.errors import EagleFixError
+    from eagle_fix.plan import COMMITTED_RESULTS
+
+    monkeypatch.delenv("EAGLE_FIX_INJECT_STEP_DELAY_MS", raising=False)
+    monkeypatch.delenv("EAGLE_FIX_INJECT_SLOWDOWN", raising=False)
+    calib = COMMITTED_RESULTS / "calibration" / "never-written.json"
+    # per side, recorded in the file: calibration/ and anywhere outside results/ are fine
+    args = _ab_args(calib, "--new-env", "EAGLE_FIX_INJECT_SLOWDOWN=0.05")
+    assert args.new_env == {"EAGLE_FIX_INJECT_SLOWDOWN": "0.05"}
+    _ab_args(tmp_path / "ab.json", "--new-env", "EAGLE_FIX_INJECT_SLOWDOWN=0.05")
+    with pytest.raises(EagleFixError, match="EAGLE_FIX_INJECT_SLOWDOWN is set in --new-env: .*results/releases"):
+        _ab_args(COMMITTED_RESULTS / "releases" / "never-written.json", "--new-env", "EAGLE_FIX_INJECT_SLOWDOWN=0.05")
+    with pytest.raises(EagleFixError, match="EAGLE_FIX_INJECT_SLOWDOWN='-1' must be"):
+        _ab_args(tmp_path / "ab.json", "--base-env", "EAGLE_FIX_INJECT_SLOWDOWN=-1")
+    # in ab's own environment: both sides carry it and neither side's env shows it
+    monkeypatch.setenv("EAGLE_FIX_INJECT_SLOWDOWN", "0.05")
+    with pytest.raises(EagleFixError, match="EAGLE_FIX_INJECT_SLOWDOWN is set: "):
+        _ab_args(calib)
+    assert not calib.exists()

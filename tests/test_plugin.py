@@ -132,6 +132,14 @@ def test_a_release_without_the_runner_hooks_is_named_in_one_line():
         plugin._install("v1", v1_gate, _fake_module(v1_gate.module, GPUModelRunner=type("GPUModelRunner", (), {})))
         plugin._install("v1", v1_propose, _fake_module(v1_propose.module))
         plugin._install("v2", v2_step, _fake_module(v2_step.module, GPUModelRunner=type("GPUModelRunner", (), {})))
+        # the model step itself is there (and timed); only the counters' hooks are not
+        v2_exec = plugin.HOOK_POINTS["v2"][0]
+
+        def execute_model(self, scheduler_output, intermediate_tensors=None, dummy_run=False):
+            return None
+
+        plugin._install("v2", v2_exec, _fake_module(v2_exec.module, GPUModelRunner=type(
+            "GPUModelRunner", (), {"execute_model": execute_model})))
 
         def propose(self, batch, dummy_run=False, is_profile=False, num_speculative_tokens=None):  # renamed parameter
             return None
@@ -167,6 +175,7 @@ def test_a_release_without_the_runner_hooks_is_named_in_one_line():
     ]
     assert stats["model_runner"] == "v2"
     assert (stats["spec_steps"], stats["fits_steps"], stats["proposals"], stats["max_seq_len_drafted"]) == (None,) * 4
+    assert (stats["step_times_ms"], stats["step_prompt"]) == (None, None)  # V2's steps end in sample_tokens
     assert stats["missing_hooks"] == new[2:]
     # the record the sweep writes from those counters is flagged
     rec = {"num_drafts": 31, "drafter_steps": stats["spec_steps"], "drafter_proposals": stats["proposals"],
@@ -230,7 +239,8 @@ def test_v2_runner_is_hooked_and_counted():
     got = last_json(out.stdout)
     assert all(got["patched"].values()), got["patched"]
     assert set(got["patched"]) == {"v1:GPUModelRunner.execute_model", "v1:GPUModelRunner._input_fits_in_drafter",
-                                   "v1:EagleProposer.propose", "v2:GPUModelRunner.execute_model",
+                                   "v1:EagleProposer.propose", "v1:GPUModelRunner.sample_tokens",
+                                   "v2:GPUModelRunner.execute_model",
                                    "v2:GPUModelRunner.sample_tokens", "v2:EagleSpeculator.propose"}
     assert got["delayed_s"] >= 0.3
     assert got["calls"] == ["sample", "propose", "sample", "propose", "propose"]  # every call passed through
@@ -239,3 +249,134 @@ def test_v2_runner_is_hooked_and_counted():
     # one drafting step, one real proposal; the furthest position over the batch's live requests only
     assert (s["spec_steps"], s["fits_steps"], s["proposals"], s["max_seq_len_drafted"]) == (1, 1, 1, 5000)
     assert any("injected 300 ms per model step on runner v2" in a for a in s["plugin_actions"])
+
+
+# --------------------------------------------------------------------------- step timing and the slowdown knob
+
+def _sched(prompt: bool = False):
+    """A scheduler output of one request: its first step (prompt) or a decode step with 3 drafts."""
+    import types
+
+    if prompt:
+        return types.SimpleNamespace(scheduled_new_reqs=["r"], num_scheduled_tokens={"r": 100},
+                                     scheduled_spec_decode_tokens={}, total_num_scheduled_tokens=100)
+    return types.SimpleNamespace(scheduled_new_reqs=[], num_scheduled_tokens={"r": 4},
+                                 scheduled_spec_decode_tokens={"r": [1, 2, 3]}, total_num_scheduled_tokens=4)
+
+
+def _fake_runner(plugin, *, split: bool):
+    """A plain class wrapped as the plugin wraps a runner: execute_model sleeps 20 ms (and, split,
+    returns None for sample_tokens to complete the step in 10 ms more, as V1 and V2 do)."""
+    import time
+
+    def execute_model(self, scheduler_output, intermediate_tensors=None):
+        time.sleep(0.02)
+        return None if split else "output"
+
+    def sample_tokens(self, grammar_output):
+        time.sleep(0.01)
+        return "output"
+
+    return type("GPUModelRunner", (), {"execute_model": plugin._wrap_step(execute_model),
+                                       "sample_tokens": plugin._wrap_step_end(sample_tokens)})()
+
+
+def _timed(call) -> float:
+    import time
+
+    t0 = time.perf_counter()
+    call()
+    return time.perf_counter() - t0
+
+
+@pytest.mark.parametrize("split", [False, True], ids=["one-call step", "execute_model + sample_tokens"])
+def test_the_slowdown_knob_makes_a_step_one_plus_f_as_long_and_the_step_time_sees_it(monkeypatch, split):
+    import eagle_fix.plugin as plugin
+
+    monkeypatch.delenv(plugin.INJECT_DELAY_ENV, raising=False)
+    monkeypatch.delenv(plugin.INJECT_SLOWDOWN_ENV, raising=False)
+    plain = _fake_runner(plugin, split=split)
+    monkeypatch.setenv(plugin.INJECT_SLOWDOWN_ENV, "0.5")
+    slow = _fake_runner(plugin, split=split)  # the knob is read when the step is wrapped, as in the worker
+    step = (lambda r: (r.execute_model(_sched()), r.sample_tokens(None))) if split else (lambda r: r.execute_model(_sched()))
+    try:
+        plugin.STEPS.reset()
+        # the fastest of a few: a shared machine only ever adds time
+        base = min(_timed(lambda: step(plain)) for _ in range(5))
+        stretched = min(_timed(lambda: step(slow)) for _ in range(5))
+        recorded = list(plugin.STEPS.times_ms)
+        prompt = list(plugin.STEPS.prompt)
+    finally:
+        plugin.STEPS.reset()
+    assert 1.4 <= stretched / base <= 1.65, (base, stretched)
+    # every step recorded once, as the engine saw it: the spin inside, and the decode batch known as such
+    assert len(recorded) == 10 and prompt == [False] * 10
+    assert 1.4 <= min(recorded[5:]) / min(recorded[:5]) <= 1.65, recorded
+    assert min(recorded[5:]) <= 1000 * stretched * 1.05
+
+
+def test_step_times_skip_empty_steps_and_mark_prompt_steps():
+    import types
+
+    import eagle_fix.plugin as plugin
+
+    runner = _fake_runner(plugin, split=True)
+    empty = types.SimpleNamespace(scheduled_new_reqs=[], num_scheduled_tokens={}, scheduled_spec_decode_tokens={},
+                                  total_num_scheduled_tokens=0)
+    try:
+        plugin.STEPS.reset()
+        runner.execute_model(_sched(prompt=True))
+        runner.sample_tokens(None)
+        runner.execute_model(empty)  # nothing scheduled: no model ran, no step
+        runner.sample_tokens(None)  # and nothing pending: not a step either
+        runner.execute_model(_sched())
+        runner.sample_tokens(None)
+        got = plugin.STEPS.as_dict()
+    finally:
+        plugin.STEPS.reset()
+    assert got["step_prompt"] == [True, False] and len(got["step_times_ms"]) == 2
+    assert all(25 <= t < 1000 for t in got["step_times_ms"]), got
+
+
+def test_carries_prompt_reads_the_scheduler_output():
+    import types
+
+    from eagle_fix.plugin import carries_prompt
+
+    assert carries_prompt(_sched(prompt=True)) is True
+    assert carries_prompt(_sched()) is False
+    chunk = types.SimpleNamespace(scheduled_new_reqs=[], num_scheduled_tokens={"a": 4, "b": 512},
+                                  scheduled_spec_decode_tokens={"a": [1, 2, 3]})
+    assert carries_prompt(chunk) is True  # a prefill chunk beside a decode
+    assert carries_prompt(object()) is None  # unreadable: unknown, never guessed
+
+
+def test_the_step_times_are_bounded():
+    import eagle_fix.plugin as plugin
+
+    steps = plugin._Steps()
+    for _ in range(steps.LIMIT + 3):
+        steps.add(0.001, False)
+    assert len(steps.times_ms) == steps.LIMIT and steps.as_dict()["steps_dropped"] == 3
+    steps.reset()
+    assert steps.as_dict() == {"step_times_ms": [], "step_prompt": [], "steps_dropped": 0}
+
+
+@pytest.mark.parametrize("raw", ["-0.1", "abc", "nan", "inf", "5%"])
+def test_a_bad_slowdown_is_one_line_naming_the_variable(monkeypatch, raw):
+    import eagle_fix.plugin as plugin
+
+    monkeypatch.setenv(plugin.INJECT_SLOWDOWN_ENV, raw)
+    with pytest.raises(ValueError) as exc:
+        plugin.inject_slowdown()
+    assert str(exc.value).startswith(f"EAGLE_FIX_INJECT_SLOWDOWN={raw!r} ") and "\n" not in str(exc.value)
+
+
+def test_the_slowdown_knob_parses(monkeypatch):
+    import eagle_fix.plugin as plugin
+
+    monkeypatch.delenv(plugin.INJECT_SLOWDOWN_ENV, raising=False)
+    assert plugin.inject_slowdown() == 0.0
+    for raw, want in (("0.05", 0.05), (" 0 ", 0.0), ("1e-2", 0.01), ("", 0.0)):
+        monkeypatch.setenv(plugin.INJECT_SLOWDOWN_ENV, raw)
+        assert plugin.inject_slowdown() == want

@@ -1,0 +1,66 @@
+"""Per-step decode timing: the worker's step times summarized into `step_ms` (prefill left out), and
+the relative slowdown knob seen by it on the real CPU engine."""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+from eagle_fix.measure import decode_step_ms
+
+
+def test_step_ms_is_the_median_of_the_decode_steps_prompt_steps_left_out():
+    # a prefill step (new requests), a prefill chunk in the middle, decode steps around it
+    stats = {"step_times_ms": [90.0, 10.0, 12.0, 80.0, 11.0, 13.0],
+             "step_prompt": [True, False, False, True, False, False]}
+    assert decode_step_ms(stats) == pytest.approx(statistics.median([10.0, 12.0, 11.0, 13.0]))
+
+
+def test_step_ms_without_readable_batches_leaves_out_the_first_step():
+    """A runner whose scheduler output could not be read: the run's first step is its prefill."""
+    assert decode_step_ms({"step_times_ms": [90.0, 10.0, 12.0, 14.0], "step_prompt": [None] * 4}) == 12.0
+    # an older worker that reports no flags at all: the same rule
+    assert decode_step_ms({"step_times_ms": [90.0, 10.0, 12.0, 14.0]}) == 12.0
+    # a readable batch later in the run still counts as what it is
+    assert decode_step_ms({"step_times_ms": [90.0, 10.0, 70.0, 14.0], "step_prompt": [None, False, True, None]}) == 12.0
+
+
+def test_step_ms_is_none_without_decode_steps():
+    assert decode_step_ms({}) is None
+    assert decode_step_ms({"step_times_ms": None, "step_prompt": None}) is None  # the hook was missing
+    assert decode_step_ms({"step_times_ms": [50.0], "step_prompt": [True]}) is None
+
+
+def _run(tmp_path, name, env):
+    out = tmp_path / f"{name}.jsonl"
+    proc = subprocess.run([sys.executable, "-m", "eagle_fix.cli", "run", "--profile", "cpu-quick", "--contexts", "1536",
+                           "--modes", "eager", "--arms", "eagle3", "--output-len", "64", "--repeats", "3",
+                           "--out", str(out), "--no-progress"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=1800,
+                          env={**{k: v for k, v in os.environ.items() if not k.startswith("EAGLE_FIX_INJECT")},
+                               "HF_HUB_OFFLINE": "1", **env})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (rec,) = [json.loads(line) for line in out.read_text().splitlines()]
+    return rec
+
+
+@pytest.mark.engine
+def test_a_point_records_step_ms_and_the_slowdown_knob_stretches_it(tmp_path):
+    plain = _run(tmp_path, "plain", {})
+    slow = _run(tmp_path, "slow", {"EAGLE_FIX_INJECT_SLOWDOWN": "0.5"})
+    for rec in (plain, slow):
+        assert rec["status"] == "ok", rec["error"]
+        assert len(rec["samples"]["step_ms"]) == 3 and rec["step_ms"] > 0
+        assert rec["ci95"]["step_ms"]
+    assert plain["env"] is None
+    assert slow["env"] == {"EAGLE_FIX_INJECT_SLOWDOWN": "0.5"}
+    ratio = slow["step_ms"] / plain["step_ms"]
+    print(f"step_ms plain {plain['step_ms']:.3f} slow {slow['step_ms']:.3f} ratio {ratio:.3f}; "
+          f"tpot_ms plain {plain['tpot_ms']:.3f} slow {slow['tpot_ms']:.3f}")
+    assert ratio >= 1.3
