@@ -19,6 +19,7 @@ COMMANDS = (
     ("compare", "eagle_fix.compare", "regression gate between two result sets (statistics on samples and counts)"),
     ("ab", "eagle_fix.ab", "the same points in two environments, alternating rounds, paired verdicts"),
     ("machine", "eagle_fix.machine", "the machine's fingerprint and measured limits (matmul, bandwidth)"),
+    ("map", "eagle_fix.map", "EAGLE3 vs no speculation under load: vLLM's OpenAI server and its bench client, context x concurrency"),
     ("matrix", "eagle_fix.matrix", "the suite across vLLM releases (eagle_fix/releases.py), one venv each (scripts/matrix.sh)"),
 )
 

@@ -123,6 +123,48 @@ PER_POSITION = Metric("per_position_acceptance", "per-position acceptance", "rat
                       asv_title="rejected share per draft position",
                       asv_doc="1 - vLLM's accepted_per_pos / drafts, per draft position 1..k.")
 
+
+@dataclass(frozen=True)
+class BenchMetric:
+    """A key of `vllm bench serve`'s result JSON, under vLLM's own name (eagle-fix map keeps that JSON
+    as it is), with our column for the same quantity where the sweep has one and how the two differ."""
+
+    key: str
+    label: str
+    unit: str
+    higher_is_better: bool
+    ours: str | None = None  # our name of the same quantity (METRIC / PER_POSITION), or None
+    differs: str = ""  # how vLLM's number differs from ours, in words
+
+
+VLLM_BENCH_METRICS: tuple[BenchMetric, ...] = (
+    BenchMetric("output_throughput", "output throughput (served)", "tok/s", True, "output_throughput_tok_s",
+                "all requests' output tokens / the benchmark's wall time, concurrent requests included; ours is one "
+                "batch's output tokens / (TTFT + decode span)"),
+    BenchMetric("total_token_throughput", "total token throughput (served)", "tok/s", True, None,
+                "input and output tokens / the benchmark's wall time"),
+    BenchMetric("request_throughput", "request throughput", "req/s", True),
+    BenchMetric("median_tpot_ms", "median time per output token (served)", "ms", False, "tpot_ms",
+                "median over requests of (latency - TTFT) / (output tokens - 1), measured by the client over HTTP"),
+    BenchMetric("mean_tpot_ms", "mean time per output token (served)", "ms", False, "tpot_ms"),
+    BenchMetric("p99_tpot_ms", "p99 time per output token (served)", "ms", False, None),
+    BenchMetric("median_ttft_ms", "median time to first token (served)", "ms", False, "ttft_s",
+                "milliseconds, queueing behind other requests included; ours is seconds of one uncached prefill"),
+    BenchMetric("p99_ttft_ms", "p99 time to first token (served)", "ms", False, None),
+    BenchMetric("median_itl_ms", "median inter-token latency", "ms", False, None,
+                "gap between streamed chunks: a verified step of speculation streams several tokens at once"),
+    BenchMetric("p99_itl_ms", "p99 inter-token latency", "ms", False, None),
+    BenchMetric("median_e2el_ms", "median end-to-end latency", "ms", False, None),
+    BenchMetric("spec_decode_acceptance_length", "acceptance length (served)", "tokens", True, "acceptance_length",
+                "the same formula (1 + accepted / drafts) on the server's /metrics deltas over the whole benchmark"),
+    BenchMetric("spec_decode_acceptance_rate", "draft acceptance rate", "%", True, None,
+                "accepted / draft tokens, in percent"),
+    BenchMetric("spec_decode_per_position_acceptance_rates", "per-position acceptance (served)", "rate", True,
+                "per_position_acceptance", "the same formula, over the whole benchmark"),
+    BenchMetric("spec_decode_num_drafts", "drafts", "count", True, None, "counted as ours (num_drafts)"),
+)
+VLLM_BENCH_METRIC = {m.key: m for m in VLLM_BENCH_METRICS}
+
 # Fields the sweep writes on every record (None where a point has no such number). Records of
 # schema 1 lack some; `upgrade()` fills them so every reader sees one shape.
 FIELDS = (

@@ -402,8 +402,10 @@ def _plot(df, out: Path, name: str, title: str, ylabel: str, columns, arms) -> P
 
 def write_report(paths, out: Path) -> dict:
     """Write report.md, index.html and PNGs per profile into out; returns {profile: [files]}."""
-    df = fill_speedup(latest(load_results(paths)))
     out.mkdir(parents=True, exist_ok=True)
+    map_md = map_report_section(paths, out)  # eagle-fix map files (.ndjson), at the report's end
+    paths = [p for p in paths if Path(p).suffix != ".ndjson"]
+    df = fill_speedup(latest(load_results(paths))) if paths or not map_md else None
     md = ["# eagle-fix report", "",
           "Newest measurement per profile, machine, vLLM version and point. asv results carry the EAGLE3 arm; "
           "`eagle-fix run` files carry every arm, and where both hold one measurement the run's row (with its "
@@ -412,7 +414,7 @@ def write_report(paths, out: Path) -> dict:
           "machine, vLLM and device. Plots draw one line per machine, workload (output tokens, k), vLLM "
           "release, arm, mode and fix arm.", ""]
     written: dict[str, list[Path]] = {}
-    for profile, pdf in df.groupby("profile"):
+    for profile, pdf in (df.groupby("profile") if df is not None else ()):
         pdir = out / str(profile)
         pdir.mkdir(parents=True, exist_ok=True)
         files = [p for spec in PLOTS if (p := _plot(pdf, pdir, *spec)) is not None]
@@ -432,6 +434,9 @@ def write_report(paths, out: Path) -> dict:
         md.append("")
         md += [f"![{p.stem}]({profile}/{p.name})" for p in files]
         md.append("")
+    if map_md:
+        md += map_md
+        written["map"] = sorted((out / "map").glob("*.png"))
     text = "\n".join(md) + "\n"
     (out / "report.md").write_text(text, encoding="utf-8")
     (out / "index.html").write_text(_html(text), encoding="utf-8")
@@ -827,9 +832,146 @@ def machines_table(df) -> str:
                 "bf16 GFLOP/s", "fp32 GFLOP/s", "copy GB/s", "contended"], rows)
 
 
+# --------------------------------------------------------------------------- the served map (eagle-fix map)
+
+
+def _map_ratio(s: dict) -> str:
+    """A paired ratio's median and interval, with the interval's real coverage."""
+    from eagle_fix import stats
+
+    if s.get("median") is None:
+        return "–"
+    if not s.get("ci95"):
+        return f"{s['median']:.3f} (1 round)"
+    lo, hi = s["ci95"]
+    return f"{s['median']:.3f} [{lo:.3f}, {hi:.3f}] {stats.interval_label(s.get('coverage'))}"
+
+
+def map_break_even_lines(summary: list[dict]) -> list[str]:
+    """Per mode, fix and context: the lowest concurrency at which EAGLE3's output throughput falls below
+    the baseline's with the whole paired interval below 1, or that none did in the grid."""
+    from eagle_fix.map import break_even
+
+    lines = []
+    for (profile, mode, fix, context), e in sorted(break_even(summary).items(), key=lambda kv: tuple(map(str, kv[0]))):
+        grid = ", ".join(str(c) for c in sorted(e["concurrencies"]))
+        if e["interval"] is not None:
+            what = f"break-even at concurrency {e['interval']} (EAGLE3 slower there, its whole interval below 1)"
+        elif e["median"] is not None:
+            what = (f"break-even not reached in the grid ({grid}) by the interval; the median ratio is below 1 "
+                    f"from concurrency {e['median']}")
+        else:
+            what = f"break-even not reached in the grid ({grid}): EAGLE3 never slower"
+        lines.append(f"- `{profile}` {mode}, fix {fix}, context {context}: {what}")
+    return lines
+
+
+def map_table(paths) -> str:
+    """`eagle-fix map` files: per cell, the EAGLE3 / no-speculation ratios of vLLM bench's
+    output_throughput and median_tpot_ms (median over paired rounds, its interval and real coverage),
+    EAGLE3's acceptance (vLLM's spec_decode_acceptance_length, median of the rounds) and drafter
+    coverage, the KV cache's room for concurrent requests, failures; then the break-even per context."""
+    from eagle_fix import stats
+    from eagle_fix.map import read_map, summarize
+
+    recs = [r for p in paths for r in read_map(p)]
+    summary = summarize(recs)
+    machines = sorted({str(r.get("machine_name") or r.get("machine_id")) for r in recs})
+    rows = []
+    for c in summary:
+        acc = stats.median([float(x) for x in c["acceptance"]]) if c["acceptance"] else None
+        cov = stats.median([float(x) for x in c["coverage"]]) if c["coverage"] else None
+        thr_e = stats.median([float(x) for x in c["eagle3_output_throughput"] if x is not None])
+        thr_b = stats.median([float(x) for x in c["baseline_output_throughput"] if x is not None])
+        rows.append([", ".join(machines), c["mode"], str(c["fix"]), str(c["context_len"]), c["load"],
+                     f"{thr_e:.1f}" if thr_e is not None else "–", f"{thr_b:.1f}" if thr_b is not None else "–",
+                     _map_ratio(c["throughput_ratio"]), _map_ratio(c["tpot_ratio"]),
+                     f"{acc:.2f}" if acc is not None else "–", f"{cov:.0%}" if cov is not None else "–",
+                     f"{c['kv_max_concurrency']:.1f}" if c.get("kv_max_concurrency") else "–",
+                     "; ".join(c["failed"]) or "–"])
+    table = _md(["machine", "mode", "fix", "context", "load", "EAGLE3 output tok/s", "baseline output tok/s",
+                 "throughput EAGLE3/baseline", "TPOT EAGLE3/baseline", "acceptance", "coverage",
+                 "KV room (requests)", "failed"], rows)
+    return table + "\n\n" + "\n".join(map_break_even_lines(summary))
+
+
+def map_heatmap(records: list[dict], out: Path) -> Path | None:
+    """Context x concurrency heatmap of the paired EAGLE3 / baseline output-throughput ratio (median,
+    its interval written in each cell), one panel per mode and fix; None without a ratio to draw."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import TwoSlopeNorm
+
+    from eagle_fix.map import parse_load, summarize
+
+    summary = [c for c in summarize(records) if not parse_load(c["load"])[1]]
+    panels = sorted({(c["mode"], str(c["fix"])) for c in summary})
+    if not any(c["throughput_ratio"]["median"] is not None for c in summary):
+        return None
+    contexts = sorted({c["context_len"] for c in summary})
+    concs = sorted({parse_load(c["load"])[0] for c in summary})
+    meds = [c["throughput_ratio"]["median"] for c in summary if c["throughput_ratio"]["median"] is not None]
+    spread = max(abs(m - 1.0) for m in meds) or 0.1
+    norm = TwoSlopeNorm(vcenter=1.0, vmin=1.0 - spread * 1.05, vmax=1.0 + spread * 1.05)
+    fig, axes = plt.subplots(1, len(panels), figsize=(1.6 + 1.5 * len(concs) * len(panels), 1.4 + 0.9 * len(contexts)),
+                             squeeze=False, layout="constrained")
+    for ax, (mode, fix) in zip(axes[0], panels):
+        grid = [[math.nan] * len(concs) for _ in contexts]
+        for c in summary:
+            if (c["mode"], str(c["fix"])) != (mode, fix) or c["throughput_ratio"]["median"] is None:
+                continue
+            i, j = contexts.index(c["context_len"]), concs.index(parse_load(c["load"])[0])
+            s = c["throughput_ratio"]
+            grid[i][j] = s["median"]
+            text = f"{s['median']:.2f}" + (f"\n[{s['ci95'][0]:.2f}, {s['ci95'][1]:.2f}]" if s["ci95"] else "")
+            ax.text(j, i, text, ha="center", va="center", fontsize=8)
+        image = ax.imshow(grid, cmap="RdBu", norm=norm, aspect="auto", origin="lower")
+        ax.set_xticks(range(len(concs)), [str(c) for c in concs])
+        ax.set_yticks(range(len(contexts)), [str(c) for c in contexts])
+        ax.set_xlabel("max concurrency")
+        ax.set_ylabel("context (tokens)")
+        ax.set_title(f"{mode}, fix {fix}", fontsize=9)
+    fig.colorbar(image, ax=list(axes[0]), label="EAGLE3 / baseline output throughput")
+    fig.suptitle("Served throughput ratio (median of paired rounds, [interval]); below 1: speculation costs",
+                 fontsize=9)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def _map_files(paths) -> list[Path]:
+    """The `eagle-fix map` files (.ndjson) among the report's inputs (in folders too)."""
+    found = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            found += sorted(p.rglob("*.ndjson"))
+        elif p.suffix == ".ndjson":
+            found.append(p)
+    return found
+
+
+def map_report_section(paths, out: Path) -> list[str]:
+    """The report's map section: per map file, the heatmap, its table and the break-even per context."""
+    from eagle_fix.map import read_map
+
+    md = []
+    for f in _map_files(paths):
+        png = map_heatmap(read_map(f), out / "map" / f"{f.stem}.png")
+        md += [f"## Served map `{f.name}`", "", "EAGLE3 / no-speculation ratios of vLLM bench's output_throughput and "
+               "median_tpot_ms per context and load (paired alternating rounds), and the break-even concurrency.", "",
+               map_table([f]), ""]
+        if png is not None:
+            md += [f"![{png.stem}](map/{png.name})", ""]
+    return md
+
+
 # Tables read from their files as they are (no records frame): ab files, cost, the release matrix.
 FILE_TABLES = {"ab": ab_table, "cost": cost_table, "overhead": overhead_table, "releases": releases_table,
                "release-cost": release_cost_table, "release-fix-ab": release_fix_ab_table}
+FILE_TABLES["map"] = map_table  # eagle-fix map files (.ndjson)
 DOC_TABLES = {"machines": machines_table, "summary": summary_table, "fix-ab": fix_ab_table, "acceptance": acceptance_table, "roofline": roofline_table}
 
 

