@@ -3,7 +3,8 @@ assert, an OOM or a hung engine costs one point, never the sweep.
 
 The parent writes one JSON command per line on the child's stdin and reads one JSON reply per line
 from a pipe; everything vLLM prints goes to the log file. `EngineProcess` is the parent's side;
-`python -m eagle_fix.engine SPEC_JSON REPLY_FD LIFELINE_FD` is the child's.
+`python -m eagle_fix.child SPEC_JSON REPLY_FD LIFELINE_FD` is the child's (eagle_fix.child: the parent
+never imports what runs inside the engine).
 
 Nothing outlives the command: the group is registered with `eagle_fix.lifecycle` (SIGTERM/SIGINT/
 SIGHUP kill it at once), and the child kills its own group when the parent dies without a handler
@@ -171,7 +172,7 @@ class EngineProcess:
             signal.pthread_sigmask(signal.SIG_BLOCK, lifecycle.SIGNALS)
         try:
             self.proc = subprocess.Popen(
-                [self.python, "-m", "eagle_fix.engine", json.dumps(asdict(self.spec)), str(write_fd), str(life_read)],
+                [self.python, "-m", "eagle_fix.child", json.dumps(asdict(self.spec)), str(write_fd), str(life_read)],
                 stdin=subprocess.PIPE, stdout=self._log, stderr=subprocess.STDOUT, pass_fds=(write_fd, life_read),
                 env=env, start_new_session=True,  # its own process group: killable with all its workers
                 # not the caller's folder: `python -m` puts the working folder first on sys.path, and a
@@ -574,100 +575,3 @@ def watch_parent(lifeline_fd: int | None, parent_pid: int | None, interval_s: fl
     thread = threading.Thread(target=watch, name="eagle-fix-parent-watch", daemon=True)
     thread.start()
     return thread
-
-
-def _dead_processes(llm: Any) -> str | None:
-    """vLLM's engine-core processes that have exited, with their exit codes (negative: the signal),
-    read from the front end's process manager (its layout is vLLM's: looked up defensively)."""
-    try:
-        procs = list(llm.llm_engine.engine_core.resources.engine_manager.processes)
-    except Exception:
-        return None
-    gone = []
-    for proc in procs:
-        try:
-            proc.join(timeout=1.0)
-            code = proc.exitcode
-        except Exception:
-            continue
-        if code is not None and code != 0:
-            gone.append(f"{proc.name} killed by {signal_name(-code)}" if code < 0 else f"{proc.name} exited with code {code}")
-    return "; ".join(gone) or None
-
-
-def _child_main(spec_json: str, reply_fd: int, lifeline_fd: int | None = None) -> int:
-    # Signals were blocked by the parent around the fork (see EngineProcess._start): not for us.
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, (signal.SIGTERM, signal.SIGINT, signal.SIGHUP))
-    parent = os.environ.get(PARENT_PID_ENV)
-    watch_parent(lifeline_fd, int(parent) if parent else None)
-    report_child_exits()
-    spec = EngineSpec(**json.loads(spec_json))
-    replies = os.fdopen(reply_fd, "w", buffering=1)
-
-    def reply(obj: dict[str, Any]) -> None:
-        replies.write(json.dumps(obj) + "\n")
-        replies.flush()
-
-    from eagle_fix.measure import compile_seconds, drafter_stats, engine_settings, measure_point, worker_memory_once
-    from eagle_fix.memory import cudagraph_pool_bytes
-
-    llm = None
-    try:
-        t0 = time.perf_counter()
-        import torch
-        import vllm
-        from vllm import LLM, SamplingParams
-        from vllm.inputs import TokensPrompt
-
-        llm = LLM(**spec.llm_kwargs())
-        config = llm.llm_engine.vllm_config
-        vocab = config.model_config.get_vocab_size()
-        # Warm-up: first-call costs (allocators, compiled graphs for small shapes) out of every point.
-        warm = TokensPrompt(prompt_token_ids=[(7 * i) % vocab for i in range(256)])
-        llm.generate([warm], SamplingParams(temperature=0, max_tokens=8, ignore_eos=True), use_tqdm=False)
-        startup_s = time.perf_counter() - t0
-        cache = config.cache_config
-        stats = drafter_stats(llm) if spec.draft else {}
-        log_lines = log_tail(Path(os.environ["EAGLE_FIX_ENGINE_LOG"]), 2_000_000) if os.environ.get("EAGLE_FIX_ENGINE_LOG") else []
-        reply({
-            "event": "ready",
-            "startup_s": startup_s,
-            "kv_cache_capacity_tokens": (cache.num_gpu_blocks or 0) * cache.block_size or None,
-            "vllm_version": vllm.__version__,
-            "torch_version": torch.__version__,
-            "model_runner": "v2" if getattr(config, "use_v2_model_runner", False) else "v1",
-            "model_runner_class": stats.get("model_runner_class"),
-            "plugin_actions": stats.get("plugin_actions"),
-            "vocab_size": vocab,
-            "compile_s": compile_seconds(os.environ.get("EAGLE_FIX_ENGINE_LOG")),
-            **engine_settings(config, worker_memory_once(llm)),
-            "vllm_cudagraph_pool_bytes": cudagraph_pool_bytes(log_lines),
-        })
-    except Exception as exc:  # cannot start: fatal, the parent reports it with the log tail
-        dead = _dead_processes(llm) if llm is not None else None
-        reply({"event": "error", "fatal": True,
-               "error": f"engine start failed: {type(exc).__name__}: {exc}" + (f" ({dead})" if dead else "")})
-        return 1
-
-    for raw in sys.stdin:
-        cmd = json.loads(raw)
-        if cmd.get("op") == "exit":
-            break
-        try:
-            reply(measure_point(llm, spec, cmd, vocab, SamplingParams, TokensPrompt))
-        except Exception as exc:
-            # The engine core may be dead (EngineDeadError): say so, with the exit code of what died
-            # (vLLM's own message names none); the parent restarts it.
-            dead = _dead_processes(llm)
-            reply({"event": "error", "fatal": True, "error": f"{type(exc).__name__}: {exc}" + (f" ({dead})" if dead else "")})
-            return 1
-    return 0
-
-
-if __name__ == "__mp_main__" and os.environ.get(PARENT_PID_ENV):
-    # This module is the engine child's __main__, so multiprocessing's spawn runs it again, under
-    # this name, in every process vLLM starts (EngineCore, workers): report how their children die.
-    report_child_exits()
-
-if __name__ == "__main__":
-    sys.exit(_child_main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]) if len(sys.argv) > 3 else None))

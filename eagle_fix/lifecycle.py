@@ -1,6 +1,6 @@
 """The engine process groups this process started, and what SIGTERM, SIGINT and SIGHUP do to them.
 
-Each engine runs in its own process group (`python -m eagle_fix.engine`, vLLM's `VLLM::EngineCore`
+Each engine runs in its own process group (`python -m eagle_fix.child`, vLLM's `VLLM::EngineCore`
 and `VLLM::Worker` under it). `EngineProcess` registers the group when it starts and unregisters it
 when it is closed or killed. `install_signal_handlers()` makes SIGTERM (`timeout`, CI cancellation,
 schedulers, asv's timeout), SIGINT (Ctrl-C) and SIGHUP (a closed terminal) first SIGKILL every

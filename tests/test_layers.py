@@ -20,10 +20,6 @@ STAGES = (
     ("what people see", {"report", "dashboard", "cli"}),
 )
 STAGE = {module: i for i, (_, modules) in enumerate(STAGES) for module in modules}
-# The one circle still there (the parent's EngineProcess and the child's main share engine.py, and the
-# child's measurement imports back from it): issue "One place per concept" moves the child out. Any
-# other circle fails; this one failing to appear fails too, so the entry goes when the circle does.
-KNOWN_CIRCLES = {"engine -> measure -> engine"}
 
 
 def imports() -> dict[str, set[str]]:
@@ -68,10 +64,7 @@ def test_no_circle():
     for module in sorted(graph):
         if module not in state:
             visit(module, [module])
-    new = sorted(set(circles) - KNOWN_CIRCLES)
-    assert not new, "import circles:\n" + "\n".join(new)
-    if PACKAGE == ROOT / "eagle_fix":
-        assert KNOWN_CIRCLES <= set(circles), f"gone, remove from KNOWN_CIRCLES: {KNOWN_CIRCLES - set(circles)}"
+    assert not circles, "import circles:\n" + "\n".join(circles)
 
 
 def test_the_check_sees_an_upward_import_and_a_circle(tmp_path, monkeypatch):
