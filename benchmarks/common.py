@@ -7,11 +7,14 @@ from pathlib import Path
 # for this machine (eagle_fix.models.default_profile_name()).
 PROFILE_ENV = "EAGLE_FIX_PROFILE"
 
-# asv params must be fixed at import time: the union of every profile's contexts. Combinations
-# the chosen profile does not run are skipped (NotImplementedError in setup), not failed.
-ALL_CONTEXTS = (8192, 16384, 32768, 65536, 131072)
-MODES = ("eager", "compile")
-NUM_SPECULATIVE_TOKENS = 3
+# asv params must be fixed at import time: the union of every profile's contexts (the profiles own
+# them, eagle_fix.models). Combinations the chosen profile does not run are skipped
+# (NotImplementedError in setup), not failed.
+from eagle_fix.models import PROFILES  # noqa: E402  (light: no vLLM or torch)
+from eagle_fix.record import MODES  # noqa: E402,F401
+
+ALL_CONTEXTS = tuple(sorted({c for p in PROFILES.values() for c in p.contexts}))
+NUM_SPECULATIVE_TOKENS = max(p.num_speculative_tokens for p in PROFILES.values())
 POSITIONS = tuple(range(1, NUM_SPECULATIVE_TOKENS + 1))
 
 # setup_cache runs the whole grid; each point has its own watchdog inside eagle_fix.sweep.

@@ -49,6 +49,10 @@ class Metric:
     # is lower-is-better, and the graph says so.
     asv_title: str | None = None
     asv_doc: str | None = None
+    # The sweep keeps every repeat of it (the gate can judge it on samples), and `ab` measures it in
+    # every round (judged on the paired ratios). Memory and the speedup are one number per point.
+    sampled: bool = False
+    paired: bool = False
 
 
 def _inverse(scale: float = 1.0) -> Callable[[float], float]:
@@ -64,11 +68,11 @@ def _unused_pct(v: float) -> float:
 
 
 METRICS: tuple[Metric, ...] = (
-    Metric("decode_throughput_tok_s", "decode throughput", "tok/s", True, True),
+    Metric("decode_throughput_tok_s", "decode throughput", "tok/s", True, True, sampled=True, paired=True),
     Metric("tpot_ms", "time per output token", "ms", False, True, "track_tpot", "ms",
            asv_title="decode: time per output token",
            asv_doc="Milliseconds per output token after the first (median of the decode samples); "
-                   "the decode cost speculation exists to lower."),
+                   "the decode cost speculation exists to lower.", sampled=True, paired=True),
     # timed inside the engine's worker (eagle_fix.plugin), so the front end's scheduling, detokenizing
     # and RPCs are not in it, and a median over hundreds of steps shrugs off a burst of other work; no
     # asv benchmark name: asv's history of the existing benchmarks stays as it is
@@ -76,13 +80,13 @@ METRICS: tuple[Metric, ...] = (
            asv_title="decode: model step time",
            asv_doc="Milliseconds per model step during decode, timed in the engine's worker (execute_model "
                    "and the sampling and drafting that complete it), median over the steps of a decode run "
-                   "(steps carrying prompt tokens left out); a step emits 1 to k+1 tokens a request."),
+                   "(steps carrying prompt tokens left out); a step emits 1 to k+1 tokens a request.", sampled=True, paired=True),
     Metric("output_throughput_tok_s", "output throughput", "tok/s", True, True,
            "track_e2e_ms_per_token", "ms", _inverse(1000.0),
            asv_title="end to end: ms per output token",
-           asv_doc="1000 / output tokens per second, prefill included: what one request costs per token."),
+           asv_doc="1000 / output tokens per second, prefill included: what one request costs per token.", sampled=True),
     Metric("ttft_s", "TTFT", "s", False, True, "track_ttft", "seconds",
-           asv_title="time to first token", asv_doc="Seconds to the first token: the prefill of the whole context."),
+           asv_title="time to first token", asv_doc="Seconds to the first token: the prefill of the whole context.", sampled=True),
     Metric("speedup", "speedup vs baseline", "x", True, True,
            "track_relative_decode_time", "fraction", _inverse(),
            asv_title="EAGLE3 decode time / no-speculation decode time",

@@ -25,9 +25,9 @@ FAILING = ("regression", "failed", "missing")
 # Noisy metrics the sweep keeps every repeat of: the only noisy ones a test can judge. Memory and
 # speedup are one number per point (the speedup is a ratio of two medians), so they are shown but
 # never gated: "inconclusive" forever would read as a gate that looked.
-SAMPLED = ("decode_throughput_tok_s", "tpot_ms", "step_ms", "output_throughput_tok_s", "ttft_s")
-# Metrics `ab` measures in every round, judged on the paired ratios.
-PAIRED = ("tpot_ms", "step_ms", "decode_throughput_tok_s")
+SAMPLED = tuple(m.column for m in record.METRICS if m.sampled)
+# Metrics `ab` measures in every round, judged on the paired ratios (the registry says which).
+PAIRED = tuple(m.column for m in record.METRICS if m.paired)
 NOT_GATED = "not gated"
 CONFIDENCE = 0.95  # of the intervals shown; the verdicts use alpha
 
