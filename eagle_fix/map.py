@@ -48,7 +48,8 @@ DROPPED = ("input_lens", "output_lens", "start_times", "ttfts", "itls", "generat
 OUR_KEYS = (
     "schema", "kind", "profile", "context_len", "prompt_len", "load", "arm", "mode", "fix", "round", "position",
     "output_len", "num_speculative_tokens", "prefix_caching", "status", "error", "seed",
-    "drafter_coverage", "drafter_steps", "drafter_proposals", "max_seq_len_drafted", "drafter_counters_error",
+    "server_tpot_ms", "drafter_coverage", "drafter_steps", "drafter_proposals", "max_seq_len_drafted",
+    "drafter_counters_error",
     "kv_cache_capacity_tokens", "kv_max_concurrency", "server_startup_s", "server_restarts", "server_args",
     "server_log", "bench_command", "machine_id", "machine_name", "machine", "vllm_version", "torch_version",
     "git_commit", "load_avg_mean", "load_avg_max", "other_busy_cores", "timestamp", "wall_s",
@@ -248,7 +249,7 @@ def measure(grid: Grid, servers: Servers, cell: dict[str, Any], arm: str, fix: s
             position: int, common: dict[str, Any], args: MapArgs) -> dict[str, Any]:
     """One arm of one cell in one round: a server, vLLM's client, the drafter's counters; one record."""
     from eagle_fix import lifecycle
-    from eagle_fix.serve import ServerDied, bench_args, bench_command, run_bench, write_prompts
+    from eagle_fix.serve import ServerDied, bench_args, bench_command, run_bench, server_tpot_ms, write_prompts
     from eagle_fix.sweep import LoadSampler
     from eagle_fix.workload import make_prompts
 
@@ -285,11 +286,13 @@ def measure(grid: Grid, servers: Servers, cell: dict[str, Any], arm: str, fix: s
     rec["bench_command"] = bench_command(argv)
     counter_error = srv.reset_drafter_stats() if arm == "eagle3" else None
     srv.mark(f"point {json.dumps({k: rec[k] for k in ('context_len', 'load', 'arm', 'fix', 'round')})}")
+    before = srv.metrics()
     sampler = LoadSampler()
     sampler.start(srv.pid)
     result, client_error = None, None
     try:
         result = run_bench(argv, args.cell_timeout_s)
+        rec["server_tpot_ms"] = server_tpot_ms(before, srv.metrics())
     except Exception as exc:  # noqa: BLE001 -- a client error is a failed cell, the run goes on
         lifecycle.check()
         client_error = f"client: {type(exc).__name__}: {' '.join(str(exc).split())}"[:500]
@@ -405,7 +408,8 @@ def _num(v: Any) -> float | None:
 
 def summarize(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per cell (context, load, mode, fix): the paired EAGLE3 / baseline ratios of vLLM's
-    output_throughput and median_tpot_ms over the rounds where both arms ran, their median and
+    output_throughput and median_tpot_ms, and of the engine's own TPOT (server_tpot_ms), over the
+    rounds where both arms ran, their median and
     interval (stats.ratio_summary), acceptance per round, drafter coverage, failures with causes."""
     recs = list(records)
     base = {(r["profile"], r["context_len"], r["load"], r["mode"], r["round"]): r
@@ -415,7 +419,8 @@ def summarize(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
         if r["arm"] != "eagle3":
             continue
         key = (r["profile"], r["context_len"], r["load"], r["mode"], r.get("fix"))
-        c = cells.setdefault(key, {**dict(zip(CELL, key)), "thr": [], "tpot": [], "acceptance": [], "coverage": [],
+        c = cells.setdefault(key, {**dict(zip(CELL, key)), "thr": [], "tpot": [], "stpot": [], "acceptance": [],
+                                   "coverage": [],
                                    "failed": [], "rounds": 0, "eagle3_output_throughput": [],
                                    "baseline_output_throughput": [], "kv_max_concurrency": None})
         c["rounds"] += 1
@@ -435,10 +440,12 @@ def summarize(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
         if r.get("status") == "ok" and b is not None and b.get("status") == "ok":
             c["thr"] += stats.paired_ratios([_num(b.get("output_throughput")) or 0.0], [_num(r.get("output_throughput")) or 0.0])
             c["tpot"] += stats.paired_ratios([_num(b.get("median_tpot_ms")) or 0.0], [_num(r.get("median_tpot_ms")) or 0.0])
+            c["stpot"] += stats.paired_ratios([_num(b.get("server_tpot_ms")) or 0.0], [_num(r.get("server_tpot_ms")) or 0.0])
     out = []
     for c in cells.values():
         c["throughput_ratio"] = stats.ratio_summary(c.pop("thr"))
         c["tpot_ratio"] = stats.ratio_summary(c.pop("tpot"))
+        c["server_tpot_ratio"] = stats.ratio_summary(c.pop("stpot"))
         out.append(c)
     return sorted(out, key=lambda c: (c["profile"], c["mode"], str(c["fix"]), c["context_len"], _load_order(c["load"])))
 
@@ -471,7 +478,7 @@ def break_even(summary: list[dict[str, Any]]) -> dict[tuple, dict[str, Any]]:
 def format_summary(summary: list[dict[str, Any]]) -> str:
     lines = []
     for c in summary:
-        t, p = c["throughput_ratio"], c["tpot_ratio"]
+        t, p, sp = c["throughput_ratio"], c["tpot_ratio"], c["server_tpot_ratio"]
 
         def iv(s):
             if s["median"] is None:
@@ -481,8 +488,8 @@ def format_summary(summary: list[dict[str, Any]]) -> str:
 
         acc = stats.median(c["acceptance"]) if c["acceptance"] else None
         lines.append(f"{c['mode']} fix {c['fix']} context {c['context_len']} {c['load']}: throughput x{iv(t)}, "
-                     f"TPOT x{iv(p)}, acceptance {acc:.2f}" if acc is not None else
-                     f"{c['mode']} fix {c['fix']} context {c['context_len']} {c['load']}: throughput x{iv(t)}, TPOT x{iv(p)}")
+                     f"TPOT x{iv(p)} (client), x{iv(sp)} (server)"
+                     + (f", acceptance {acc:.2f}" if acc is not None else ""))
         for f in c["failed"]:
             lines.append(f"  failed: {f}")
     return "\n".join(lines)
@@ -578,6 +585,7 @@ def cli_main(args: argparse.Namespace) -> int:
     def emit(rec: dict[str, Any]) -> None:
         what = (f"{rec['mode']} {rec['context_len']} {rec['load']} {rec['arm']} round {rec['round']}: "
                 + (f"{rec.get('output_throughput', 0):.1f} tok/s, TPOT {rec.get('median_tpot_ms', 0):.1f} ms"
+                   + (f" (server {rec['server_tpot_ms']:.1f} ms)" if _num(rec.get("server_tpot_ms")) is not None else "")
                    + (f", acceptance {rec['spec_decode_acceptance_length']:.2f}"
                       if _num(rec.get("spec_decode_acceptance_length")) is not None else "")
                    if rec["status"] == "ok" else f"FAILED: {record.cause(rec.get('error'))}"))

@@ -294,6 +294,17 @@ class ServerProcess:
         except Exception as exc:  # noqa: BLE001
             return f"drafter counters not reset: {type(exc).__name__}: {exc}"[:300]
 
+    # ------------------------------------------------------------------ the server's own metrics
+
+    def metrics(self, timeout_s: float = 30.0) -> dict[str, float] | None:
+        """GET /metrics (Prometheus text) as {metric name: value summed over its label sets}; None
+        when the server does not answer."""
+        try:
+            with urllib.request.urlopen(self.base_url + "/metrics", timeout=timeout_s) as r:
+                return parse_metrics(r.read().decode(errors="replace"))
+        except (OSError, ValueError):
+            return None
+
     # ------------------------------------------------------------------ log and death
 
     def mark(self, text: str) -> None:
@@ -403,6 +414,38 @@ class ServerProcess:
     def describe(self) -> dict[str, Any]:
         return {"port": self.port, "host": self.host, "pid": self.pid, "prefix_caching": self.prefix_caching,
                 "args": self.args, "log": str(self.log_path), "spec": asdict(self.spec)}
+
+
+# The engine's own per-request TPOT (first to last token over the tokens after the first, measured in
+# the engine, not from when streamed chunks reach the client).
+SERVER_TPOT = "vllm:request_time_per_output_token_seconds"
+
+
+def parse_metrics(text: str) -> dict[str, float]:
+    """Prometheus exposition text -> {name: value summed over label sets} (comments skipped)."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        parts = line.rsplit(None, 1)
+        if len(parts) != 2:
+            continue
+        name = parts[0].split("{", 1)[0]
+        try:
+            out[name] = out.get(name, 0.0) + float(parts[1])
+        except ValueError:
+            continue
+    return out
+
+
+def server_tpot_ms(before: dict[str, float] | None, after: dict[str, float] | None) -> float | None:
+    """Mean over the requests finished between two /metrics readings of the engine's per-request
+    TPOT, in ms (vllm:request_time_per_output_token_seconds: its sum and count deltas)."""
+    if not before or not after:
+        return None
+    n = after.get(SERVER_TPOT + "_count", 0.0) - before.get(SERVER_TPOT + "_count", 0.0)
+    total = after.get(SERVER_TPOT + "_sum", 0.0) - before.get(SERVER_TPOT + "_sum", 0.0)
+    return 1000.0 * total / n if n > 0 else None
 
 
 def live_members(pgid: int) -> list[int]:

@@ -62,7 +62,7 @@ def _rec(arm, context, load, rnd, thr, tpot, *, status="ok", acc=3.5, cov=1.0, e
     rec = {"schema": 1, "kind": emap.KIND, "profile": "p", "context_len": context, "load": load, "arm": arm,
            "mode": "eager", "fix": "on" if arm == "eagle3" else None, "round": rnd, "status": status, "error": error}
     if status == "ok":
-        rec.update(output_throughput=thr, median_tpot_ms=tpot)
+        rec.update(output_throughput=thr, median_tpot_ms=tpot, server_tpot_ms=tpot * 0.9)
         if arm == "eagle3":
             rec.update(spec_decode_acceptance_length=acc, drafter_coverage=cov, kv_max_concurrency=9.5)
     return rec
@@ -87,6 +87,7 @@ def test_paired_ratios_and_break_even():
     assert cell["throughput_ratio"]["ci95"] == pytest.approx([0.80, 0.82])
     assert cell["throughput_ratio"]["coverage"] == pytest.approx(0.75)
     assert cell["tpot_ratio"]["median"] == pytest.approx(1 / 0.81)
+    assert cell["server_tpot_ratio"]["median"] == pytest.approx(1 / 0.81)
     be = emap.break_even(summary)
     assert be[("p", "eager", "on", 2048)]["interval"] == 2
     assert be[("p", "eager", "on", 8192)]["interval"] is None  # not reached in the grid

@@ -230,3 +230,18 @@ def _server_groups(parent: int) -> set[int]:
     except (psutil.Error, ProcessLookupError):
         pass
     return out
+
+
+def test_server_tpot_from_metrics_deltas():
+    """The engine's own TPOT: the mean over the requests finished between two /metrics readings."""
+    def text(total, count):
+        return (f'# HELP vllm:request_time_per_output_token_seconds x\n'
+                f'vllm:request_time_per_output_token_seconds_sum{{engine="0",model_name="m"}} {total}\n'
+                f'vllm:request_time_per_output_token_seconds_count{{engine="0",model_name="m"}} {count}\n'
+                f'vllm:request_time_per_output_token_seconds_bucket{{engine="0",le="0.01",model_name="m"}} {count}\n')
+
+    before, after = serve.parse_metrics(text(0.5, 10)), serve.parse_metrics(text(0.58, 14))
+    assert before["vllm:request_time_per_output_token_seconds_count"] == 10
+    assert serve.server_tpot_ms(before, after) == pytest.approx(20.0)
+    assert serve.server_tpot_ms(before, before) is None  # no request finished
+    assert serve.server_tpot_ms(None, after) is None
