@@ -422,7 +422,8 @@ def summarize(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
         c = cells.setdefault(key, {**dict(zip(CELL, key)), "thr": [], "tpot": [], "stpot": [], "acceptance": [],
                                    "coverage": [],
                                    "failed": [], "rounds": 0, "eagle3_output_throughput": [],
-                                   "baseline_output_throughput": [], "kv_max_concurrency": None})
+                                   "baseline_output_throughput": [], "kv_max_concurrency": None,
+                                   "kv_room_eagle3": None, "kv_room_baseline": None})
         c["rounds"] += 1
         b = base.get((r["profile"], r["context_len"], r["load"], r["mode"], r["round"]))
         for side in (r, b):
@@ -435,6 +436,11 @@ def summarize(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
             if _num(r.get("drafter_coverage")) is not None:
                 c["coverage"].append(r["drafter_coverage"])
             c["kv_max_concurrency"] = r.get("kv_max_concurrency") or c["kv_max_concurrency"]
+        for side in (r, b):
+            # how many requests of this context the server's KV cache holds at once, with the draft's
+            # KV (EAGLE3) and without it (baseline): vLLM's capacity in tokens over the context
+            if side is not None and _num(side.get("kv_cache_capacity_tokens")):
+                c[f"kv_room_{side['arm']}"] = int(side["kv_cache_capacity_tokens"] // side["context_len"])
         if b is not None and b.get("status") == "ok":
             c["baseline_output_throughput"].append(b.get("output_throughput"))
         if r.get("status") == "ok" and b is not None and b.get("status") == "ok":

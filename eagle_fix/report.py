@@ -871,7 +871,8 @@ def map_table(paths) -> str:
     output_throughput and median_tpot_ms, and of the engine's own TPOT (server_tpot_ms) (median over
     paired rounds, its interval and real coverage),
     EAGLE3's acceptance (vLLM's spec_decode_acceptance_length, median of the rounds) and drafter
-    coverage, the KV cache's room for concurrent requests, failures; then the break-even per context."""
+    coverage, how many requests of the context the KV cache holds with and without the draft,
+    failures; then the break-even per context."""
     from eagle_fix import stats
     from eagle_fix.map import read_map, summarize
 
@@ -888,12 +889,12 @@ def map_table(paths) -> str:
                      f"{thr_e:.1f}" if thr_e is not None else "–", f"{thr_b:.1f}" if thr_b is not None else "–",
                      _map_ratio(c["throughput_ratio"]), _map_ratio(c["tpot_ratio"]), _map_ratio(c["server_tpot_ratio"]),
                      f"{acc:.2f}" if acc is not None else "–", f"{cov:.0%}" if cov is not None else "–",
-                     f"{c['kv_max_concurrency']:.1f}" if c.get("kv_max_concurrency") else "–",
+                     f"{c.get('kv_room_eagle3') or '–'} / {c.get('kv_room_baseline') or '–'}",
                      "; ".join(c["failed"]) or "–"])
     table = _md(["machine", "mode", "fix", "context", "load", "EAGLE3 output tok/s", "baseline output tok/s",
                  "throughput EAGLE3/baseline", "TPOT EAGLE3/baseline (client)", "TPOT EAGLE3/baseline (server)",
                  "acceptance", "coverage",
-                 "KV room (requests)", "failed"], rows)
+                 "KV room in requests (EAGLE3 / baseline)", "failed"], rows)
     return table + "\n\n" + "\n".join(map_break_even_lines(summary))
 
 

@@ -224,3 +224,77 @@ def test_server_killed_mid_cell_fails_that_cell_and_the_next_goes_on(tmp_path):
     assert "killed by SIGKILL" in first["error"] and "log: " in first["error"]
     assert second["status"] == "ok" and second["server_restarts"] == 1
     assert second["server_log"] != first["server_log"]
+
+
+class _FakeServer:
+    """What measure() asks of a server, without vLLM: always up, no counters."""
+
+    def __init__(self, log_path: Path):
+        from eagle_fix.engine import EngineSpec
+
+        self.spec = EngineSpec(target="/models/t", draft=None, mode="eager", fix=None, max_model_len=2048)
+        self.startup_s, self.args, self.log_path, self.pid = 1.0, ["--port", "1"], log_path, os.getpid()
+        self.base_url = "http://127.0.0.1:1"
+        log_path.write_text("")
+
+    def reset_drafter_stats(self):
+        return None
+
+    def drafter_stats(self):
+        return None, "fake"
+
+    def mark(self, text):
+        pass
+
+    def metrics(self):
+        return None
+
+    def alive(self):
+        return True
+
+    def healthy(self, timeout_s=10.0):
+        return True
+
+
+def test_a_client_error_fails_its_cell_and_the_run_goes_on(tmp_path, monkeypatch):
+    from eagle_fix import serve
+
+    class FakeServers:
+        def __init__(self, grid, mode, log_dir, args):
+            log_dir.mkdir(parents=True, exist_ok=True)
+            self.log_dir, self.restarts, self.srv = log_dir, {}, _FakeServer(log_dir / "server.log")
+
+        def get(self, arm, fix):
+            return self.srv
+
+        def close(self):
+            pass
+
+    outcomes = iter([RuntimeError("Cannot connect to host 127.0.0.1:1"),
+                     {"completed": 1, "failed": 1, "errors": ["", "Traceback ...\nClientPayloadError: broken"],
+                      "output_throughput": 1.0},
+                     {"completed": 4, "failed": 0, "errors": ["", "", "", ""], "output_throughput": 9.0,
+                      "median_tpot_ms": 2.0, "ttfts": [0.1] * 4}])
+
+    def fake_bench(argv, timeout_s):
+        out = next(outcomes)
+        if isinstance(out, Exception):
+            raise out
+        return out
+
+    monkeypatch.setattr(emap, "Servers", FakeServers)
+    monkeypatch.setattr(serve, "run_bench", fake_bench)
+    out = tmp_path / "m.ndjson"
+    try:
+        recs = emap.run_map(emap.MapArgs(out=out, contexts=(1024,), concurrencies=(1, 2, 4), request_rates=(),
+                                         arms=("baseline",), rounds=1, output_len=16))
+    finally:
+        from eagle_fix import lifecycle
+
+        lifecycle.uninstall_signal_handlers()
+    assert [r["status"] for r in recs] == ["failed", "failed", "ok"]
+    assert recs[0]["error"] == "client: RuntimeError: Cannot connect to host 127.0.0.1:1"
+    assert recs[1]["error"].startswith("1 of 4 requests failed: ") and "ClientPayloadError: broken" in recs[1]["error"]
+    assert len(emap.read_map(out)) == len(recs) == 3
+    assert recs[2]["output_throughput"] == 9.0 and recs[2]["error"] is None
+    assert "ttfts" not in recs[2] and "errors" not in recs[2]  # vLLM's per-request lists are dropped
