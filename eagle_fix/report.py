@@ -1033,7 +1033,7 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
                         help="`eagle-fix run` .jsonl files, asv results .json files, or folders (default: results/)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output folder (default: %(default)s)")
     parser.add_argument("--table", metavar="KIND", help="print one table of RESULTS: summary, fix-ab, acceptance, roofline, machines; "
-                        "or of the files named: ab, cost, overhead, releases, release-cost, release-fix-ab "
+                        "or of the files named: ab, cost, overhead, releases, release-cost, release-fix-ab, map "
                         "(key=value arguments filter the rows of the first kind, e.g. profile=cpu)")
     parser.add_argument("--docs", action="store_true", help="regenerate the tables in README.md and docs/ from the "
                         "committed files each one names")
