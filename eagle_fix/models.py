@@ -47,7 +47,6 @@ class Profile:
     batch_size: int = 1
     kv_cache_gib: float | None = None  # VLLM_CPU_KVCACHE_SPACE on CPU; None = engine default
     gpu_memory_utilization: float | None = None
-    enforce_eager: bool = True
     # vLLM `hf_overrides` of the target as (key, value) pairs (a frozen profile stays hashable):
     # e.g. (("num_hidden_layers", 8),) for a reduced depth. The draft's config is never overridden.
     hf_overrides: tuple[tuple[str, Any], ...] = ()
@@ -81,6 +80,19 @@ class Profile:
         """One-line EagleFixError when this machine or the installed vLLM refuses what this profile asks
         for, before any engine starts: a CUDA profile without a GPU, the synthetic rejection sampler on
         vLLM's CPU sampling kernels, a reduced depth without distinct auxiliary layers."""
+        layers = dict(self.hf_overrides).get("num_hidden_layers")
+        if layers is not None and self.draft is not None:
+            dcfg = read_config(self.draft, "draft")
+            ids = (dcfg.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids") \
+                or dcfg.get("eagle_aux_hidden_state_layer_ids") or (2, layers // 2, layers - 3)
+            if len(set(ids)) != len(ids) or not all(0 <= i < layers for i in ids):
+                raise EagleFixError(f"profile {self.name!r}: a {layers}-layer target has no distinct auxiliary "
+                                    f"layers {tuple(ids)} for the EAGLE3 draft; choose num_hidden_layers >= 7")
+        why = synthetic_sampler_refusal() if self.synthetic_acceptance_length is not None else None
+        if why:  # the more specific refusal first: it names the CPU profile that runs the same configs
+            raise EagleFixError(f"profile {self.name!r} uses vLLM's synthetic rejection sampler "
+                                f"(rejection_sample_method='synthetic'), which {why}; on this machine run "
+                                f"--profile cpu-8b (the same configs, dummy weights, the standard sampler)")
         if self.device == "cuda":
             try:
                 import torch
@@ -91,21 +103,6 @@ class Profile:
             if not cuda:
                 raise EagleFixError(f"profile {self.name!r} runs on CUDA and torch sees no GPU here; on this "
                                     f"machine use --profile cpu or cpu-quick (on a GPU box: scripts/setup.sh --gpu)")
-        layers = dict(self.hf_overrides).get("num_hidden_layers")
-        if layers is not None and self.draft is not None:
-            dcfg = read_config(self.draft, "draft")
-            ids = (dcfg.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids") \
-                or dcfg.get("eagle_aux_hidden_state_layer_ids") or (2, layers // 2, layers - 3)
-            if len(set(ids)) != len(ids) or not all(0 <= i < layers for i in ids):
-                raise EagleFixError(f"profile {self.name!r}: a {layers}-layer target has no distinct auxiliary "
-                                    f"layers {tuple(ids)} for the EAGLE3 draft; choose num_hidden_layers >= 7")
-        if self.synthetic_acceptance_length is None:
-            return
-        why = synthetic_sampler_refusal()
-        if why:
-            raise EagleFixError(f"profile {self.name!r} uses vLLM's synthetic rejection sampler "
-                                f"(rejection_sample_method='synthetic'), which {why}; on this machine run "
-                                f"--profile cpu-8b (the same configs, dummy weights, the standard sampler)")
 
 
 def speculative_config(draft: str | pathlib.Path, num_speculative_tokens: int,

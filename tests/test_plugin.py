@@ -308,10 +308,11 @@ def test_the_slowdown_knob_makes_a_step_one_plus_f_as_long_and_the_step_time_see
         prompt = list(plugin.STEPS.prompt)
     finally:
         plugin.STEPS.reset()
-    assert 1.4 <= stretched / base <= 1.65, (base, stretched)
+    # wide bounds: a loaded 2-core machine stretches single steps; without the spin the ratio is 1
+    assert 1.3 <= stretched / base <= 1.9, (base, stretched)
     # every step recorded once, as the engine saw it: the spin inside, and the decode batch known as such
     assert len(recorded) == 10 and prompt == [False] * 10
-    assert 1.4 <= min(recorded[5:]) / min(recorded[:5]) <= 1.65, recorded
+    assert 1.3 <= min(recorded[5:]) / min(recorded[:5]) <= 1.9, recorded
     assert min(recorded[5:]) <= 1000 * stretched * 1.05
 
 

@@ -125,7 +125,13 @@ def test_synthetic_sampler_refused_where_vllm_refuses_it(tmp_path):
         assert not out.exists() and not (tmp_path / "gd-logs").exists()  # no point written, no engine log opened
     else:
         assert models.synthetic_sampler_refusal() is None
-        gd.check_runs_here()
+        import torch
+
+        if torch.cuda.is_available():
+            gd.check_runs_here()
+        else:  # a CUDA build without a GPU: refused for that, in one line
+            with pytest.raises(EagleFixError, match="runs on CUDA and torch sees no GPU here"):
+                gd.check_runs_here()
 
 
 # ------------------------------------------------------------------------------------ slow: the engine
