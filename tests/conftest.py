@@ -21,6 +21,16 @@ def real_shape_pair() -> tuple[Path, Path]:
     return real_shape_configs()
 
 
+def default_signals() -> None:
+    """preexec_fn for a command under test: SIGINT/SIGTERM/SIGHUP at their defaults, as from a terminal.
+    A pytest started in the background (nohup, `&`) would pass an ignored SIGINT/SIGHUP on, and
+    eagle_fix.lifecycle leaves an ignored signal alone by design."""
+    import signal
+
+    for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 def run_py(code: str, *, mode: str | None = None, timeout: int = 300, env: dict | None = None) -> subprocess.CompletedProcess:
     """Run Python in a fresh process: vLLM loads plugins once per process, so each mode needs its own."""
     full_env = {**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})}

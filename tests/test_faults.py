@@ -29,7 +29,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, default_signals
 
 # Watchdog of the shared run. The run's normal points take 1-4 s here (2 cores); 40 s leaves a
 # slow CI machine 10x and costs 40 s for the stopped-worker point (60 s would be 20 s more).
@@ -53,11 +53,7 @@ def _note(name: str, seconds: float) -> None:
 
 # --------------------------------------------------------------------------- helpers
 
-def _default_signals() -> None:
-    """As from a terminal: SIGINT/SIGHUP ignored by how pytest itself was started (a background job,
-    nohup) would be inherited, and eagle_fix.lifecycle leaves an ignored signal alone by design."""
-    for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
-        signal.signal(sig, signal.SIG_DFL)
+_default_signals = default_signals
 
 
 class Run:

@@ -129,6 +129,10 @@ def test_a_release_without_the_runner_hooks_is_named_in_one_line():
     v1_gate, v1_propose = plugin.HOOK_POINTS["v1"][1], plugin.HOOK_POINTS["v1"][2]
     v2_step, v2_propose = plugin.HOOK_POINTS["v2"][1], plugin.HOOK_POINTS["v2"][2]
     try:
+        # this process may have installed the real hooks already (a test before this one imported the
+        # runners with the plugin on): start from none, as a fresh worker does
+        plugin._installed.clear()
+        plugin._problems.clear()
         plugin._install("v1", v1_gate, _fake_module(v1_gate.module, GPUModelRunner=type("GPUModelRunner", (), {})))
         plugin._install("v1", v1_propose, _fake_module(v1_propose.module))
         plugin._install("v2", v2_step, _fake_module(v2_step.module, GPUModelRunner=type("GPUModelRunner", (), {})))

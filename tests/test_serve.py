@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, default_signals
 from eagle_fix import serve
 from eagle_fix.errors import EagleFixError
 from eagle_fix.models import tiny_pair
@@ -202,7 +202,8 @@ def test_signal_leaves_no_server(tmp_path, signum):
     out = tmp_path / "m.ndjson"
     proc = subprocess.Popen([sys.executable, "-m", "eagle_fix.cli", "map", "--contexts", "1024", "--concurrency", "1",
                              "--arms", "eagle3", "--rounds", "1", "--output-len", "8", "--out", str(out)],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=default_signals)
     deadline = time.monotonic() + 300
     pgids: set[int] = set()
     while time.monotonic() < deadline:  # until the server has started vLLM's engine core under it
