@@ -73,7 +73,7 @@ def run_sweep(args: RunArgs) -> list[dict[str, Any]]:
                         p = pending.pop(0)
                         progress.status(f"{p.mode}/{p.arm}/{p.fix or '-'} @ {p.context_len}")
                         sampler.reset_peaks()
-                        cmd = {"op": "point", "prompt_len": prompt_len(p.context_len, run), "batch_size": args.batch_size,
+                        cmd = {"op": "point", "prompt_len": prompt_len(p.context_len, run), "batch_size": run.args.batch_size,
                                "output_len": run.output_len, "seed": args.seed, "repeats": args.repeats,
                                "ttft_repeats": args.ttft_repeats}
                         load.start(engine.pid)
