@@ -87,12 +87,16 @@ def test_doctor_verdicts_per_arm(release):
     for mode, verdict in EXPECTED_VERDICTS.items():
         rep = doc["modes"][mode]
         assert rep["vllm_version"] == declared.version
-        assert rep["verdict"] == verdict, (mode, rep.get("problems"))
-        assert rep["exit_code"] == {"fixed": 0, "limited": 2, "broken": 3}[verdict]
+        # the registry's expectations are of its runner; which runner the doctor picks depends on the
+        # machine (a CUDA build with Triton picks V2, even without a GPU)
+        runners = {b["runner"]: b for b in rep.get("by_runner") or []}
+        judged = runners.get(declared.runner, rep)
+        assert judged["verdict"] == verdict, (mode, judged.get("problems"))
+        if rep["model_runner"] == declared.runner:
+            assert rep["verdict"] == verdict and rep["exit_code"] == {"fixed": 0, "limited": 2, "broken": 3}[verdict]
         # what the release's own code does, read from its wheel (docs/releases.md)
         assert (rep["upstream_fix"]["max_position_embeddings_override"], rep["upstream_fix"]["drafter_block_table"]) \
             == (declared.override, declared.block_table)
-        assert rep["model_runner"] == declared.runner
 
 
 @pytest.mark.parametrize("release", FINISHED)
