@@ -36,7 +36,7 @@ def _git(*args: str) -> str:
 
 @pytest.fixture(scope="session")
 def asv_runs(tmp_path_factory):
-    """Two runs of scripts/bench.sh recorded under two commits of main: HEAD with the fix on, HEAD~1 with
+    """Two runs of scripts/bench.sh recorded under two commits of main: HEAD~1 with the fix on, HEAD with
     it off."""
     from eagle_fix.asv_suite import asv_machine_name
 
@@ -45,7 +45,8 @@ def asv_runs(tmp_path_factory):
     conf = asv_conf(tmp, results, tmp / "html")
     subprocess.run([sys.executable, str(ROOT / "scripts" / "asv_machine.py")], check=True, capture_output=True, cwd=ROOT)
     machine = asv_machine_name()
-    commits = {"on": _git("rev-parse", "HEAD"), "off": _git("rev-parse", "HEAD~1")}
+    # the fix-off run is the newer commit: the first view tells the newest run, so its crash shows there
+    commits = {"on": _git("rev-parse", "HEAD~1"), "off": _git("rev-parse", "HEAD")}
     outs, logs = {}, {}
     for fix, commit in commits.items():
         out = tmp / "results" / "runs" / f"{machine}-{commit[:8]}-cpu-quick{'' if fix == 'on' else '-fix-off'}.jsonl"
