@@ -861,7 +861,7 @@ def map_break_even_lines(summary: list[dict]) -> list[str]:
             what = (f"break-even not reached in the grid ({grid}) by the interval; the median ratio is below 1 "
                     f"from concurrency {e['median']}")
         else:
-            what = f"break-even not reached in the grid ({grid}): EAGLE3 never slower"
+            what = f"break-even not reached in the grid ({grid}): the median ratio is never below 1"
         lines.append(f"- `{profile}` {mode}, fix {fix}, context {context}: {what}")
     return lines
 

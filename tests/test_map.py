@@ -174,6 +174,7 @@ def test_smallest_cell_served(tmp_path):
             assert key in r, key
         assert r["spec_decode_acceptance_length"] > 1.5
         assert r["drafter_coverage"] == 1.0 and r["drafter_counters_error"] is None
+        assert r["server_tpot_ms"] > 0  # the engine's own TPOT from the server's /metrics
         assert r["prefix_caching"] is False and r["machine_id"] and r["vllm_version"]
         assert r["bench_command"].startswith("vllm bench serve ")
     assert recs[0]["server_log"] == recs[1]["server_log"]  # one server for both cells
@@ -219,7 +220,6 @@ def test_server_killed_mid_cell_fails_that_cell_and_the_next_goes_on(tmp_path):
     t.join(5)
     assert killed
     first, second = recs
-    print({k: (first.get(k), second.get(k)) for k in ("wall_s", "server_startup_s", "status")})
     assert first["status"] == "failed" and "server died during the cell" in first["error"]
     assert "killed by SIGKILL" in first["error"] and "log: " in first["error"]
     assert second["status"] == "ok" and second["server_restarts"] == 1
