@@ -80,6 +80,10 @@ def test_bench_sh_publishes_an_offline_dashboard_and_the_report(asv_runs):
         tpot = dict(zip(d["result_columns"], d["results"]["bench_eagle.Baseline.track_tpot"]))
         combos = [tuple(c) for c in itertools.product(*tpot["params"])]
         i = combos.index(("8192", "'eager'"))
+        withheld = {(w["benchmark"], w["index"]): w["why"] for w in d["eagle_fix"]["withheld"]}
+        if ("bench_eagle.Baseline.track_tpot", i) in withheld:  # measured on a busy machine: kept with its reason
+            assert "busy" in withheld[("bench_eagle.Baseline.track_tpot", i)] and tpot["samples"][i] is None
+            continue
         assert len(tpot["samples"][i]) == 3 and tpot["stats_ci_99_a"][i] <= tpot["result"][i] <= tpot["stats_ci_99_b"][i]
     # the first view shows the fix-off run's compiled crash with its cause
     index = (html / "index.html").read_text(encoding="utf-8")
