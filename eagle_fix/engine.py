@@ -307,12 +307,7 @@ class EngineProcess:
         return reply
 
     def _mark(self, text: str) -> None:
-        """One line of ours in the engine log (best effort: a full disk must not fail a point)."""
-        try:
-            self._log.write(f"{LOG_MARK} {time.strftime('%H:%M:%S')} {text}\n".encode())
-            self._log.flush()
-        except (OSError, ValueError):
-            pass
+        write_mark(self._log, text)
 
     def _death_message(self, headline: str) -> str:
         """First line: what happened and why (a killed process names its signal); then the log's tail."""
@@ -436,6 +431,16 @@ def _group_pids(pgid: int) -> list[int]:
             except OSError:
                 continue
     return pids
+
+
+def write_mark(log: Any, text: str) -> None:
+    """One line of ours in an engine's or server's log, found again by `since_last_mark` (best effort:
+    a full disk must not fail a point)."""
+    try:
+        log.write(f"{LOG_MARK} {time.strftime('%H:%M:%S')} {text}\n".encode())
+        log.flush()
+    except (OSError, ValueError):
+        pass
 
 
 def log_tail(path: Path, max_bytes: int = 64_000) -> list[str]:

@@ -36,7 +36,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from eagle_fix.engine import LOG_MARK, EngineSpec, killed_cause, error_cause, log_tail, open_log, since_last_mark
+from eagle_fix.engine import (EngineSpec, error_cause, killed_cause, log_tail, open_log, since_last_mark,
+                              write_mark)
 from eagle_fix.errors import EagleFixError
 
 HOST = "127.0.0.1"
@@ -308,11 +309,7 @@ class ServerProcess:
     # ------------------------------------------------------------------ log and death
 
     def mark(self, text: str) -> None:
-        try:
-            self._log.write(f"{LOG_MARK} {time.strftime('%H:%M:%S')} {text}\n".encode())
-            self._log.flush()
-        except (OSError, ValueError):
-            pass
+        write_mark(self._log, text)
 
     def death_message(self, headline: str) -> str:
         """What happened, then who died and why as the log says (as EngineProcess's messages)."""
