@@ -55,8 +55,7 @@ ORDER = "abba"
 PAIRED = tuple((m, record.METRIC[m].higher_is_better) for m in verdict.PAIRED)
 DEFAULT_THRESHOLD = verdict.DEFAULT_THRESHOLD
 DEFAULT_ALPHA = verdict.DEFAULT_ALPHA
-# Enough rounds for the paired test to reach its level at all: fewer could only say inconclusive.
-DEFAULT_ROUNDS = stats.pairs_needed(DEFAULT_ALPHA)
+DEFAULT_ROUNDS = verdict.DEFAULT_ROUNDS
 
 
 @dataclass(frozen=True)
@@ -307,7 +306,11 @@ def _measure(run, p, engines, args: ABArgs, spec, log_dir, sides, EngineProcess,
         entry["pairs"].append(pair)
     for side in ("base", "new"):
         entry["status"].setdefault(side, "ok")
-    entry["verdicts"] = _verdicts(entry, args.threshold, k=identity["num_speculative_tokens"], alpha=args.alpha)
+    entry["pinning"] = {side: (getattr(e, "ready", None) or {}).get("pinning") for side, e in engines.items()
+                        if e is not None and not isinstance(e, Exception)}
+    synthetic = run.profile.synthetic_acceptance_length is not None
+    entry["verdicts"] = _verdicts(entry, args.threshold, k=identity["num_speculative_tokens"], alpha=args.alpha,
+                                  synthetic=synthetic)
     return entry
 
 
@@ -341,8 +344,9 @@ def _pair_numbers(res: dict[str, Any]) -> dict[str, Any]:
 
 
 def _verdicts(entry: dict[str, Any], threshold: float, *, k: int | None,
-              alpha: float = DEFAULT_ALPHA) -> dict[str, Any]:
-    """Every metric of one point, judged by eagle_fix.verdict on the rounds both sides measured."""
+              alpha: float = DEFAULT_ALPHA, synthetic: bool = False) -> dict[str, Any]:
+    """Every metric of one point, judged by eagle_fix.verdict on the rounds both sides measured;
+    `synthetic`: the profile set acceptance (vLLM's synthetic sampler), so it is shown, not judged."""
     status = entry["status"]
     failed = verdict.status(status["base"] == "ok", status["new"] == "ok")
     if failed is not None:
@@ -360,16 +364,20 @@ def _verdicts(entry: dict[str, Any], threshold: float, *, k: int | None,
                        "ratios": stats.paired_ratios(b, n)}
     first = entry["pairs"][0] if entry["pairs"] else {}
     fb, fn = first.get("base") or {}, first.get("new") or {}
-    if fb.get("num_drafts") and fn.get("num_drafts"):
+    if synthetic and fb.get("acceptance_length") is not None:
+        v = verdict.synthetic_acceptance()
+        out["acceptance_length"] = {"verdict": v.verdict, "base": fb["acceptance_length"],
+                                    "new": fn.get("acceptance_length"), "evidence": v.evidence, "power": v.power}
+    elif fb.get("num_drafts") and fn.get("num_drafts"):
         v = verdict.acceptance(fb["num_drafts"], fb["num_accepted_tokens"], fn["num_drafts"], fn["num_accepted_tokens"],
                                base_length=fb["acceptance_length"], new_length=fn["acceptance_length"], k=k or 1,
                                alpha=alpha)
         out["acceptance_length"] = {"verdict": v.verdict, "p": v.detail.get("p"), "base": fb["acceptance_length"],
                                     "new": fn["acceptance_length"], "evidence": v.evidence, "power": v.power}
-        cb, cn = fb.get("drafter_coverage"), fn.get("drafter_coverage")
-        if cb is not None and cn is not None:
-            v = verdict.exact(cb, cn, higher_is_better=True)
-            out["drafter_coverage"] = {"verdict": v.verdict, "base": cb, "new": cn, "power": v.power}
+    cb, cn = fb.get("drafter_coverage"), fn.get("drafter_coverage")
+    if (synthetic or (fb.get("num_drafts") and fn.get("num_drafts"))) and cb is not None and cn is not None:
+        v = verdict.exact(cb, cn, higher_is_better=True)
+        out["drafter_coverage"] = {"verdict": v.verdict, "base": cb, "new": cn, "power": v.power}
     return out
 
 
@@ -461,10 +469,10 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fix", default="on")
     parser.add_argument("--output-len", help="tokens per request (default: the profile's)")
     parser.add_argument("--rounds", default=str(DEFAULT_ROUNDS),
-                        help=f"alternating rounds per point (default %(default)s: the fewest with which the paired "
-                             f"test can reach p < {DEFAULT_ALPHA:g})")
+                        help="alternating rounds per point (default %(default)s: the gate's calibrated setting; "
+                             "docs/statistics.md says what it catches; more rounds see smaller changes)")
     parser.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
-                        help=f"relative change that can fail (default {DEFAULT_THRESHOLD * 100:g}%%)")
+                        help=f"relative change that can fail (default {DEFAULT_THRESHOLD * 100:g}%%, from the calibration)")
     parser.add_argument("--strict", action="store_true", help="an inconclusive metric fails too")
     parser.add_argument("--out", help="write the whole result (every pair) as JSON here")
 

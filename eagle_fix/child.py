@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from eagle_fix.engine import PARENT_PID_ENV, EngineSpec, log_tail, report_child_exits, signal_name, watch_parent
+from eagle_fix.machine import pin_off_workers
 
 
 def _dead_processes(llm: Any) -> str | None:
@@ -65,6 +66,8 @@ def child_main(spec_json: str, reply_fd: int, lifeline_fd: int | None = None) ->
         warm = TokensPrompt(prompt_token_ids=[(7 * i) % vocab for i in range(256)])
         llm.generate([warm], SamplingParams(temperature=0, max_tokens=8, ignore_eos=True), use_tqdm=False)
         startup_s = time.perf_counter() - t0
+        # once the workers have bound their compute threads: the rest off their cores
+        pinning = pin_off_workers(os.getpid())
         cache = config.cache_config
         stats = drafter_stats(llm) if spec.draft else {}
         log_lines = log_tail(Path(os.environ["EAGLE_FIX_ENGINE_LOG"]), 2_000_000) if os.environ.get("EAGLE_FIX_ENGINE_LOG") else []
@@ -81,6 +84,7 @@ def child_main(spec_json: str, reply_fd: int, lifeline_fd: int | None = None) ->
             "compile_s": compile_seconds(os.environ.get("EAGLE_FIX_ENGINE_LOG")),
             **engine_settings(config, worker_memory_once(llm)),
             "vllm_cudagraph_pool_bytes": cudagraph_pool_bytes(log_lines),
+            "pinning": pinning,
         })
     except Exception as exc:  # cannot start: fatal, the parent reports it with the log tail
         dead = _dead_processes(llm) if llm is not None else None

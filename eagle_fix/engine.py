@@ -28,6 +28,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from eagle_fix import lifecycle
+from eagle_fix.lifecycle import signal_name
+
 # `fix` arm -> EAGLE_FIX_MODE in the engine's processes.
 FIX_MODES = {"on": "auto", "off": "revert", "upstream": "off"}
 # vLLM's names (CompilationMode, CUDAGraphMode): the grid's settings of a compiled engine. An eager
@@ -135,8 +138,6 @@ class EngineProcess:
     def __init__(self, spec: EngineSpec, log_path: Path, *, startup_timeout_s: float = 1800.0,
                  python: str | None = None, env: dict[str, str] | None = None):
         """python: the interpreter of another environment (eagle-fix ab); env: extra variables."""
-        from eagle_fix import lifecycle
-
         self.spec = spec
         self.log_path = log_path
         self.python = python or sys.executable
@@ -158,8 +159,6 @@ class EngineProcess:
         self._mark(f"engine ready (pid {self.pid}, start {self.ready.get('startup_s', 0):.1f} s)")
 
     def _start(self) -> None:
-        from eagle_fix import lifecycle
-
         read_fd, write_fd = os.pipe()
         life_read, self._lifeline = os.pipe()
         self._replies = os.fdopen(read_fd, "rb", buffering=0)
@@ -192,8 +191,6 @@ class EngineProcess:
         return self.proc.pid
 
     def run_point(self, point: dict[str, Any], timeout_s: float) -> dict[str, Any]:
-        from eagle_fix import lifecycle
-
         lifecycle.check()
         self._mark(f"point {json.dumps(point)}")
         self._send(point)
@@ -223,8 +220,6 @@ class EngineProcess:
     def close(self) -> None:
         """Ask the child to exit (up to 30 s for vLLM's own shutdown), then kill what is left. After
         a signal (`eagle_fix.lifecycle`), kill at once."""
-        from eagle_fix import lifecycle
-
         self.resume()  # a paused engine cannot read the exit message
         try:
             if self.proc is not None and self.proc.poll() is None and lifecycle.interrupted() is None:
@@ -239,18 +234,8 @@ class EngineProcess:
     def kill(self) -> None:
         """SIGKILL the whole process group (the child, vLLM's engine core and workers), reap the
         child, close our ends of the pipes. Safe to call more than once."""
-        from eagle_fix import lifecycle
-
         if self.proc is not None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                pass
-            lifecycle.unregister(self.proc.pid)
+            lifecycle.kill_group(self.proc)
         if self._sentinel is not None:
             self._sentinel.kill()
             self._sentinel.wait()
@@ -311,27 +296,25 @@ class EngineProcess:
 
     def _death_message(self, headline: str) -> str:
         """First line: what happened and why (a killed process names its signal); then the log's tail."""
-        tail = log_tail(self.log_path)
-        recent = since_last_mark(tail)
-        killed = killed_cause(recent)
-        cause = error_cause(recent)
-        parts = [headline]
-        if killed and killed not in headline:
-            parts.insert(0, killed)  # who died first: "worker VllmWorker-0 killed by SIGABRT"
-        if cause and cause not in headline:
-            parts.append(f"cause: {cause}")  # and why, when the log says (the rotary bounds check)
-        unwritable = log_unwritable(self.log_path)
-        if unwritable:
-            parts.append(unwritable)
-        parts.append(f"log: {self.log_path}")
-        return "; ".join(parts) + "\n--- log tail ---\n" + "\n".join(tail[-25:])
+        return death_summary(headline, self.log_path) + "\n--- log tail ---\n" + "\n".join(log_tail(self.log_path)[-25:])
 
 
-def signal_name(signum: int) -> str:
-    try:
-        return signal.Signals(signum).name
-    except ValueError:
-        return f"signal {signum}"
+def death_summary(headline: str, log_path: Path, cause: str | None = None) -> str:
+    """One line on an engine or server that died: who died first ("worker VllmWorker-0 killed by
+    SIGABRT"), the headline, why when the log says (`cause` overrides it), and where the log is."""
+    recent = since_last_mark(log_tail(log_path))
+    killed = killed_cause(recent)
+    cause = cause or error_cause(recent)
+    parts = [headline]
+    if killed and killed not in headline:
+        parts.insert(0, killed)
+    if cause and cause not in headline:
+        parts.append(f"cause: {cause}")
+    unwritable = log_unwritable(log_path)
+    if unwritable:
+        parts.append(unwritable)
+    parts.append(f"log: {log_path}")
+    return "; ".join(parts)
 
 
 def open_log(path: Path, spec: EngineSpec | None = None):
@@ -403,7 +386,7 @@ def stopped_processes(pgid: int) -> str | None:
     """Processes of an engine's group that are stopped (SIGSTOP, a debugger) or in uninterruptible
     sleep, for the watchdog's message."""
     found = []
-    for pid in _group_pids(pgid):
+    for pid in lifecycle.group_members(pgid, zombies=True):
         try:
             with open(f"/proc/{pid}/stat") as f:
                 stat = f.read()
@@ -417,12 +400,6 @@ def stopped_processes(pgid: int) -> str | None:
     return "; ".join(found) or None
 
 
-def _group_pids(pgid: int) -> list[int]:
-    pids = []
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return pids
     for entry in entries:
         if entry.isdigit():
             try:

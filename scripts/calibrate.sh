@@ -1,28 +1,33 @@
 #!/usr/bin/env bash
-# Calibrate the gate on this machine (docs/statistics.md): false alarms of identical sides (A/A) and
-# the smallest injected per-step delay `eagle-fix ab` flags at every cpu-quick point (power).
-#   scripts/calibrate.sh [DELAYS_MS...]      default delays: 0.5 1 2
-#   CALIBRATE_MODES=eager,compile scripts/calibrate.sh   both modes (default: eager; a compiled
-#                                                        engine start costs minutes on 2 cores)
-# Writes results/calibration/: aa.json, delay-<ms>.json (eagle-fix ab), run-a/run-b.jsonl (two
-# cpu-quick runs of one commit, some minutes apart) and compare-a-b.txt.
+# Calibrate the gate on this machine (docs/statistics.md): `eagle-fix ab` with its default rounds and
+# threshold, TRIALS times on identical sides (A/A: every alarm is false) and TRIALS times with the new
+# side slowed by EAGLE_FIX_INJECT_SLOWDOWN (every model step made that much longer by spinning: an
+# alarm is a detection), alternating, each trial with fresh engines.
+#   scripts/calibrate.sh [TRIALS]                 default 10
+#   CALIBRATE_SLOWDOWNS="0.05 0.1" scripts/calibrate.sh    slowdowns tried (default: 0.05)
+#   CALIBRATE_POINT="--modes eager --arms eagle3"          the point (default: cpu-quick, 8K eager EAGLE3)
+# Writes results/calibration/gate/<slowdown>-<trial>.json (slowdown 0 is the A/A); skips files that
+# exist, so a stopped calibration resumes. Run it alone on the machine: other work is noise.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-out=results/calibration
+out=results/calibration/gate
 mkdir -p "$out"
+trials=${1:-10}
+slowdowns=${CALIBRATE_SLOWDOWNS:-0.05}
+point=${CALIBRATE_POINT:---modes eager --arms eagle3}
 py=.venv/bin/python
-delays=("$@"); [ ${#delays[@]} -gt 0 ] || delays=(0.5 1 2)
-modes=${CALIBRATE_MODES:-eager}
-# ab's default rounds: the fewest with which its sign test can reach its level at all (fewer rounds
-# could only say inconclusive, so they would calibrate nothing)
-ab() { .venv/bin/eagle-fix ab --base-python "$py" --new-python "$py" --profile cpu-quick --modes "$modes" "$@"; }
 start=$(date +%s)
-[ -f "$out/run-a.jsonl" ] || .venv/bin/eagle-fix run --profile cpu-quick --modes "$modes" --out "$out/run-a.jsonl" --no-progress
-[ -f "$out/aa.json" ] || ab --out "$out/aa.json"; echo "calibrate: A/A exit $?"
-for d in "${delays[@]}"; do
-    [ -f "$out/delay-$d.json" ] || ab --new-env "EAGLE_FIX_INJECT_STEP_DELAY_MS=$d" --out "$out/delay-$d.json"
-    echo "calibrate: delay $d ms exit $?"
+for i in $(seq -w 1 "$trials"); do
+    for s in 0 $slowdowns; do
+        f="$out/$s-$i.json"
+        [ -f "$f" ] && continue
+        env_args=(); [ "$s" = 0 ] || env_args=(--new-env "EAGLE_FIX_INJECT_SLOWDOWN=$s")
+        # shellcheck disable=SC2086  # $point is a list of flags
+        .venv/bin/eagle-fix ab --base-python "$py" --new-python "$py" --profile cpu-quick $point "${env_args[@]}" \
+            --out "$f.partial" > "$out/.last.log" 2>&1
+        rc=$?
+        if [ -f "$f.partial" ]; then mv "$f.partial" "$f"; fi
+        echo "calibrate: slowdown $s trial $i exit $rc ($(( $(date +%s) - start )) s)"
+    done
 done
-[ -f "$out/run-b.jsonl" ] || .venv/bin/eagle-fix run --profile cpu-quick --modes "$modes" --out "$out/run-b.jsonl" --no-progress
-.venv/bin/eagle-fix compare "$out/run-a.jsonl" "$out/run-b.jsonl" > "$out/compare-a-b.txt"; echo "calibrate: compare run-a run-b exit $?"
 echo "calibrate: done in $(( $(date +%s) - start )) s"

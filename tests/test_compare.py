@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from eagle_fix import cli
+from eagle_fix import cli, verdict
 from eagle_fix.compare import compare_records, load_side
 from eagle_fix.errors import EagleFixError
 from eagle_fix.results import load_jsonl
@@ -372,8 +372,8 @@ def test_two_samples_a_side_never_say_regression(tmp_path, capsys):
     assert row.endswith("inconclusive, needs >= 5 samples a side")
     assert "regression" not in out.lower()
     assert "power: 4 of 4 speed rows could not detect a 5% slowdown" in out
-    assert out.splitlines()[-1].endswith("(threshold 5%, alpha 0.01: a speed change fails only beyond the threshold "
-                                         "with p < alpha)")
+    assert out.splitlines()[-1].endswith(f"(threshold {verdict.DEFAULT_THRESHOLD:.0%}, alpha 0.01: a speed change fails "
+                                         "only beyond the threshold with p < alpha)")
 
 
 def test_five_samples_a_side_catch_the_same_slowdown(tmp_path, capsys):
@@ -417,3 +417,20 @@ def test_the_comparison_records_threshold_and_alpha():
     assert "(threshold 10%, alpha 0.05" in format_comparison(cmp)
     with pytest.raises(EagleFixError, match="alpha must be in"):
         compare_records([b], [b], alpha=0.0)
+
+
+def test_synthetic_acceptance_is_shown_never_judged(tmp_path, capsys):
+    """gpu-dummy's acceptance is a rate given to vLLM's synthetic sampler: a drop there is a changed
+    setting, not a worse drafter. The same drop on measured acceptance is a regression."""
+    base = committed_point(5)
+    new = copy.deepcopy(base)
+    new["acceptance_length"], new["num_accepted_tokens"] = 2.0, new["num_drafts"]  # from 4.0: one token a draft
+    measured = cli.main(["compare", str(write(tmp_path, "b.jsonl", [base])), str(write(tmp_path, "n.jsonl", [new]))])
+    out = capsys.readouterr().out
+    assert measured == 1 and re.search(r"acceptance_length\s+4\s+2\s+-50.0%.*REGRESSION", out)
+    for rec in (base, new):
+        rec["synthetic_acceptance"] = True
+    synthetic = cli.main(["compare", str(write(tmp_path, "sb.jsonl", [base])), str(write(tmp_path, "sn.jsonl", [new]))])
+    out = capsys.readouterr().out
+    row = re.search(r"acceptance_length\s+4\s+2\s+-50.0%\s+(.*)", out).group(1)
+    assert synthetic == 0 and verdict.SYNTHETIC in row and row.endswith("not gated")

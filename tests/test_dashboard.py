@@ -198,3 +198,16 @@ def test_no_graph_is_empty(dashboard):
         assert any(any(v == v and v is not None for _, v in json.loads(g.read_text()) if not isinstance(v, list))
                    or any(isinstance(v, list) and any(x == x and x is not None for x in v)
                           for _, v in json.loads(g.read_text())) for g in graphs), f"{name}: an empty graph"
+
+
+def test_the_workload_says_when_acceptance_was_synthetic():
+    """gpu-dummy's acceptance is a rate given to vLLM's synthetic sampler: its series say so, while
+    the environment name (asv compare's pairing) stays the profile's."""
+    from eagle_fix import dashboard
+
+    recs = [{"profile": "gpu-dummy", "arm": "eagle3", "output_len": 512, "num_speculative_tokens": 3,
+             "synthetic_acceptance": True}, {"profile": "gpu-dummy", "arm": "baseline", "output_len": 512}]
+    label = dashboard.workload_label(recs)
+    assert label == "gpu-dummy, 512 out, k=3, synthetic acceptance"
+    assert dashboard.workload_label([{**r, "synthetic_acceptance": False} for r in recs]) == "gpu-dummy, 512 out, k=3"
+    assert dashboard.env_name("vllm 0.33.0", "on", label, "measured") == "eagle-fix_gpu-dummy"

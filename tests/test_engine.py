@@ -145,6 +145,14 @@ def test_records_carry_the_measurement_context(ab):
     assert r["model_runner"] == "v1" and r["device"]["kind"] == "cpu"
     assert r["prompt_len"] == 8192 - 32 - 3 - 1
     assert r["schema"] == 2 and r["machine_id"] == r["machine"]["id"] and r["limits"]["bandwidth_gbs"] > 0
+    # where the engine ran: the frontend and engine core off the worker's cores, or why not
+    pin = r["pinning"]
+    assert pin["reason"]
+    if pin["pinned"]:
+        assert pin["worker_cpus"] and pin["other_cpus"] and not set(pin["worker_cpus"]) & set(pin["other_cpus"])
+        assert pin["threads"] > 0
+    elif len(os.sched_getaffinity(0)) > 1:
+        raise AssertionError(f"not pinned on {len(os.sched_getaffinity(0))} cores: {pin}")
 
 
 def test_records_carry_samples_intervals_and_roofline(ab):

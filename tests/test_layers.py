@@ -16,7 +16,7 @@ STAGES = (
     ("the point and its judgement", {"record", "verdict"}),
     ("the engine", {"memory", "measure", "engine", "child", "machine"}),
     ("the run", {"plan", "sweep", "ab", "run_cli", "asv_suite", "releases", "matrix", "serve", "map"}),
-    ("the results", {"results", "compare"}),
+    ("the results", {"results", "compare", "calibration"}),
     ("what people see", {"report", "dashboard", "cli"}),
 )
 STAGE = {module: i for i, (_, modules) in enumerate(STAGES) for module in modules}

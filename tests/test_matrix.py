@@ -131,11 +131,15 @@ def test_scripts_matrix_sh_holds_no_python():
 
 
 def test_no_release_is_named_outside_the_registry():
-    """The matrix, its script, the workflow and the release tests name no release's version; the
+    """The package's source (but the registry), the matrix script, the workflow and the release tests
+    name no release's version; the
     workflow's CUDA pin is checked above, pyproject's pin by test_the_pinned_cpu_release_is_pyprojects."""
     versions = {r.version for r in releases.RELEASES}
     pattern = re.compile(r"(?<![\d.])(" + "|".join(re.escape(v) for v in versions) + r")(?![\d])")
-    files = [ROOT / "eagle_fix" / "matrix.py", MATRIX_SH, ROOT / "tests" / "test_releases.py",
+    # every source file of the package but the registry itself, and the benchmarks and scripts
+    source = [f for f in sorted((ROOT / "eagle_fix").glob("*.py")) if f.name != "releases.py"]
+    source += sorted((ROOT / "benchmarks").glob("*.py")) + sorted((ROOT / "scripts").glob("*.py"))
+    files = [*source, MATRIX_SH, ROOT / "tests" / "test_releases.py",
              ROOT / "tests" / "test_doctor.py", ROOT / "tests" / "test_matrix.py", WORKFLOW]
     # the benchmark job's pin (checked above) and the example in its message for a malformed one
     allowed = re.compile(r"^\s*default: \"[\d.]+\"$|VLLM_VERSION: \$\{\{ inputs\.vllm_version|such as [\d.]+,")

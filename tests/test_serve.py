@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, default_signals
-from eagle_fix import serve
+from eagle_fix import lifecycle, serve
 from eagle_fix.errors import EagleFixError
 from eagle_fix.models import tiny_pair
 
@@ -165,7 +165,7 @@ def test_bench_args_parse_with_vllms_client_parser(tmp_path):
 
 def _group_alive(pgid: int) -> bool:
     """A process of the group still runs (zombies, waiting for init to reap them, run nothing)."""
-    return bool(serve.live_members(pgid))
+    return bool(lifecycle.live_members(pgid))
 
 
 @pytest.fixture(scope="module")
@@ -208,7 +208,7 @@ def test_signal_leaves_no_server(tmp_path, signum):
     pgids: set[int] = set()
     while time.monotonic() < deadline:  # until the server has started vLLM's engine core under it
         pgids |= _server_groups(proc.pid)
-        if any(len(serve.live_members(g)) >= 2 for g in pgids):
+        if any(len(lifecycle.live_members(g)) >= 2 for g in pgids):
             break
         time.sleep(0.2)
     assert pgids, "no server started"

@@ -1,0 +1,198 @@
+"""The gate's calibration, read back: how often `eagle-fix ab` raised an alarm on identical sides
+(false alarms) and on a side slowed by a known amount (detections), and the noise floor the A/A
+trials show. `scripts/calibrate.sh` writes the trials (one `eagle-fix ab` file each, under
+results/calibration/gate/); the docs' tables and tests/test_calibration.py read them through here,
+so the threshold and rounds the gate defaults to and the numbers quoted for them have one source.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from pathlib import Path
+from typing import Any
+
+from eagle_fix import verdict
+from eagle_fix.ab import read_ab
+from eagle_fix.plugin import INJECT_SLOWDOWN_ENV
+
+GATE = Path("results") / "calibration" / "gate"
+
+
+def trial(path: str | Path) -> dict[str, Any]:
+    """One trial: the slowdown the new side carried, what the gate said, and the paired numbers."""
+    data = read_ab(path)
+    new_env, base_env = data["new"].get("env") or {}, data["base"].get("env") or {}
+    if base_env.get(INJECT_SLOWDOWN_ENV):
+        raise ValueError(f"{path}: the base side carries {INJECT_SLOWDOWN_ENV}; a calibration slows the new side only")
+    slowdown = float(new_env.get(INJECT_SLOWDOWN_ENV) or 0.0)
+    out: dict[str, Any] = {"file": Path(path).name, "slowdown": slowdown, "rounds": data["rounds"],
+                           "threshold": data["threshold"], "alpha": data["alpha"],
+                           "machine": (data.get("machine") or {}).get("name") or data["machine_id"],
+                           "alarm": data["summary"]["exit_code"] != 0, "flagged": [], "ratios": {}, "samples": {}}
+    for entry in data["points"]:
+        out["identity"] = entry["identity"]
+        out["pinned"] = all((p or {}).get("pinned") for p in (entry.get("pinning") or {"?": None}).values())
+        for metric, v in entry["verdicts"].items():
+            if v["verdict"] in verdict.FAILING:
+                out["flagged"].append(metric)
+            if "ratios" in v:
+                out["ratios"][metric] = v["ratios"]
+        for metric in verdict.PAIRED:
+            out["samples"][metric] = {side: [p[side][metric] for p in entry["pairs"]
+                                             if isinstance(p.get(side), dict) and p[side].get(metric) is not None]
+                                      for side in ("base", "new")}
+    return out
+
+
+def trials(folder: str | Path = GATE) -> list[dict[str, Any]]:
+    """Every trial of a calibration folder (files being written, *.partial, are not trials yet)."""
+    return [trial(p) for p in sorted(Path(folder).glob("*.json"))]
+
+
+def rates(ts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per slowdown: trials, alarms, the alarm rate and its 95% Wilson interval, and the median
+    paired ratio of the model step (what the knob really did) over the trials."""
+    from eagle_fix import stats
+
+    out = []
+    for s in sorted({t["slowdown"] for t in ts}):
+        group = [t for t in ts if t["slowdown"] == s]
+        alarms = sum(t["alarm"] for t in group)
+        lo, hi = stats.wilson(alarms, len(group)) or (0.0, 1.0)
+        step = [statistics.median(t["ratios"]["step_ms"]) for t in group if t["ratios"].get("step_ms")]
+        out.append({"slowdown": s, "trials": len(group), "alarms": alarms, "rate": alarms / len(group),
+                    "rate_ci95": (lo, hi), "step_ratio_median": statistics.median(step) if step else None,
+                    "step_ratio_range": (min(step), max(step)) if step else None,
+                    "flagged": sorted({m for t in group for m in t["flagged"]})})
+    return out
+
+
+def _cv(xs: list[float]) -> float | None:
+    return statistics.pstdev(xs) / statistics.mean(xs) if len(xs) > 1 and statistics.mean(xs) else None
+
+
+def _robust_cv(xs: list[float]) -> float | None:
+    """1.4826 x the median absolute deviation over the median: the CV a normal sample would show,
+    blind to the seconds-long bursts a shared machine has now and then."""
+    if len(xs) < 2:
+        return None
+    med = statistics.median(xs)
+    return 1.4826 * statistics.median(abs(x - med) for x in xs) / med if med else None
+
+
+def floor(ts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The noise floor of the A/A trials, per paired metric: the CV of one side's samples within a
+    trial (median over trials), the CV of the paired ratios (all rounds pooled), and the spread of
+    the trials' median ratios (what the verdict reads)."""
+    aa = [t for t in ts if t["slowdown"] == 0]
+    out = []
+    for metric in verdict.PAIRED:
+        ratios = [r for t in aa for r in t["ratios"].get(metric, [])]
+        sample_cv = [c for t in aa for side in ("base", "new") if (c := _cv(t["samples"].get(metric, {}).get(side, [])))]
+        medians = [statistics.median(t["ratios"][metric]) for t in aa if t["ratios"].get(metric)]
+        if not ratios:
+            continue
+        out.append({"metric": metric, "trials": len(aa), "rounds": len(ratios),
+                    "sample_cv": statistics.median(sample_cv) if sample_cv else None,
+                    "ratio_cv": _cv(ratios), "ratio_robust_cv": _robust_cv(ratios),
+                    "median_ratio_range": (min(medians), max(medians)),
+                    "median_ratio_sd": statistics.pstdev(medians) if len(medians) > 1 else None})
+    return out
+
+
+def _pct(v: float | None, digits: int = 1) -> str:
+    return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{100 * v:.{digits}f}%"
+
+
+def _md(head: list[str], rows: list[list[str]]) -> str:
+    return "\n".join(["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(r) + " |" for r in rows])
+
+
+def _setting(ts: list[dict[str, Any]]) -> str:
+    ident = ts[0]["identity"]
+    machines = sorted({t["machine"] for t in ts})
+    return (f"{ident['profile']}, {ident['context_len']} tokens, {ident['mode']}, {ident['arm']}; "
+            f"`eagle-fix ab` with {', '.join(sorted({str(t['rounds']) for t in ts}))} rounds, threshold "
+            f"{', '.join(sorted({_pct(t['threshold'], 0) for t in ts}))}, alpha {ts[0]['alpha']:g}; "
+            f"{len(ts)} trials on {', '.join(f'`{m}`' for m in machines)}")
+
+
+def rates_table(paths) -> str:
+    """How often the gate alarmed, per injected slowdown (0: identical sides)."""
+    ts = [t for p in paths for t in (trials(p) if Path(p).is_dir() else [trial(p)])]
+    rows = [[_pct(r["slowdown"], 0) if r["slowdown"] else "0 (A/A)", str(r["trials"]), str(r["alarms"]),
+             f"{_pct(r['rate'], 0)} [{_pct(r['rate_ci95'][0], 0)}, {_pct(r['rate_ci95'][1], 0)}]",
+             f"{r['step_ratio_median']:.3f} ({r['step_ratio_range'][0]:.3f} – {r['step_ratio_range'][1]:.3f})"
+             if r["step_ratio_median"] else "–", ", ".join(r["flagged"]) or "–"] for r in rates(ts)]
+    return (_setting(ts) + "\n\n" + _md(["injected slowdown", "trials", "alarms (exit 1)", "alarm rate [95% Wilson]",
+                                         "model-step ratio new/base: median of trials (range)", "metrics flagged"], rows))
+
+
+def floor_table(paths) -> str:
+    """The A/A trials' noise floor, per paired metric."""
+    ts = [t for p in paths for t in (trials(p) if Path(p).is_dir() else [trial(p)])]
+    rows = [[f["metric"], str(f["trials"]), str(f["rounds"]), _pct(f["sample_cv"]), _pct(f["ratio_cv"]),
+             _pct(f["ratio_robust_cv"]), f"{f['median_ratio_range'][0]:.3f} – {f['median_ratio_range'][1]:.3f}"]
+            for f in floor(ts)]
+    return _md(["metric", "A/A trials", "rounds", "CV of a side's samples (median)", "CV of paired ratios",
+                "robust CV of paired ratios (MAD)", "trials' median ratio"], rows)
+
+
+def resampled(ts: list[dict[str, Any]], rounds: tuple[int, ...] = (8, 16, 24, 32, 48),
+              shifts: tuple[float, ...] = (0.0, verdict.MIN_DETECTABLE), *, metric: str = "step_ms",
+              threshold: float = verdict.DEFAULT_THRESHOLD, alpha: float = verdict.DEFAULT_ALPHA,
+              draws: int = 400, seed: int = 0) -> list[dict[str, Any]]:
+    """What other round counts would have done on this noise: rounds drawn (with replacement) from
+    the A/A trials' paired ratios of `metric`, multiplied by 1 + shift, judged by the gate's rule.
+    A model of the gate, not a measurement of it: it keeps the noise's shape but not its order in
+    time, and judges one metric where `ab` alarms on any."""
+    import random
+
+    from eagle_fix import stats
+
+    pool = [r for t in ts if t["slowdown"] == 0 for r in t["ratios"].get(metric, [])]
+    if not pool:
+        return []
+    rng = random.Random(seed)
+    out = []
+    for n in rounds:
+        row: dict[str, Any] = {"rounds": n, "metric": metric, "pool": len(pool), "draws": draws}
+        for s in shifts:
+            hits = 0
+            for _ in range(draws):
+                new = [rng.choice(pool) * (1 + s) for _ in range(n)]
+                j = stats.judge([1.0] * n, new, higher_is_better=False, threshold=threshold, alpha=alpha, paired=True)
+                hits += j["verdict"] == "regression"
+            row[s] = hits / draws
+        out.append(row)
+    return out
+
+
+def resampled_table(paths) -> str:
+    """The gate's rule on A/A ratios resampled at other round counts, with and without the stated
+    minimum slowdown (`resampled`)."""
+    ts = [t for p in paths for t in (trials(p) if Path(p).is_dir() else [trial(p)])]
+    rows = resampled(ts)
+    if not rows:
+        return "no A/A trials"
+    head = ["rounds", "alarms on identical sides", f"alarms at +{verdict.MIN_DETECTABLE:.0%}"]
+    return (f"{rows[0]['draws']} draws a cell from the {rows[0]['pool']} `{rows[0]['metric']}` ratios of the A/A trials, "
+            f"threshold {verdict.DEFAULT_THRESHOLD:.0%}, alpha {verdict.DEFAULT_ALPHA:g}, seeded\n\n"
+            + _md(head, [[str(r["rounds"]) + (" (default)" if r["rounds"] == verdict.DEFAULT_ROUNDS else ""),
+                          _pct(r[0.0], 0), _pct(r[verdict.MIN_DETECTABLE], 0)] for r in rows]))
+
+
+def machine_noise_table(paths) -> str:
+    """scripts/machine_noise.py's files: the machine's own noise, compute and memory, no engine."""
+    import json
+
+    rows = []
+    for p in paths:
+        d = json.loads(Path(p).read_text())
+        for name, what in (("matmul_512_x20_ms", "fp32 matmul, one thread (compute)"),
+                           ("copy_64mib_ms", "64 MiB copy (memory bandwidth)")):
+            m = d[name]
+            rows.append([f"`{d['machine']}`", what, str(len(m["window_medians"])), _pct(m["cv"]),
+                         f"{m['min']:.2f} – {m['max']:.2f} ms"])
+    return _md(["machine", "loop", "one-second windows", "CV of the windows' medians", "range"], rows)
