@@ -68,11 +68,28 @@ def decode_step_ms(stats: dict[str, Any]) -> float | None:
     first worker's steps: tensor-parallel workers run every step together. None without step times."""
     import statistics
 
-    times, prompt = stats.get("step_times_ms") or [], stats.get("step_prompt") or []
+    decode = _decode_steps(stats, "step_times_ms")
+    return statistics.median(decode) if decode else None
+
+
+def decode_spin_ms(stats: dict[str, Any]) -> float | None:
+    """The median injected spin (ms) of the same decode steps (EAGLE_FIX_INJECT_SLOWDOWN): the spin
+    is F x each step's own time, so spin / step_ms is F / (1 + F) on any machine. None where nothing
+    was spun (no knob, or a worker that does not report its spin)."""
+    import statistics
+
+    spun = _decode_steps(stats, "step_spun_ms")
+    return statistics.median(spun) if spun and any(spun) else None
+
+
+def _decode_steps(stats: dict[str, Any], key: str) -> list[float]:
+    """`key`'s per-step values of the decode steps (the rule in decode_step_ms)."""
+    times, values, prompt = stats.get("step_times_ms") or [], stats.get(key) or [], stats.get("step_prompt") or []
+    if len(values) != len(times):
+        return []
     if len(prompt) != len(times):
         prompt = [None] * len(times)
-    decode = [t for i, (t, p) in enumerate(zip(times, prompt)) if not p and not (p is None and i == 0)]
-    return statistics.median(decode) if decode else None
+    return [v for i, (v, p) in enumerate(zip(values, prompt)) if not p and not (p is None and i == 0)]
 
 
 def _enum_name(value: Any) -> str | None:
@@ -170,9 +187,12 @@ def measure_point(llm: Any, spec: EngineSpec, cmd: dict[str, Any], vocab: int, S
         n_out = sum(len(o.outputs[0].token_ids) for o in outputs)
         decode_s = _decode_span(outputs)
         samples["decode_wall_s"].append(wall_s)
-        step_ms = decode_step_ms(drafter_stats(llm))
+        steps = drafter_stats(llm)
+        step_ms, spin_ms = decode_step_ms(steps), decode_spin_ms(steps)
         if step_ms is not None:
             samples["step_ms"].append(step_ms)
+        if spin_ms is not None:  # only under the calibration knob; a sample list, not a metric
+            samples.setdefault("step_spin_ms", []).append(spin_ms)
         if ttft_mid is not None:
             samples["output_throughput_tok_s"].append(n_out / (ttft_mid + (decode_s if decode_s is not None else wall_s)))
         if decode_s:

@@ -292,18 +292,20 @@ class _Steps:
     def reset(self) -> None:
         self.times_ms: list[float] = []
         self.prompt: list[bool | None] = []
+        self.spun_ms: list[float] = []  # the injected spin inside each step (0 without the knob)
         self.dropped = 0
 
-    def add(self, seconds: float, prompt: bool | None) -> None:
+    def add(self, seconds: float, prompt: bool | None, spun: float = 0.0) -> None:
         if len(self.times_ms) >= self.LIMIT:
             self.dropped += 1
             return
         self.times_ms.append(1000.0 * seconds)
         self.prompt.append(prompt)
+        self.spun_ms.append(1000.0 * spun)
 
     def as_dict(self) -> dict[str, Any]:
         return {"step_times_ms": list(self.times_ms), "step_prompt": list(self.prompt),
-                "steps_dropped": self.dropped}
+                "step_spun_ms": list(self.spun_ms), "steps_dropped": self.dropped}
 
 
 STEPS = _Steps()
@@ -323,10 +325,10 @@ def carries_prompt(scheduler_output: Any) -> bool | None:
 
 
 def _end_step(seconds: float, prompt: bool | None, slowdown: float) -> None:
-    """A model step is over: stretch it by the injected slowdown, then record it."""
-    if slowdown > 0:
-        seconds += spin(slowdown * seconds)
-    STEPS.add(seconds, prompt)
+    """A model step is over: stretch it by the injected slowdown, then record it with the spin it got
+    (what proves the knob acted, whatever the machine's speed did meanwhile)."""
+    spun = spin(slowdown * seconds) if slowdown > 0 else 0.0
+    STEPS.add(seconds + spun, prompt, spun)
 
 
 class HookPoint(NamedTuple):
@@ -370,7 +372,7 @@ HOOK_POINTS: dict[str, tuple[HookPoint, ...]] = {
     ),
 }
 # Which counters each wrapper feeds: without it they are unknown (None), never a guessed 0.
-_COUNTERS_OF = {"step": ("step_times_ms", "step_prompt"), "v1_gate": ("spec_steps", "fits_steps"), "v2_step": ("spec_steps", "fits_steps", "step_times_ms", "step_prompt"),
+_COUNTERS_OF = {"step": ("step_times_ms", "step_prompt", "step_spun_ms"), "v1_gate": ("spec_steps", "fits_steps"), "v2_step": ("spec_steps", "fits_steps", "step_times_ms", "step_prompt", "step_spun_ms"),
                 "v1_propose": ("proposals", "max_seq_len_drafted"),
                 "v2_propose": ("proposals", "max_seq_len_drafted")}
 # The fields of the argument the proposal wrappers read the furthest position from.

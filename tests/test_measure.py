@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from conftest import ROOT
-from eagle_fix.measure import decode_step_ms
+from eagle_fix.measure import decode_spin_ms, decode_step_ms
 
 
 def test_step_ms_is_the_median_of_the_decode_steps_prompt_steps_left_out():
@@ -29,6 +29,14 @@ def test_step_ms_without_readable_batches_leaves_out_the_first_step():
     assert decode_step_ms({"step_times_ms": [90.0, 10.0, 12.0, 14.0]}) == 12.0
     # a readable batch later in the run still counts as what it is
     assert decode_step_ms({"step_times_ms": [90.0, 10.0, 70.0, 14.0], "step_prompt": [None, False, True, None]}) == 12.0
+
+
+def test_the_spin_is_read_from_the_same_decode_steps():
+    stats = {"step_times_ms": [90.0, 15.0, 18.0, 120.0, 16.5], "step_spun_ms": [30.0, 5.0, 6.0, 40.0, 5.5],
+             "step_prompt": [True, False, False, True, False]}
+    assert decode_spin_ms(stats) == 5.5 and decode_step_ms(stats) == 16.5
+    assert decode_spin_ms({**stats, "step_spun_ms": [0.0] * 5}) is None  # no knob
+    assert decode_spin_ms({k: v for k, v in stats.items() if k != "step_spun_ms"}) is None  # an older worker
 
 
 def test_step_ms_is_none_without_decode_steps():
@@ -60,7 +68,12 @@ def test_a_point_records_step_ms_and_the_slowdown_knob_stretches_it(tmp_path):
         assert rec["ci95"]["step_ms"]
     assert plain["env"] is None
     assert slow["env"] == {"EAGLE_FIX_INJECT_SLOWDOWN": "0.5"}
-    ratio = slow["step_ms"] / plain["step_ms"]
-    print(f"step_ms plain {plain['step_ms']:.3f} slow {slow['step_ms']:.3f} ratio {ratio:.3f}; "
-          f"tpot_ms plain {plain['tpot_ms']:.3f} slow {slow['tpot_ms']:.3f}")
-    assert ratio >= 1.3
+    # Two engines run one after the other on a shared VM can differ by more than the knob (this
+    # machine kind swings between ~12 and ~21 ms a step for tens of seconds), so the knob is checked
+    # inside each step: the spin is 0.5x the step's own time, a third of the recorded step.
+    assert "step_spin_ms" not in plain["samples"]
+    spin, step = slow["samples"]["step_spin_ms"], slow["samples"]["step_ms"]
+    assert len(spin) == 3
+    shares = [s / t for s, t in zip(spin, step)]
+    print(f"step_ms plain {plain['step_ms']:.3f} slow {slow['step_ms']:.3f}; spin share {shares}")
+    assert all(0.30 <= share <= 0.37 for share in shares), shares

@@ -179,7 +179,7 @@ def test_a_release_without_the_runner_hooks_is_named_in_one_line():
     ]
     assert stats["model_runner"] == "v2"
     assert (stats["spec_steps"], stats["fits_steps"], stats["proposals"], stats["max_seq_len_drafted"]) == (None,) * 4
-    assert (stats["step_times_ms"], stats["step_prompt"]) == (None, None)  # V2's steps end in sample_tokens
+    assert (stats["step_times_ms"], stats["step_prompt"], stats["step_spun_ms"]) == (None,) * 3  # V2's steps end in sample_tokens
     assert stats["missing_hooks"] == new[2:]
     # the record the sweep writes from those counters is flagged
     rec = {"num_drafts": 31, "drafter_steps": stats["spec_steps"], "drafter_proposals": stats["proposals"],
@@ -364,7 +364,7 @@ def test_the_step_times_are_bounded():
         steps.add(0.001, False)
     assert len(steps.times_ms) == steps.LIMIT and steps.as_dict()["steps_dropped"] == 3
     steps.reset()
-    assert steps.as_dict() == {"step_times_ms": [], "step_prompt": [], "steps_dropped": 0}
+    assert steps.as_dict() == {"step_times_ms": [], "step_prompt": [], "step_spun_ms": [], "steps_dropped": 0}
 
 
 @pytest.mark.parametrize("raw", ["-0.1", "abc", "nan", "inf", "5%"])
