@@ -144,8 +144,7 @@ class EngineProcess:
         self.extra_env = dict(env or {})
         self.proc: subprocess.Popen | None = None
         self._replies = None
-        self._lifeline: int | None = None
-        self._sentinel: subprocess.Popen | None = None
+        self._lifeline: Lifeline | None = None
         self._buffer = b""
         lifecycle.install_signal_handlers()
         lifecycle.check()  # a signal already handled (and swallowed somewhere) starts nothing new
@@ -160,7 +159,8 @@ class EngineProcess:
 
     def _start(self) -> None:
         read_fd, write_fd = os.pipe()
-        life_read, self._lifeline = os.pipe()
+        self._lifeline = Lifeline()
+        life_read = self._lifeline.child_fd
         self._replies = os.fdopen(read_fd, "rb", buffering=0)
         env = {**os.environ, **self.spec.env(), **self.extra_env, "EAGLE_FIX_ENGINE_LOG": str(self.log_path.resolve()),
                PARENT_PID_ENV: str(os.getpid())}
@@ -181,7 +181,7 @@ class EngineProcess:
             lifecycle.register(self.proc.pid, f"engine {self.spec.mode}/{'eagle3' if self.spec.draft else 'baseline'}")
         finally:
             os.close(write_fd)
-            os.close(life_read)
+            self._lifeline.spawned()
             if blocked:
                 signal.pthread_sigmask(signal.SIG_UNBLOCK, lifecycle.SIGNALS)  # a pending signal lands here
 
@@ -203,8 +203,8 @@ class EngineProcess:
         notice its parent's death, so a sentinel outside both continues it when this process is gone."""
         if self.proc is None or self.proc.poll() is not None:
             return
-        if self._sentinel is None:
-            self._sentinel = continue_when_gone(os.getpid(), self.proc.pid)
+        if self._lifeline is not None:
+            self._lifeline.guard(self.proc.pid)
         self._signal_group(signal.SIGSTOP)
 
     def resume(self) -> None:
@@ -236,22 +236,14 @@ class EngineProcess:
         child, close our ends of the pipes. Safe to call more than once."""
         if self.proc is not None:
             lifecycle.kill_group(self.proc)
-        if self._sentinel is not None:
-            self._sentinel.kill()
-            self._sentinel.wait()
-            self._sentinel = None
+        if self._lifeline is not None:
+            self._lifeline.release()
         for f in (self._replies, self._log, self.proc.stdin if self.proc else None):
             try:
                 if f is not None:
                     f.close()
             except OSError:
                 pass
-        if self._lifeline is not None:
-            try:
-                os.close(self._lifeline)
-            except OSError:
-                pass
-            self._lifeline = None
 
     def _send(self, message: dict[str, Any]) -> None:
         assert self.proc is not None and self.proc.stdin is not None
@@ -357,6 +349,43 @@ def log_unwritable(path: Path) -> str | None:
         return None
     except OSError as exc:
         return f"the engine log could not be written ({exc.strerror or exc}): the disk may be full"
+
+
+class Lifeline:
+    """What a parent holds for a child's process group (an engine, a server): our end of the child's
+    lifeline pipe (the kernel closes it however we die, and the child exits on EOF: watch_parent),
+    and the sentinel that continues the group if we die while it is paused, since a stopped child
+    cannot see the EOF."""
+
+    def __init__(self) -> None:
+        self.child_fd: int | None
+        self.child_fd, self._fd = os.pipe()  # the child's end goes to it (pass_fds), ours stays here
+        self._sentinel: subprocess.Popen | None = None
+
+    def spawned(self) -> None:
+        """The child holds its end now (or was never started): close that end here."""
+        if self.child_fd is not None:
+            os.close(self.child_fd)
+            self.child_fd = None
+
+    def guard(self, pgid: int) -> None:
+        """Before group `pgid` is paused: the sentinel, started once."""
+        if self._sentinel is None:
+            self._sentinel = continue_when_gone(os.getpid(), pgid)
+
+    def release(self) -> None:
+        """Stop the sentinel and close our end. Safe to call more than once."""
+        if self._sentinel is not None:
+            self._sentinel.kill()
+            self._sentinel.wait()
+            self._sentinel = None
+        self.spawned()
+        if self._fd is not None:
+            try:
+                os.close(self._fd)
+            except OSError:
+                pass
+            self._fd = None
 
 
 def continue_when_gone(owner_pid: int, pgid: int) -> subprocess.Popen:

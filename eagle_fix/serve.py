@@ -36,7 +36,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from eagle_fix.engine import (EngineSpec, death_summary, log_tail, open_log, since_last_mark,
+from eagle_fix.engine import (EngineSpec, Lifeline, death_summary, log_tail, open_log, since_last_mark,
                               write_mark)
 from eagle_fix.errors import EagleFixError
 
@@ -172,8 +172,7 @@ class ServerProcess:
         self.python = python or sys.executable
         self.extra_env = dict(env or {})
         self.proc: subprocess.Popen | None = None
-        self._lifeline: int | None = None
-        self._sentinel: subprocess.Popen | None = None
+        self._lifeline: Lifeline | None = None
         lifecycle.install_signal_handlers()
         lifecycle.check()
         if port is not None:
@@ -209,7 +208,8 @@ class ServerProcess:
     def _start(self) -> None:
         from eagle_fix import lifecycle
 
-        life_read, self._lifeline = os.pipe()
+        self._lifeline = Lifeline()
+        life_read = self._lifeline.child_fd
         env = {**os.environ, **self.spec.env(), "VLLM_SERVER_DEV_MODE": "1", **self.extra_env,
                "EAGLE_FIX_ENGINE_LOG": str(self.log_path.resolve()), PARENT_PID_ENV: str(os.getpid())}
         blocked = threading.current_thread() is threading.main_thread()
@@ -223,7 +223,7 @@ class ServerProcess:
             lifecycle.register(self.proc.pid, f"server {self.spec.mode}/{'eagle3' if self.spec.draft else 'baseline'}"
                                               f" on port {self.port}")
         finally:
-            os.close(life_read)
+            self._lifeline.spawned()
             if blocked:
                 signal.pthread_sigmask(signal.SIG_UNBLOCK, lifecycle.SIGNALS)
 
@@ -327,12 +327,10 @@ class ServerProcess:
 
     def pause(self) -> None:
         """SIGSTOP the group while the other arm's server is measured (an idle vLLM busy-polls)."""
-        from eagle_fix.engine import continue_when_gone
-
         if not self.alive():
             return
-        if self._sentinel is None:
-            self._sentinel = continue_when_gone(os.getpid(), self.pid)
+        if self._lifeline is not None:
+            self._lifeline.guard(self.pid)
         self._signal_group(signal.SIGSTOP)
 
     def resume(self) -> None:
@@ -367,16 +365,8 @@ class ServerProcess:
             # the engine core and workers die on their own time after the SIGKILL (init reaps them):
             # return once none of the group runs, so "killed" means no server process left
             lifecycle.kill_group(self.proc, settle_s=10.0)
-        if self._sentinel is not None:
-            self._sentinel.kill()
-            self._sentinel.wait()
-            self._sentinel = None
         if self._lifeline is not None:
-            try:
-                os.close(self._lifeline)
-            except OSError:
-                pass
-            self._lifeline = None
+            self._lifeline.release()
         try:
             self._log.close()
         except (OSError, AttributeError):

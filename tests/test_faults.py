@@ -537,6 +537,34 @@ def test_a_paused_engine_is_continued_when_its_owner_dies():
                 p.kill()
 
 
+def test_a_released_lifeline_reads_as_the_owners_death_and_stops_its_sentinel():
+    """What an engine and a server both hold (engine.Lifeline): once released, the child's end reads
+    EOF (what watch_parent takes for the owner's death) and the sentinel is gone; twice is harmless."""
+    import subprocess
+
+    from eagle_fix.engine import Lifeline
+
+    group = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    life = Lifeline()
+    child_end = os.dup(life.child_fd)  # what the child would hold after the spawn
+    try:
+        life.spawned()
+        assert life.child_fd is None
+        life.guard(group.pid)
+        sentinel = life._sentinel
+        assert sentinel is not None and sentinel.poll() is None
+        life.guard(group.pid)
+        assert life._sentinel is sentinel  # started once
+        life.release()
+        assert sentinel.poll() is not None and life._sentinel is None
+        assert os.read(child_end, 1) == b""  # EOF: the owner is gone as far as the child can tell
+        life.release()
+    finally:
+        os.close(child_end)
+        group.kill()
+        group.wait()
+
+
 def _state(pid: int) -> str:
     with open(f"/proc/{pid}/stat") as f:
         stat = f.read()
