@@ -435,12 +435,17 @@ def test_signal_kills_registered_groups_and_raises(sig, code):
         assert out.strip() == f"interrupted by {signal.Signals(sig).name}|{code}|-9"
         assert wait_group_gone(pgid, 5) + (time.monotonic() - t0) < 5
     finally:
-        for g in (proc.pid, pgid):
-            if g:
-                try:
-                    os.killpg(g, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+        _kill_groups(proc.pid, pgid)
+
+
+def _kill_groups(*pgids: int | None) -> None:
+    """A test's stand-in process groups, gone whatever the test left (None: never started)."""
+    for g in pgids:
+        if g:
+            try:
+                os.killpg(g, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
 
 _WATCH_SCRIPT = textwrap.dedent("""
@@ -474,12 +479,7 @@ def test_engine_child_kills_its_group_when_the_parent_is_killed():
         proc.wait(timeout=5)
         assert wait_group_gone(pgid, 5) < 3
     finally:
-        for g in (proc.pid, pgid):
-            if g:
-                try:
-                    os.killpg(g, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+        _kill_groups(proc.pid, pgid)
 
 
 def test_asv_benchmark_process_stops_when_asv_run_is_gone(tmp_path):
