@@ -6,7 +6,7 @@ of steps the drafter skipped instead of its coverage. A failed point is a failed
 
 import os
 
-from .common import (ALL_CONTEXTS, MODES, NUM_SPECULATIVE_TOKENS, POSITIONS, REPO, SWEEP_TIMEOUT_S,
+from .common import (ALL_CONTEXTS, CONTEXTS_ENV, MODES, NUM_SPECULATIVE_TOKENS, POSITIONS, REPO, SWEEP_TIMEOUT_S,
                      VERSION, profile_contexts, profile_name, sweep_knobs)
 
 
@@ -48,7 +48,9 @@ class _SweepBase:
 
     def setup(self, cache, context_len, mode, *position):
         if context_len not in cache["contexts"]:
-            raise NotImplementedError(f"context {context_len} not in profile {cache['profile']}")
+            limit = f" ({CONTEXTS_ENV}={os.environ[CONTEXTS_ENV]})" if os.environ.get(CONTEXTS_ENV) else ""
+            raise NotImplementedError(f"context {context_len} not measured: this run's contexts of profile "
+                                      f"{cache['profile']} are {','.join(map(str, cache['contexts']))}{limit}")
         if cache.get("replayed"):
             from eagle_fix.asv_suite import in_records
 

@@ -113,7 +113,8 @@ def _setting(ts: list[dict[str, Any]]) -> str:
     ident = ts[0]["identity"]
     machines = sorted({t["machine"] for t in ts})
     return (f"{ident['profile']}, {ident['context_len']} tokens, {ident['mode']}, {ident['arm']}; "
-            f"`eagle-fix ab` with {', '.join(sorted({str(t['rounds']) for t in ts}))} rounds, threshold "
+            f"`eagle-fix ab` with {', '.join(sorted({str(t['identity']['output_len']) for t in ts}))}-token samples, "
+            f"{', '.join(sorted({str(t['rounds']) for t in ts}))} rounds, threshold "
             f"{', '.join(sorted({_pct(t['threshold'], 0) for t in ts}))}, alpha {ts[0]['alpha']:g}; "
             f"{len(ts)} trials on {', '.join(f'`{m}`' for m in machines)}")
 

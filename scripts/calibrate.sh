@@ -5,12 +5,15 @@
 # alarm is a detection), alternating, each trial with fresh engines.
 #   scripts/calibrate.sh [TRIALS]                 default 10
 #   CALIBRATE_SLOWDOWNS="0.05 0.1" scripts/calibrate.sh    slowdowns tried (default: 0.05)
-#   CALIBRATE_POINT="--modes eager --arms eagle3"          the point (default: cpu-quick, 8K eager EAGLE3)
+#   CALIBRATE_POINT="--modes eager --arms eagle3"          the point (default: cpu-quick, 8K eager EAGLE3);
+#                  other `ab` flags go here too (--output-len, --rounds: a candidate setting, not the defaults)
+#   CALIBRATE_OUT=results/calibration/<name>               where (default: results/calibration/gate, the
+#                  trials the defaults are held to; a candidate setting goes elsewhere)
 # Writes results/calibration/gate/<slowdown>-<trial>.json (slowdown 0 is the A/A); skips files that
 # exist, so a stopped calibration resumes. Run it alone on the machine: other work is noise.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-out=results/calibration/gate
+out=${CALIBRATE_OUT:-results/calibration/gate}
 mkdir -p "$out"
 trials=${1:-10}
 slowdowns=${CALIBRATE_SLOWDOWNS:-0.05}
