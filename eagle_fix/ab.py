@@ -51,6 +51,10 @@ from eagle_fix.plan import RunArgs, csv, plan, point_timeout, prompt_len, refuse
 SCHEMA = 3
 # The order of the two sides in round r: base first in even rounds, new first in odd ones.
 ORDER = "abba"
+# Which side's engine starts first (both stay up, paused in turn). Recorded in every file: the
+# engine started first can run slower than the other on identical sides
+# (docs/statistics.md), so the order is part of what a file's ratios mean.
+START_ORDER = ("base", "new")
 # Metrics judged on the paired rounds: (record column, higher is better).
 PAIRED = tuple((m, record.METRIC[m].higher_is_better) for m in verdict.PAIRED)
 DEFAULT_THRESHOLD = verdict.DEFAULT_THRESHOLD
@@ -218,6 +222,8 @@ def run_ab(args: ABArgs) -> dict[str, Any]:
         "idle_side": "paused",
         # the order within each round (round_order); files without this key measured base first
         "order": ORDER,
+        # files without this key started base first too
+        "start_order": list(START_ORDER),
     }
     started = time.monotonic()
     total, total_error = gpu_total_bytes() if run.profile.device == "cuda" else (None, None)
@@ -235,7 +241,7 @@ def run_ab(args: ABArgs) -> dict[str, Any]:
             engines: dict[str, Any] = {"base": None, "new": None}
             try:
                 if share["sharing"] != "one-at-a-time":
-                    for side in ("base", "new"):
+                    for side in START_ORDER:
                         engines[side] = _start(spec, log_dir, side, group[0], sides, EngineProcess, EngineDied)
                 for p in group:
                     entry = _measure(run, p, engines, args, spec, log_dir, sides, EngineProcess, EngineDied,

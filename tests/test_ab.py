@@ -121,15 +121,18 @@ def _fake_ab_args(tmp_path, monkeypatch, fake_engine, rounds):
     return ab.ABArgs.from_cli_args(args)
 
 
-def _fake_run_ab(tmp_path, monkeypatch, factor, rounds=ab.DEFAULT_ROUNDS, second_penalty=0.0, log=None):
+def _fake_run_ab(tmp_path, monkeypatch, factor, rounds=ab.DEFAULT_ROUNDS, second_penalty=0.0, log=None,
+                 started=None):
     """run_ab end to end with fake engines: base decodes at 10 ms a token, new at factor x that; the
     second measurement of a round is `second_penalty` slower (an order effect); `log` collects the
-    sides in the order they were measured."""
+    sides in the order they were measured, `started` the order their engines started."""
     measured = [] if log is None else log
+    starts = [] if started is None else started
 
     class Fake:
         def __init__(self, spec, log, *, python, env, **_):
             self.side = env.get("SIDE")
+            starts.append(self.side)
             self.slow = factor if self.side == "new" else 1.0
             self.calls = 0
 
@@ -155,6 +158,7 @@ def test_the_file_records_its_threshold_alpha_and_power(tmp_path, monkeypatch):
     assert a.rounds == ab.DEFAULT_ROUNDS
     assert (result["threshold"], result["alpha"], result["min_detectable"]) == (0.05, 0.01, 0.05)
     assert result["schema"] == ab.SCHEMA == 3 and result["order"] == "abba"
+    assert result["start_order"] == ["base", "new"]
     [point] = result["points"]
     tpot = point["verdicts"]["tpot_ms"]
     assert tpot["verdict"] == "regression" and len(tpot["ratios"]) == ab.DEFAULT_ROUNDS
@@ -165,6 +169,14 @@ def test_the_file_records_its_threshold_alpha_and_power(tmp_path, monkeypatch):
                                             "evidence", "verdict"]
     assert "REGRESSION, could detect >= " in text and "(threshold 5%, alpha 0.01" in text
     assert "failing: cpu-quick 8192 eager eagle3 fix on tpot_ms: regression" in text
+
+
+def test_the_engines_start_in_the_recorded_order(tmp_path, monkeypatch):
+    """The engine started first can measure slower on identical sides (docs/statistics.md): the file
+    says which one that was, and it is the order they really started in."""
+    started = []
+    _, result = _fake_run_ab(tmp_path, monkeypatch, factor=1.0, rounds=2, started=started)
+    assert started == result["start_order"] == list(ab.START_ORDER)
 
 
 def test_round_order_is_abba():
