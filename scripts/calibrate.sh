@@ -9,7 +9,7 @@
 #                  other `ab` flags go here too (--output-len, --rounds: a candidate setting, not the defaults)
 #   CALIBRATE_OUT=results/calibration/<name>               where (default: results/calibration/gate, the
 #                  trials the defaults are held to; a candidate setting goes elsewhere)
-# Writes results/calibration/gate/<slowdown>-<trial>.json (slowdown 0 is the A/A); skips files that
+# Writes $CALIBRATE_OUT/<slowdown>-<trial>.json (slowdown 0 is the A/A); skips files that
 # exist, so a stopped calibration resumes. Run it alone on the machine: other work is noise.
 set -uo pipefail
 cd "$(dirname "$0")/.."
