@@ -6,8 +6,14 @@ EAGLE_FIX_MODE), or two checkouts: both sides' engines are kept up at once (one 
 both. The order within a round alternates ABBA (even rounds base then new, odd rounds new then base,
 see `round_order`; each round's order is recorded in the file): whatever the second measurement of a
 round inherits from the first (a warm cache, a load spike that fades, the resumed engine's first
-step) then falls on each side equally often, instead of always on new. The side not being measured
-is paused (SIGSTOP of its process group):
+step) then falls on each side equally often, instead of always on new. A point's rounds are split
+into blocks (`--blocks`, default `verdict.DEFAULT_BLOCKS`): each block after the first closes both engines and starts them
+afresh in the order opposite to the block before (recorded per pair: `block`, `start_order`), because one
+engine instance can run a few percent slower than another for its whole life (on identical sides the
+engine started first did), and with one pair of engines per point that would be in every ratio. Each
+sample decodes at most `verdict.DEFAULT_SAMPLE_TOKENS` tokens (when set) unless --output-len says otherwise: a
+short sample keeps both of a round's samples in one of the machine's seconds-long states. The side not
+being measured is paused (SIGSTOP of its process group):
 an idle vLLM worker busy-polls for a second after each step, which on a few cores lands on the other
 side's measurement. The verdict is on the paired ratios (new / base per round) per metric and
 point, by the rule `eagle-fix compare` uses (eagle_fix.verdict: beyond the threshold and the sign
@@ -48,18 +54,23 @@ from eagle_fix.plan import RunArgs, csv, plan, point_timeout, prompt_len, refuse
 # `min_detectable` recorded. Files of schema 1 kept the verdicts of a 95%-interval rule.
 # 3: the order within a round alternates (ABBA), recorded per pair (`order`) and for the file
 # (`order`: "abba"); files of schema 1 and 2 measured base first in every round.
-SCHEMA = 3
+# 4: a point's rounds run in `blocks`, each with freshly started engines, the start order alternating
+# (per pair: `block`, `start_order`); files of schema 3 and before kept one pair of engines per group,
+# started in the file's `start_order`.
+SCHEMA = 4
 # The order of the two sides in round r: base first in even rounds, new first in odd ones.
 ORDER = "abba"
-# Which side's engine starts first (both stay up, paused in turn). Recorded in every file: the
-# engine started first can run slower than the other on identical sides
-# (docs/statistics.md), so the order is part of what a file's ratios mean.
+# Which side's engine starts first in a group's first block (both stay up, paused in turn); each later
+# block of a point restarts both in the opposite order. Recorded in every file and pair: the engine started first
+# can run slower than the other on identical sides (docs/statistics.md).
 START_ORDER = ("base", "new")
 # Metrics judged on the paired rounds: (record column, higher is better).
 PAIRED = tuple((m, record.METRIC[m].higher_is_better) for m in verdict.PAIRED)
 DEFAULT_THRESHOLD = verdict.DEFAULT_THRESHOLD
 DEFAULT_ALPHA = verdict.DEFAULT_ALPHA
 DEFAULT_ROUNDS = verdict.DEFAULT_ROUNDS
+DEFAULT_BLOCKS = verdict.DEFAULT_BLOCKS
+DEFAULT_SAMPLE_TOKENS = verdict.DEFAULT_SAMPLE_TOKENS
 
 
 @dataclass(frozen=True)
@@ -72,6 +83,7 @@ class ABArgs:
     new_env: dict[str, str] = field(default_factory=dict)
     run: RunArgs = field(default_factory=RunArgs)
     rounds: int = DEFAULT_ROUNDS
+    blocks: int = DEFAULT_BLOCKS
     threshold: float = DEFAULT_THRESHOLD
     alpha: float = DEFAULT_ALPHA
     strict: bool = False
@@ -101,7 +113,8 @@ class ABArgs:
         # the probe run from other folders
         return cls(base_python=os.path.abspath(args.base_python), new_python=os.path.abspath(args.new_python), base_env=base_env,
                     new_env=new_env, run=run,
-                    rounds=parse_positive_int(args.rounds, "--rounds"), threshold=args.threshold, strict=args.strict, out=out)
+                    rounds=parse_positive_int(args.rounds, "--rounds"),
+                    blocks=parse_positive_int(getattr(args, "blocks", None) or str(DEFAULT_BLOCKS), "--blocks"), threshold=args.threshold, strict=args.strict, out=out)
 
 
 def _env_pairs(values: list[str] | None, flag: str) -> dict[str, str]:
@@ -189,6 +202,12 @@ def sharing_plan(device: str, need_bytes: int | None, total_bytes: int | None,
                       f"{gib(total_bytes)}: each side's engine runs alone, stopped and started per measurement"}
 
 
+def block_of(r: int, rounds: int, blocks: int) -> int:
+    """The block round r of `rounds` falls in: `blocks` runs of consecutive rounds, as equal as the
+    division allows (never more blocks than rounds)."""
+    return r * min(blocks, rounds) // rounds
+
+
 def round_order(r: int) -> tuple[str, str]:
     """Which side round r measures first: ABBA, so each side goes first in half the rounds (an even
     number of rounds balances exactly) and no order effect can pose as a change between the sides."""
@@ -208,6 +227,9 @@ def run_ab(args: ABArgs) -> dict[str, Any]:
     from eagle_fix.memory import gpu_total_bytes
 
     run = resolve(args.run)
+    if args.run.output_len is None and DEFAULT_SAMPLE_TOKENS and run.output_len > DEFAULT_SAMPLE_TOKENS:
+        # the calibrated sample length; a profile whose own is shorter keeps its own
+        run = resolve(dataclasses.replace(args.run, output_len=DEFAULT_SAMPLE_TOKENS))
     sides = {"base": _side_info(args.base_python, args.base_env, "--base-python"),
              "new": _side_info(args.new_python, args.new_env, "--new-python")}
     fp = machine.fingerprint()
@@ -215,6 +237,7 @@ def run_ab(args: ABArgs) -> dict[str, Any]:
     result: dict[str, Any] = {
         "schema": SCHEMA, "kind": "eagle-fix ab", "machine": fp, "machine_id": fp["id"],
         "git_commit": machine.git_commit(), "base": sides["base"], "new": sides["new"], "rounds": args.rounds,
+        "blocks": min(args.blocks, args.rounds), "output_len": run.output_len,
         "threshold": args.threshold, "alpha": args.alpha, "min_detectable": verdict.MIN_DETECTABLE,
         "started": _now(), "points": [],
         # the side not being measured is paused (SIGSTOP), or stopped under "one-at-a-time"; files
@@ -222,7 +245,8 @@ def run_ab(args: ABArgs) -> dict[str, Any]:
         "idle_side": "paused",
         # the order within each round (round_order); files without this key measured base first
         "order": ORDER,
-        # files without this key started base first too
+        # a group's first block; later blocks alternate (block_start_order), each pair says its own.
+        # Files without this key started base first too
         "start_order": list(START_ORDER),
     }
     started = time.monotonic()
@@ -239,13 +263,15 @@ def run_ab(args: ABArgs) -> dict[str, Any]:
             if share["sharing"] == "one-at-a-time":
                 result["idle_side"] = "stopped"
             engines: dict[str, Any] = {"base": None, "new": None}
+            # the order the engines now up were started in; a point's later blocks restart and swap it
+            start_order = list(START_ORDER)
             try:
                 if share["sharing"] != "one-at-a-time":
-                    for side in START_ORDER:
+                    for side in start_order:
                         engines[side] = _start(spec, log_dir, side, group[0], sides, EngineProcess, EngineDied)
                 for p in group:
                     entry = _measure(run, p, engines, args, spec, log_dir, sides, EngineProcess, EngineDied,
-                                     sharing=share["sharing"])
+                                     sharing=share["sharing"], start_order=start_order)
                     if share["sharing"] != result["sharing"]:
                         entry["sharing"], entry["sharing_reason"] = share["sharing"], share["reason"]
                     result["points"].append(entry)
@@ -271,20 +297,40 @@ def _start(spec, log_dir: Path, side: str, p, sides, EngineProcess, EngineDied, 
 
 
 def _measure(run, p, engines, args: ABArgs, spec, log_dir, sides, EngineProcess, EngineDied,
-             sharing: str = "paused") -> dict[str, Any]:
+             sharing: str = "paused", start_order: list[str] | None = None) -> dict[str, Any]:
     """One point: `rounds` rounds, each measuring both sides in round_order(r) (the pair keeps its
-    `order`; the ratio is new / base whichever went first); a side whose engine died is restarted
-    once per point. Under "one-at-a-time" the other side's engine is stopped before a side's is
-    started, so one engine at a time holds the GPU."""
+    `order`; the ratio is new / base whichever went first), in `blocks` blocks: each block after the
+    first closes both engines and starts them in the order opposite to `start_order` (the order the
+    engines now up were started in, updated in place). A side whose engine died is restarted once
+    per point. Under "one-at-a-time" the other side's engine is stopped before a side's is started,
+    so one engine at a time holds the GPU."""
     identity = run.identity(p)
     entry: dict[str, Any] = {"identity": identity, "status": {}, "error": {}, "pairs": []}
     alone = sharing == "one-at-a-time"
+    start_order = list(START_ORDER) if start_order is None else start_order
+
+    def unusable(side: str) -> None:
+        entry["status"][side], entry["error"][side] = "failed", str(engines[side]).splitlines()[0][:500]
+
     for side in ("base", "new"):
         if not alone and isinstance(engines[side], Exception):  # one-at-a-time tries a fresh start per point
-            entry["status"][side], entry["error"][side] = "failed", str(engines[side]).splitlines()[0][:500]
+            unusable(side)
+    block = 0
     for r in range(args.rounds):
+        fresh_block = False
+        if block_of(r, args.rounds, args.blocks) != block:
+            block, fresh_block = block_of(r, args.rounds, args.blocks), True
+            if not alone:
+                start_order[:] = start_order[::-1]
+                _restart(engines, start_order, lambda side: _start(spec, log_dir, side, p, sides, EngineProcess,
+                                                                   EngineDied, suffix=f"-block{block}"))
+                for side in ("base", "new"):
+                    if entry["status"].get(side) != "failed" and isinstance(engines[side], Exception):
+                        unusable(side)
         order = round_order(r)
-        pair = {"round": r, "order": list(order)}
+        pair = {"round": r, "order": list(order), "block": block}
+        if not alone:
+            pair["start_order"] = list(start_order)
         for side in order:
             if entry["status"].get(side) == "failed":
                 continue
@@ -294,7 +340,7 @@ def _measure(run, p, engines, args: ABArgs, spec, log_dir, sides, EngineProcess,
                     entry["status"][side], entry["error"][side] = "failed", str(engines[side]).splitlines()[0][:500]
                     continue
             # a fresh engine has no cached prompt: it pays its prefill in a TTFT run first
-            fresh = r == 0 or alone
+            fresh = r == 0 or fresh_block or alone
             cmd = {"op": "point", "prompt_len": prompt_len(p.context_len, run), "batch_size": run.args.batch_size,
                    "output_len": run.output_len, "seed": run.args.seed, "repeats": 1, "ttft_repeats": 1 if fresh else 0}
             _measure_alone(engines, side)
@@ -326,6 +372,17 @@ def _measure_alone(engines: dict[str, Any], side: str) -> None:
     for name, engine in engines.items():
         if engine is not None and not isinstance(engine, Exception):
             (engine.resume if name == side else engine.pause)()
+
+
+def _restart(engines: dict[str, Any], order: list[str], start: Any) -> None:
+    """A new block: close both sides' engines, then start them afresh in `order` (a side that cannot
+    start holds its EngineDied)."""
+    for name, engine in engines.items():
+        if engine is not None and not isinstance(engine, Exception):
+            engine.close()
+        engines[name] = None
+    for side in order:
+        engines[side] = start(side)
 
 
 def _one_engine_up(engines: dict[str, Any], side: str, start: Any) -> None:
@@ -368,6 +425,15 @@ def _verdicts(entry: dict[str, Any], threshold: float, *, k: int | None,
         out[metric] = {**v.detail, "verdict": v.verdict, "change": v.change, "evidence": v.evidence,
                        "power": v.power, "base_median": stats.median(b), "new_median": stats.median(n),
                        "ratios": stats.paired_ratios(b, n)}
+        # what each start order gave on its own: on identical sides the two should straddle 1
+        by_start = {}
+        for first in ("base", "new"):
+            rs = [p["new"][metric] / p["base"][metric] for p in pairs if (p.get("start_order") or [None])[0] == first
+                  and p["base"].get(metric) and p["new"].get(metric)]
+            if rs:
+                by_start[f"{first}_started_first"] = stats.median(rs)
+        if by_start:
+            out[metric]["median_ratio_by_start_order"] = by_start
     first = entry["pairs"][0] if entry["pairs"] else {}
     fb, fn = first.get("base") or {}, first.get("new") or {}
     if synthetic and fb.get("acceptance_length") is not None:
@@ -473,10 +539,14 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--modes", default="eager,compile")
     parser.add_argument("--arms", default="eagle3,baseline")
     parser.add_argument("--fix", default="on")
-    parser.add_argument("--output-len", help="tokens per request (default: the profile's)")
+    parser.add_argument("--output-len", help="tokens per sample (default: the profile's" + (
+        f", at most {DEFAULT_SAMPLE_TOKENS}, the calibrated sample length)" if DEFAULT_SAMPLE_TOKENS else ")"))
     parser.add_argument("--rounds", default=str(DEFAULT_ROUNDS),
                         help="alternating rounds per point (default %(default)s: the gate's calibrated setting; "
                              "docs/statistics.md says what it catches; more rounds see smaller changes)")
+    parser.add_argument("--blocks", default=str(DEFAULT_BLOCKS),
+                        help="blocks a point's rounds are split into, each with both engines started afresh in the "
+                             "order opposite to the block before (default %(default)s, as calibrated)")
     parser.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
                         help=f"relative change that can fail (default {DEFAULT_THRESHOLD * 100:g}%%, from the calibration)")
     parser.add_argument("--strict", action="store_true", help="an inconclusive metric fails too")

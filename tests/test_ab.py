@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT
-from eagle_fix import ab
+from eagle_fix import ab, models
 
 
 
@@ -103,7 +103,7 @@ def test_default_rounds_reach_the_level_and_each_row_states_its_power():
     assert v["power"] == f"could detect >= {v['detectable']:.1%}"
 
 
-def _fake_ab_args(tmp_path, monkeypatch, fake_engine, rounds):
+def _fake_ab_args(tmp_path, monkeypatch, fake_engine, rounds, blocks=None):
     """ab's arguments for one cpu-quick 8K eager EAGLE3 point, its engines replaced by `fake_engine`
     (a side's engine sees SIDE=base or SIDE=new in its env) and the side probe skipped."""
     import argparse
@@ -117,12 +117,12 @@ def _fake_ab_args(tmp_path, monkeypatch, fake_engine, rounds):
     args = argparse.Namespace(base_python=sys.executable, new_python=sys.executable, base_env=["SIDE=base"],
                               new_env=["SIDE=new"], profile="cpu-quick", contexts="8192", modes="eager",
                               arms="eagle3", fix="on", output_len=None, rounds=str(rounds), threshold=0.05,
-                              strict=False, out=str(tmp_path / "ab.json"))
+                              strict=False, out=str(tmp_path / "ab.json"), blocks=blocks)
     return ab.ABArgs.from_cli_args(args)
 
 
 def _fake_run_ab(tmp_path, monkeypatch, factor, rounds=ab.DEFAULT_ROUNDS, second_penalty=0.0, log=None,
-                 started=None):
+                 started=None, blocks=None):
     """run_ab end to end with fake engines: base decodes at 10 ms a token, new at factor x that; the
     second measurement of a round is `second_penalty` slower (an order effect); `log` collects the
     sides in the order they were measured, `started` the order their engines started."""
@@ -149,7 +149,7 @@ def _fake_run_ab(tmp_path, monkeypatch, factor, rounds=ab.DEFAULT_ROUNDS, second
 
         resume = close = pause
 
-    a = _fake_ab_args(tmp_path, monkeypatch, Fake, rounds)
+    a = _fake_ab_args(tmp_path, monkeypatch, Fake, rounds, blocks)
     return a, ab.run_ab(a)
 
 
@@ -157,7 +157,9 @@ def test_the_file_records_its_threshold_alpha_and_power(tmp_path, monkeypatch):
     a, result = _fake_run_ab(tmp_path, monkeypatch, factor=1.2)
     assert a.rounds == ab.DEFAULT_ROUNDS
     assert (result["threshold"], result["alpha"], result["min_detectable"]) == (0.05, 0.01, 0.05)
-    assert result["schema"] == ab.SCHEMA == 3 and result["order"] == "abba"
+    assert result["schema"] == ab.SCHEMA == 4 and result["order"] == "abba"
+    assert result["blocks"] == ab.DEFAULT_BLOCKS
+    assert result["output_len"] == min(models.PROFILES["cpu-quick"].output_len, ab.DEFAULT_SAMPLE_TOKENS or 10**9)
     assert result["start_order"] == ["base", "new"]
     [point] = result["points"]
     tpot = point["verdicts"]["tpot_ms"]
@@ -171,12 +173,26 @@ def test_the_file_records_its_threshold_alpha_and_power(tmp_path, monkeypatch):
     assert "failing: cpu-quick 8192 eager eagle3 fix on tpot_ms: regression" in text
 
 
-def test_the_engines_start_in_the_recorded_order(tmp_path, monkeypatch):
-    """The engine started first can measure slower on identical sides (docs/statistics.md): the file
-    says which one that was, and it is the order they really started in."""
+def test_each_block_restarts_the_engines_in_the_opposite_order_and_records_it(tmp_path, monkeypatch):
+    """The engine started first can measure slower on identical sides (docs/statistics.md): a point's
+    blocks alternate which engine starts first, and every pair says the order its engines really
+    started in."""
     started = []
-    _, result = _fake_run_ab(tmp_path, monkeypatch, factor=1.0, rounds=2, started=started)
-    assert started == result["start_order"] == list(ab.START_ORDER)
+    _, result = _fake_run_ab(tmp_path, monkeypatch, factor=1.0, rounds=4, started=started, blocks="2")
+    assert result["start_order"] == list(ab.START_ORDER) and result["blocks"] == 2
+    assert started == ["base", "new", "new", "base"]
+    [point] = result["points"]
+    assert [(p["block"], p["start_order"]) for p in point["pairs"]] == [
+        (0, ["base", "new"]), (0, ["base", "new"]), (1, ["new", "base"]), (1, ["new", "base"])]
+    # each start order's own median ratio is kept, for reading an A/A
+    assert set(point["verdicts"]["tpot_ms"]["median_ratio_by_start_order"]) == {"base_started_first",
+                                                                                "new_started_first"}
+
+
+def test_blocks_split_the_rounds_evenly():
+    assert [ab.block_of(r, 64, 2) for r in (0, 31, 32, 63)] == [0, 0, 1, 1]
+    assert [ab.block_of(r, 5, 2) for r in range(5)] == [0, 0, 0, 1, 1]
+    assert [ab.block_of(r, 2, 4) for r in range(2)] == [0, 1]  # never more blocks than rounds
 
 
 def test_round_order_is_abba():
@@ -293,14 +309,18 @@ def _cuda_run_ab(tmp_path, monkeypatch, total):
     monkeypatch.setitem(models.PROFILES, "cpu-quick", cuda)
     monkeypatch.setattr(models.Profile, "check_runs_here", lambda self: None)
     monkeypatch.setattr(memory, "gpu_total_bytes", lambda: (total, None if total else "NVML init failed"))
-    return ab.run_ab(_fake_ab_args(tmp_path, monkeypatch, Fake, 4)), events
+    return ab.run_ab(_fake_ab_args(tmp_path, monkeypatch, Fake, 4, blocks="2")), events
 
 
 def test_two_engines_that_fit_split_the_gpu(tmp_path, monkeypatch):
     result, events = _cuda_run_ab(tmp_path, monkeypatch, total=141 * GIB)
     assert result["sharing"] == "split-memory" and result["idle_side"] == "paused" and result["sharing_reason"]
     starts = [e for e in events if e[0] == "start"]
-    assert len(starts) == 2 and all(e[2] == ab.SPLIT_UTILIZATION and e[3] for e in starts)  # a share and a KV budget
+    # two starts per block (both engines afresh, the order swapped), each with a share and a KV budget
+    assert [e[1] for e in starts] == ["base", "new", "new", "base"]
+    assert all(e[2] == ab.SPLIT_UTILIZATION and e[3] for e in starts)
+    # a fresh block's engines pay their prefill before they decode, the others do not
+    assert [e[2] for e in events if e[0] == "point"] == [1, 1, 0, 0, 1, 1, 0, 0]
     assert result["points"][0]["status"] == {"base": "ok", "new": "ok"}
 
 
