@@ -501,7 +501,8 @@ def format_ab(result: dict[str, Any], *, strict: bool = False) -> str:
     verdicts = [v["verdict"] for e in result["points"] for v in e["verdicts"].values()]
     lines.append(verdict.summary_line(
         len(result["points"]), verdicts, threshold=result["threshold"], alpha=result.get("alpha", DEFAULT_ALPHA),
-        strict=strict, what=f"points x {result['rounds']} rounds on {result['machine']['name']}"))
+        strict=strict, what=f"points x {result['rounds']} rounds"
+        + (f" in {result['blocks']} blocks" if result.get("blocks", 1) > 1 else "") + f" on {result['machine']['name']}"))
     lines += [f"failing: {f}" for f in result["summary"]["failing"]]
     return "\n".join(lines)
 

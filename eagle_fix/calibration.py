@@ -27,6 +27,7 @@ def trial(path: str | Path) -> dict[str, Any]:
         raise ValueError(f"{path}: the base side carries {INJECT_SLOWDOWN_ENV}; a calibration slows the new side only")
     slowdown = float(new_env.get(INJECT_SLOWDOWN_ENV) or 0.0)
     out: dict[str, Any] = {"file": Path(path).name, "slowdown": slowdown, "rounds": data["rounds"],
+                           "blocks": data.get("blocks", 1), "by_start_order": {},
                            "threshold": data["threshold"], "alpha": data["alpha"],
                            "machine": (data.get("machine") or {}).get("name") or data["machine_id"],
                            "alarm": data["summary"]["exit_code"] != 0, "flagged": [], "ratios": {}, "samples": {}}
@@ -42,6 +43,13 @@ def trial(path: str | Path) -> dict[str, Any]:
             out["samples"][metric] = {side: [p[side][metric] for p in entry["pairs"]
                                              if isinstance(p.get(side), dict) and p[side].get(metric) is not None]
                                       for side in ("base", "new")}
+            # the paired ratios by which side's engine was started first (files before blocks: the
+            # file's one start order, base unless it says otherwise)
+            for p in entry["pairs"]:
+                b, n = (p.get("base") or {}).get(metric), (p.get("new") or {}).get(metric)
+                if b and n:
+                    first = (p.get("start_order") or data.get("start_order") or ["base"])[0]
+                    out["by_start_order"].setdefault(metric, {}).setdefault(first, []).append(n / b)
     return out
 
 
@@ -114,7 +122,9 @@ def _setting(ts: list[dict[str, Any]]) -> str:
     machines = sorted({t["machine"] for t in ts})
     return (f"{ident['profile']}, {ident['context_len']} tokens, {ident['mode']}, {ident['arm']}; "
             f"`eagle-fix ab` with {', '.join(sorted({str(t['identity']['output_len']) for t in ts}))}-token samples, "
-            f"{', '.join(sorted({str(t['rounds']) for t in ts}))} rounds, threshold "
+            f"{', '.join(sorted({str(t['rounds']) for t in ts}))} rounds"
+            + (f" in {', '.join(sorted({str(t['blocks']) for t in ts}))} blocks" if any(t["blocks"] > 1 for t in ts) else "")
+            + ", threshold "
             f"{', '.join(sorted({_pct(t['threshold'], 0) for t in ts}))}, alpha {ts[0]['alpha']:g}; "
             f"{len(ts)} trials on {', '.join(f'`{m}`' for m in machines)}")
 
@@ -140,7 +150,23 @@ def floor_table(paths) -> str:
                 "robust CV of paired ratios (MAD)", "trials' median ratio"], rows)
 
 
-def resampled(ts: list[dict[str, Any]], rounds: tuple[int, ...] = (8, 16, 24, 32, 48),
+def start_order_table(paths, metric: str = "step_ms") -> str:
+    """Each trial's median paired ratio of `metric` over the rounds whose engines were started base
+    first, over those started new first, and over all: on identical sides an engine that runs slower
+    for being started first shows as the two straddling 1."""
+    ts = [t for p in paths for t in (trials(p) if Path(p).is_dir() else [trial(p)])]
+    rows = []
+    for t in ts:
+        by = t["by_start_order"].get(metric) or {}
+        cell = lambda rs: f"{statistics.median(rs):.3f} ({len(rs)})" if rs else "–"  # noqa: E731
+        rows.append([f"`{t['file']}`", _pct(t["slowdown"], 0) if t["slowdown"] else "0 (A/A)",
+                     cell(by.get("base")), cell(by.get("new")), cell(t["ratios"].get(metric) or [])])
+    return (f"`{metric}` ratio new/base, median (rounds)\n\n"
+            + _md(["trial", "injected slowdown", "base's engine started first", "new's engine started first", "all rounds"],
+                  rows))
+
+
+def resampled(ts: list[dict[str, Any]], rounds: tuple[int, ...] = (16, 32, 48, 64, 96),
               shifts: tuple[float, ...] = (0.0, verdict.MIN_DETECTABLE), *, metric: str = "step_ms",
               threshold: float = verdict.DEFAULT_THRESHOLD, alpha: float = verdict.DEFAULT_ALPHA,
               draws: int = 400, seed: int = 0) -> list[dict[str, Any]]:

@@ -22,13 +22,13 @@ from eagle_fix import record, stats
 # test could speak from 8 rounds (stats.pairs_needed), but on this noise 8 rounds catch little.
 DEFAULT_THRESHOLD = 0.03
 DEFAULT_ALPHA = 0.01
-DEFAULT_ROUNDS = 32
+DEFAULT_ROUNDS = 64
 # ab's other calibrated settings: each sample decodes at most DEFAULT_SAMPLE_TOKENS tokens (None: the
 # profile's output length), and a point's rounds run in DEFAULT_BLOCKS blocks, each with both engines
 # started afresh in the order opposite to the block before (one engine instance can run a few percent
 # slower than another for its whole life; on identical sides the engine started first did).
-DEFAULT_SAMPLE_TOKENS: int | None = None
-DEFAULT_BLOCKS = 1
+DEFAULT_SAMPLE_TOKENS: int | None = 128
+DEFAULT_BLOCKS = 2
 # The smallest slowdown the README says the gate can see. A comparison whose rows could not have
 # detected it says so in one line, so a pass is never read as "no regression of that size".
 MIN_DETECTABLE = 0.05

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Calibrate the gate on this machine (docs/statistics.md): `eagle-fix ab` with its default rounds and
-# threshold, TRIALS times on identical sides (A/A: every alarm is false) and TRIALS times with the new
+# Calibrate the gate on this machine (docs/statistics.md): `eagle-fix ab` with its defaults (rounds,
+# sample length, blocks, threshold), TRIALS times on identical sides (A/A: every alarm is false) and TRIALS times with the new
 # side slowed by EAGLE_FIX_INJECT_SLOWDOWN (every model step made that much longer by spinning: an
 # alarm is a detection), alternating, each trial with fresh engines.
 #   scripts/calibrate.sh [TRIALS]                 default 10
 #   CALIBRATE_SLOWDOWNS="0.05 0.1" scripts/calibrate.sh    slowdowns tried (default: 0.05)
 #   CALIBRATE_POINT="--modes eager --arms eagle3"          the point (default: cpu-quick, 8K eager EAGLE3);
-#                  other `ab` flags go here too (--output-len, --rounds: a candidate setting, not the defaults)
+#                  other `ab` flags go here too (--output-len, --rounds, --blocks: a candidate setting, not the defaults)
 #   CALIBRATE_OUT=results/calibration/<name>               where (default: results/calibration/gate, the
 #                  trials the defaults are held to; a candidate setting goes elsewhere)
 # Writes $CALIBRATE_OUT/<slowdown>-<trial>.json (slowdown 0 is the A/A); skips files that
