@@ -245,7 +245,7 @@ def run_ab(args: ABArgs) -> dict[str, Any]:
         "idle_side": "paused",
         # the order within each round (round_order); files without this key measured base first
         "order": ORDER,
-        # a group's first block; later blocks alternate (block_start_order), each pair says its own.
+        # a group's first block; each later block of a point swaps it, each pair says its own.
         # Files without this key started base first too
         "start_order": list(START_ORDER),
     }
@@ -317,9 +317,9 @@ def _measure(run, p, engines, args: ABArgs, spec, log_dir, sides, EngineProcess,
             unusable(side)
     block = 0
     for r in range(args.rounds):
-        fresh_block = False
-        if block_of(r, args.rounds, args.blocks) != block:
-            block, fresh_block = block_of(r, args.rounds, args.blocks), True
+        fresh_block = block_of(r, args.rounds, args.blocks) != block
+        if fresh_block:
+            block += 1
             if not alone:
                 start_order[:] = start_order[::-1]
                 _restart(engines, start_order, lambda side: _start(spec, log_dir, side, p, sides, EngineProcess,
@@ -337,7 +337,7 @@ def _measure(run, p, engines, args: ABArgs, spec, log_dir, sides, EngineProcess,
             if alone:
                 _one_engine_up(engines, side, lambda: _start(spec, log_dir, side, p, sides, EngineProcess, EngineDied))
                 if isinstance(engines[side], Exception):
-                    entry["status"][side], entry["error"][side] = "failed", str(engines[side]).splitlines()[0][:500]
+                    unusable(side)
                     continue
             # a fresh engine has no cached prompt: it pays its prefill in a TTFT run first
             fresh = r == 0 or fresh_block or alone
@@ -426,14 +426,10 @@ def _verdicts(entry: dict[str, Any], threshold: float, *, k: int | None,
                        "power": v.power, "base_median": stats.median(b), "new_median": stats.median(n),
                        "ratios": stats.paired_ratios(b, n)}
         # what each start order gave on its own: on identical sides the two should straddle 1
-        by_start = {}
-        for first in ("base", "new"):
-            rs = [p["new"][metric] / p["base"][metric] for p in pairs if (p.get("start_order") or [None])[0] == first
-                  and p["base"].get(metric) and p["new"].get(metric)]
-            if rs:
-                by_start[f"{first}_started_first"] = stats.median(rs)
+        by_start = ratios_by_start_order(pairs, metric)
         if by_start:
-            out[metric]["median_ratio_by_start_order"] = by_start
+            out[metric]["median_ratio_by_start_order"] = {f"{first}_started_first": stats.median(rs)
+                                                          for first, rs in by_start.items()}
     first = entry["pairs"][0] if entry["pairs"] else {}
     fb, fn = first.get("base") or {}, first.get("new") or {}
     if synthetic and fb.get("acceptance_length") is not None:
@@ -450,6 +446,19 @@ def _verdicts(entry: dict[str, Any], threshold: float, *, k: int | None,
     if (synthetic or (fb.get("num_drafts") and fn.get("num_drafts"))) and cb is not None and cn is not None:
         v = verdict.exact(cb, cn, higher_is_better=True)
         out["drafter_coverage"] = {"verdict": v.verdict, "base": cb, "new": cn, "power": v.power}
+    return out
+
+
+def ratios_by_start_order(pairs: list[dict[str, Any]], metric: str,
+                          file_order: list[str] | None = None) -> dict[str, list[float]]:
+    """The paired ratios new/base of `metric`, by which side's engine was started first ("base" or
+    "new"): each pair's own `start_order`, else `file_order` (files before blocks had one per file)."""
+    out: dict[str, list[float]] = {}
+    for p in pairs:
+        b, n = (p.get("base") or {}).get(metric), (p.get("new") or {}).get(metric)
+        first = (p.get("start_order") or file_order or [None])[0]
+        if b and n and first:
+            out.setdefault(first, []).append(n / b)
     return out
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from eagle_fix import verdict
-from eagle_fix.ab import read_ab
+from eagle_fix.ab import ratios_by_start_order, read_ab
 from eagle_fix.plugin import INJECT_SLOWDOWN_ENV
 
 GATE = Path("results") / "calibration" / "gate"
@@ -45,11 +45,9 @@ def trial(path: str | Path) -> dict[str, Any]:
                                       for side in ("base", "new")}
             # the paired ratios by which side's engine was started first (files before blocks: the
             # file's one start order, base unless it says otherwise)
-            for p in entry["pairs"]:
-                b, n = (p.get("base") or {}).get(metric), (p.get("new") or {}).get(metric)
-                if b and n:
-                    first = (p.get("start_order") or data.get("start_order") or ["base"])[0]
-                    out["by_start_order"].setdefault(metric, {}).setdefault(first, []).append(n / b)
+            by = ratios_by_start_order(entry["pairs"], metric, data.get("start_order") or ["base"])
+            if by:
+                out["by_start_order"][metric] = by
     return out
 
 
