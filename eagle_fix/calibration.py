@@ -12,7 +12,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from eagle_fix import verdict
+from eagle_fix import stats, verdict
 from eagle_fix.ab import ratios_by_start_order, read_ab
 from eagle_fix.plugin import INJECT_SLOWDOWN_ENV
 
@@ -59,8 +59,6 @@ def trials(folder: str | Path = GATE) -> list[dict[str, Any]]:
 def rates(ts: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per slowdown: trials, alarms, the alarm rate and its 95% Wilson interval, and the median
     paired ratio of the model step (what the knob really did) over the trials."""
-    from eagle_fix import stats
-
     out = []
     for s in sorted({t["slowdown"] for t in ts}):
         group = [t for t in ts if t["slowdown"] == s]
@@ -74,19 +72,6 @@ def rates(ts: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def _cv(xs: list[float]) -> float | None:
-    return statistics.pstdev(xs) / statistics.mean(xs) if len(xs) > 1 and statistics.mean(xs) else None
-
-
-def _robust_cv(xs: list[float]) -> float | None:
-    """1.4826 x the median absolute deviation over the median: the CV a normal sample would show,
-    blind to the seconds-long bursts a shared machine has now and then."""
-    if len(xs) < 2:
-        return None
-    med = statistics.median(xs)
-    return 1.4826 * statistics.median(abs(x - med) for x in xs) / med if med else None
-
-
 def floor(ts: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The noise floor of the A/A trials, per paired metric: the CV of one side's samples within a
     trial (median over trials), the CV of the paired ratios (all rounds pooled), and the spread of
@@ -95,13 +80,13 @@ def floor(ts: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for metric in verdict.PAIRED:
         ratios = [r for t in aa for r in t["ratios"].get(metric, [])]
-        sample_cv = [c for t in aa for side in ("base", "new") if (c := _cv(t["samples"].get(metric, {}).get(side, [])))]
+        sample_cv = [c for t in aa for side in ("base", "new") if (c := stats.cv(t["samples"].get(metric, {}).get(side, [])))]
         medians = [statistics.median(t["ratios"][metric]) for t in aa if t["ratios"].get(metric)]
         if not ratios:
             continue
         out.append({"metric": metric, "trials": len(aa), "rounds": len(ratios),
                     "sample_cv": statistics.median(sample_cv) if sample_cv else None,
-                    "ratio_cv": _cv(ratios), "ratio_robust_cv": _robust_cv(ratios),
+                    "ratio_cv": stats.cv(ratios), "ratio_robust_cv": stats.robust_cv(ratios),
                     "median_ratio_range": (min(medians), max(medians)),
                     "median_ratio_sd": statistics.pstdev(medians) if len(medians) > 1 else None})
     return out
@@ -173,8 +158,6 @@ def resampled(ts: list[dict[str, Any]], rounds: tuple[int, ...] = (16, 32, 48, 6
     A model of the gate, not a measurement of it: it keeps the noise's shape but not its order in
     time, and judges one metric where `ab` alarms on any."""
     import random
-
-    from eagle_fix import stats
 
     pool = [r for t in ts if t["slowdown"] == 0 for r in t["ratios"].get(metric, [])]
     if not pool:

@@ -609,6 +609,28 @@ def roofline_table(df) -> str:
                 "speed-of-light tok/s", "bf16 GFLOP/s", "GB/s"], rows)
 
 
+def noise_table(df) -> str:
+    """How much a point's decode samples scatter, per way of timing them: the wall-clock span of a
+    sample (decode throughput) and the median of its engine steps (step_ms), from the same samples."""
+    from eagle_fix import stats
+
+    df = with_machines(df)
+    rows, labels = [], []
+    for _, r in df.iterrows():
+        r = r.to_dict()
+        samples = r.get("samples") if isinstance(r.get("samples"), dict) else {}
+        decode, step = samples.get("decode_throughput_tok_s") or [], samples.get("step_ms") or []
+        rows.append([*_lead(df, r), f"{r['context_len']:.0f}", r["mode"], r["arm"], str(len(decode) or "–"),
+                     _cell(stats.cv(decode), "{:.1%}", "cv"), _cell(stats.cv(step), "{:.1%}", "cv"),
+                     _ci(r, "step_ms", "{:.2f}")])
+        labels.append(_median_label(r, "step_ms") if "[" in rows[-1][-1] else None)
+    head, cells = _labelled_column([row[-1] for row in rows], labels, "step ms")
+    for row, cell in zip(rows, cells):
+        row[-1] = cell
+    return _md([*_lead_head(df), "context", "mode", "arm", "samples", "CV of decode tok/s (wall clock)",
+                "CV of step ms (median engine step)", head], rows)
+
+
 def ab_table(paths) -> str:
     """`eagle-fix ab` files: what was compared, the paired TPOT ratios, the verdicts."""
     from eagle_fix.ab import read_ab
@@ -981,7 +1003,8 @@ FILE_TABLES["noise-floor"] = lambda paths: _calibration().floor_table(paths)
 FILE_TABLES["calibration-rounds"] = lambda paths: _calibration().resampled_table(paths)
 FILE_TABLES["start-order"] = lambda paths: _calibration().start_order_table(paths)
 FILE_TABLES["machine-noise"] = lambda paths: _calibration().machine_noise_table(paths)
-DOC_TABLES = {"machines": machines_table, "summary": summary_table, "fix-ab": fix_ab_table, "acceptance": acceptance_table, "roofline": roofline_table}
+DOC_TABLES = {"machines": machines_table, "summary": summary_table, "fix-ab": fix_ab_table, "acceptance": acceptance_table,
+              "roofline": roofline_table, "noise": noise_table}
 
 
 def _calibration():
@@ -1044,8 +1067,8 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("results", nargs="*", metavar="RESULTS", default=["results"],
                         help="`eagle-fix run` .jsonl files, asv results .json files, or folders (default: results/)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output folder (default: %(default)s)")
-    parser.add_argument("--table", metavar="KIND", help="print one table of RESULTS: summary, fix-ab, acceptance, roofline, machines; "
-                        "or of the files named: ab, cost, overhead, releases, release-cost, release-fix-ab, map "
+    parser.add_argument("--table", metavar="KIND", help=f"print one table of RESULTS: {', '.join(DOC_TABLES)}; "
+                        f"or of the files named: {', '.join(FILE_TABLES)} "
                         "(key=value arguments filter the rows of the first kind, e.g. profile=cpu)")
     parser.add_argument("--docs", action="store_true", help="regenerate the tables in README.md and docs/ from the "
                         "committed files each one names")

@@ -31,6 +31,8 @@ __all__ = [
     "median",
     "median_ci",
     "median_ci_coverage",
+    "cv",
+    "robust_cv",
     "wilson",
     "acceptance_interval",
     "drafts_for_halfwidth",
@@ -126,6 +128,25 @@ def median(xs: list[float]) -> float | None:
     (a page-cache miss, a noisy neighbour) must not move the summary."""
     s = sorted(_clean(xs))
     return _median_sorted(s) if s else None
+
+
+def cv(xs: list[float]) -> float | None:
+    """Coefficient of variation (population sd over mean) of the finite values; None below 2."""
+    s = _clean(xs)
+    if len(s) < 2:
+        return None
+    mean = math.fsum(s) / len(s)
+    return math.sqrt(math.fsum((x - mean) ** 2 for x in s) / len(s)) / mean if mean else None
+
+
+def robust_cv(xs: list[float]) -> float | None:
+    """1.4826 x the median absolute deviation over the median: the CV a normal sample would show,
+    blind to the seconds-long bursts a shared machine has now and then."""
+    s = sorted(_clean(xs))
+    if len(s) < 2:
+        return None
+    med = _median_sorted(s)
+    return 1.4826 * _median_sorted(sorted(abs(x - med) for x in s)) / med if med else None
 
 
 def median_ci(xs: list[float], confidence: float = 0.95) -> tuple[float, float] | None:

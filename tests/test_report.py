@@ -302,3 +302,26 @@ def test_summary_intervals_are_labelled_with_their_real_coverage():
     mixed = summary_table(records_frame([rec(8192, [10.0, 11.0, 12.0]), rec(16384, [float(x) for x in range(10, 20)])]))
     assert "decode tok/s [interval]" in mixed
     assert "11.0 [10.0, 12.0] (range, 75% cov)" in mixed and "(95% ci)" in mixed
+
+
+def test_noise_table_shows_both_timings_cv_from_the_same_samples():
+    """The noise table puts the wall-clock decode samples' CV beside the engine-step samples' CV of
+    the same point, and labels the step interval with its real coverage."""
+    from eagle_fix import record, stats
+    from eagle_fix.report import noise_table
+    from eagle_fix.results import records_frame
+
+    decode, step = [40.0, 50.0, 60.0, 50.0, 50.0], [10.0, 10.2, 9.8, 10.0, 10.0]
+    rec = record.new(profile="p", context_len=8192, mode="eager", arm="eagle3", batch_size=1, output_len=64,
+                     status="ok", machine_id="m", machine_name="m", decode_throughput_tok_s=stats.median(decode),
+                     step_ms=stats.median(step), samples={"decode_throughput_tok_s": decode, "step_ms": step},
+                     ci95={"step_ms": stats.median_ci(step)})
+    old = record.new(profile="p", context_len=16384, mode="eager", arm="eagle3", batch_size=1, output_len=64,
+                     status="ok", machine_id="m", machine_name="m", decode_throughput_tok_s=45.0,
+                     samples={"decode_throughput_tok_s": [45.0, 45.0]})
+    table = noise_table(records_frame([rec, old]))
+    assert "step ms [range, 93.75% cov]" in table
+    row8k = next(line for line in table.splitlines() if "| 8192 |" in line)
+    assert f"| 5 | {stats.cv(decode):.1%} | {stats.cv(step):.1%} | 10.00 [9.80, 10.20] |" in row8k
+    row16k = next(line for line in table.splitlines() if "| 16384 |" in line)
+    assert row16k.endswith("| 2 | 0.0% | – | – |")  # a record without step samples (schema 2)

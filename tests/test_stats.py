@@ -25,6 +25,19 @@ def test_median():
     assert s.median([1.0, None, 5.0, float("nan"), 3.0]) == 3.0  # failed repeats are ignored
 
 
+def test_cv_and_robust_cv_by_hand():
+    # mean 5, population sd 2 (the textbook 2,4,4,4,5,5,7,9): CV 0.4
+    assert s.cv([2.0, 4.0, 4.0, 4.0, 5.0, 5.0, 7.0, 9.0]) == pytest.approx(0.4, abs=1e-15)
+    assert s.cv([3.0, None, 3.0, float("nan")]) == 0.0  # failed repeats are ignored
+    assert s.cv([1.0]) is None and s.cv([]) is None
+    # median 4.5, absolute deviations 2.5,0.5,0.5,0.5,0.5,0.5,2.5,4.5 -> MAD 0.5
+    assert s.robust_cv([2.0, 4.0, 4.0, 4.0, 5.0, 5.0, 7.0, 9.0]) == pytest.approx(1.4826 * 0.5 / 4.5, abs=1e-15)
+    # one burst moves the CV, not the robust CV
+    calm = [10.0, 10.1, 9.9, 10.0, 10.05, 9.95]
+    assert s.robust_cv(calm + [30.0]) == pytest.approx(s.robust_cv(calm + [10.0]), rel=0.5)
+    assert s.cv(calm + [30.0]) > 10 * s.cv(calm + [10.0])
+
+
 def test_median_ci_1_to_10_uses_order_statistics_2_and_9():
     xs = [7.0, 3.0, 10.0, 1.0, 5.0, 9.0, 2.0, 8.0, 4.0, 6.0]
     assert s.median_ci(xs) == (2.0, 9.0)
