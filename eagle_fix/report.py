@@ -615,11 +615,13 @@ def noise_table(df) -> str:
     from eagle_fix import stats
 
     df = with_machines(df)
-    rows, labels = [], []
+    rows, labels, both = [], [], []
     for _, r in df.iterrows():
         r = r.to_dict()
         samples = r.get("samples") if isinstance(r.get("samples"), dict) else {}
         decode, step = samples.get("decode_throughput_tok_s") or [], samples.get("step_ms") or []
+        if stats.cv(decode) is not None and stats.cv(step) is not None:
+            both.append((stats.cv(decode), stats.cv(step)))
         rows.append([*_lead(df, r), f"{r['context_len']:.0f}", r["mode"], r["arm"], str(len(decode) or "–"),
                      _cell(stats.cv(decode), "{:.1%}", "cv"), _cell(stats.cv(step), "{:.1%}", "cv"),
                      _ci(r, "step_ms", "{:.2f}")])
@@ -627,8 +629,14 @@ def noise_table(df) -> str:
     head, cells = _labelled_column([row[-1] for row in rows], labels, "step ms")
     for row, cell in zip(rows, cells):
         row[-1] = cell
-    return _md([*_lead_head(df), "context", "mode", "arm", "samples", "CV of decode tok/s (wall clock)",
-                "CV of step ms (median engine step)", head], rows)
+    table = _md([*_lead_head(df), "context", "mode", "arm", "samples", "CV of decode tok/s (wall clock)",
+                 "CV of step ms (median engine step)", head], rows)
+    if len(both) < 2:
+        return table
+    wall, step = stats.median([w for w, _ in both]), stats.median([s for _, s in both])
+    lower = sum(s < w for w, s in both)
+    return (f"{table}\n\nOver the {len(both)} points timed both ways: median CV {wall:.1%} by the wall clock, "
+            f"{step:.1%} by the engine step; the step's CV is the lower in {lower} of {len(both)}.")
 
 
 def ab_table(paths) -> str:

@@ -6,8 +6,16 @@
 #   EAGLE_FIX_ASV_FIX=off scripts/bench.sh         record the original bug (fix off) instead
 #   EAGLE_FIX_ASV_CONFIG=FILE                      another asv config (the tests use one in a scratch folder)
 #   EAGLE_FIX_COMMIT=SHA                           the commit to record under (default: HEAD)
+#   EAGLE_FIX_ASV_RECORDS=FILE                     record an earlier `eagle-fix run` of this machine and
+#                                                  release (no engine): replay, docs/releases.md
 # Extra arguments go to `asv run` (e.g. --bench Sweep).
 set -euo pipefail
+# asv runs setup_cache elsewhere: a file named relative to here must reach it as an absolute path.
+if [ -n "${EAGLE_FIX_ASV_RECORDS:-}" ]; then
+    records=$(realpath -e -- "$EAGLE_FIX_ASV_RECORDS" 2>/dev/null) \
+        || { echo "bench: EAGLE_FIX_ASV_RECORDS=$EAGLE_FIX_ASV_RECORDS: no such file; give the JSON lines of an \`eagle-fix run\`" >&2; exit 1; }
+    export EAGLE_FIX_ASV_RECORDS=$records
+fi
 cd "$(dirname "$0")/.."
 [ -x .venv/bin/asv ] || { echo "bench: .venv missing; run scripts/setup.sh first" >&2; exit 1; }
 conf=${EAGLE_FIX_ASV_CONFIG:-asv.conf.json}

@@ -325,3 +325,9 @@ def test_noise_table_shows_both_timings_cv_from_the_same_samples():
     assert f"| 5 | {stats.cv(decode):.1%} | {stats.cv(step):.1%} | 10.00 [9.80, 10.20] |" in row8k
     row16k = next(line for line in table.splitlines() if "| 16384 |" in line)
     assert row16k.endswith("| 2 | 0.0% | – | – |")  # a record without step samples (schema 2)
+    assert "Over the" not in table  # one point timed both ways: no summary line
+    rec2 = dict(rec, context_len=32768, samples={"decode_throughput_tok_s": [50.0, 50.0], "step_ms": [9.0, 11.0]})
+    summary = noise_table(records_frame([rec, rec2])).splitlines()[-1]
+    assert summary == (f"Over the 2 points timed both ways: median CV {stats.median([stats.cv(decode), 0.0]):.1%} by the "
+                       f"wall clock, {stats.median([stats.cv(step), 0.1]):.1%} by the engine step; the step's CV is "
+                       "the lower in 1 of 2.")
