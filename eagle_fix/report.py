@@ -1001,10 +1001,37 @@ def map_report_section(paths, out: Path) -> list[str]:
     return md
 
 
+def compare_table(paths, metrics: tuple[str, ...] = ("step_ms", "decode_throughput_tok_s")) -> str:
+    """`eagle-fix compare BASE NEW` of two record files as a table: per point they share, each speed
+    metric named, both medians, the change and the gate's verdict with what it could have detected;
+    the verdicts' tally under it."""
+    from eagle_fix import compare, verdict
+
+    if len(paths) != 2:
+        raise EagleFixError(f"--table compare takes two record files (BASE NEW), got {len(paths)}")
+    base, new = (record.read(p) for p in paths)
+    cmp = compare.compare_records(base, new, allow_missing=True)
+    rows, tally = [], {}
+    changes = [ch for ch in cmp.changes if ch.metric in metrics]
+    ident = lambda ch: dict(zip(record.IDENTITY, ch.key))  # noqa: E731
+    for ch in sorted(changes, key=lambda ch: (ident(ch)["context_len"], ident(ch)["mode"], ident(ch)["arm"],
+                                              metrics.index(ch.metric))):
+        point = ident(ch)
+        tally[ch.verdict] = tally.get(ch.verdict, 0) + 1
+        rows.append([f"{point['context_len']}", point["mode"], point["arm"], ch.metric, verdict.number_cell(ch.base),
+                     verdict.number_cell(ch.new), verdict.change_cell(ch.change),
+                     ch.verdict + (f", {ch.power}" if ch.power else "")])
+    counts = ", ".join(f"{n} {v}" for v, n in sorted(tally.items()))
+    return (_md(["context", "mode", "arm", "metric", "base", "new", "change", "verdict"], rows)
+            + f"\n\n`{Path(paths[0]).name}` → `{Path(paths[1]).name}`, threshold {cmp.threshold:.0%}, alpha "
+            f"{cmp.alpha:g}: {counts}.")
+
+
 # Tables read from their files as they are (no records frame): ab files, cost, the release matrix.
 FILE_TABLES = {"ab": ab_table, "cost": cost_table, "overhead": overhead_table, "releases": releases_table,
                "release-cost": release_cost_table, "release-fix-ab": release_fix_ab_table}
 FILE_TABLES["map"] = map_table  # eagle-fix map files (.ndjson)
+FILE_TABLES["compare"] = compare_table  # two `eagle-fix run` files, as `eagle-fix compare` judges them
 # the gate's calibration (scripts/calibrate.sh): a folder of ab trials or the files themselves
 FILE_TABLES["calibration"] = lambda paths: _calibration().rates_table(paths)
 FILE_TABLES["noise-floor"] = lambda paths: _calibration().floor_table(paths)

@@ -331,3 +331,25 @@ def test_noise_table_shows_both_timings_cv_from_the_same_samples():
     assert summary == (f"Over the 2 points timed both ways: median CV {stats.median([stats.cv(decode), 0.0]):.1%} by the "
                        f"wall clock, {stats.median([stats.cv(step), 0.1]):.1%} by the engine step; the step's CV is "
                        "the lower in 1 of 2.")
+
+
+def test_compare_table_judges_two_record_files_as_compare_does(tmp_path):
+    """Two record files of one point: a separated 5-vs-5 step_ms is the gate's regression, with its
+    power; a file count other than two is one line naming the fix."""
+    from eagle_fix import record
+    from eagle_fix.report import render_table
+
+    def write(name, steps):
+        rec = record.new(profile="p", context_len=8192, mode="eager", arm="baseline", batch_size=1, output_len=64,
+                         status="ok", machine_id="m", machine_name="m", step_ms=sorted(steps)[2],
+                         samples={"step_ms": steps})
+        (tmp_path / name).write_text(json.dumps(rec) + "\n")
+        return name
+
+    a, b = write("a.jsonl", [10.0, 10.1, 9.9, 10.0, 10.2]), write("b.jsonl", [12.0, 12.1, 11.9, 12.0, 12.2])
+    table = render_table("compare", [a, b], root=tmp_path)
+    row = next(line for line in table.splitlines() if "step_ms" in line)
+    assert row.startswith("| 8192 | eager | baseline | step_ms | 10 | 12 | +20.0% | regression, could detect >= ")
+    assert table.endswith("threshold 3%, alpha 0.01: 1 regression.")
+    with pytest.raises(EagleFixError, match="two record files"):
+        render_table("compare", [a], root=tmp_path)
