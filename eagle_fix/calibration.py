@@ -109,7 +109,7 @@ def _setting(ts: list[dict[str, Any]]) -> str:
             + (f" in {', '.join(sorted({str(t['blocks']) for t in ts}))} blocks" if any(t["blocks"] > 1 for t in ts) else "")
             + ", threshold "
             f"{', '.join(sorted({_pct(t['threshold'], 0) for t in ts}))}, alpha {ts[0]['alpha']:g}; "
-            f"{len(ts)} trials on {', '.join(f'`{m}`' for m in machines)}")
+            f"{len(ts)} trial{'s' if len(ts) != 1 else ''} on {', '.join(f'`{m}`' for m in machines)}")
 
 
 def rates_table(paths) -> str:
