@@ -619,11 +619,12 @@ def noise_table(df) -> str:
     for _, r in df.iterrows():
         r = r.to_dict()
         samples = r.get("samples") if isinstance(r.get("samples"), dict) else {}
-        decode, step = samples.get("decode_throughput_tok_s") or [], samples.get("step_ms") or []
-        if stats.cv(decode) is not None and stats.cv(step) is not None:
-            both.append((stats.cv(decode), stats.cv(step)))
+        decode = samples.get("decode_throughput_tok_s") or []
+        decode_cv, step_cv = stats.cv(decode), stats.cv(samples.get("step_ms") or [])
+        if decode_cv is not None and step_cv is not None:
+            both.append((decode_cv, step_cv))
         rows.append([*_lead(df, r), f"{r['context_len']:.0f}", r["mode"], r["arm"], str(len(decode) or "–"),
-                     _cell(stats.cv(decode), "{:.1%}", "cv"), _cell(stats.cv(step), "{:.1%}", "cv"),
+                     _cell(decode_cv, "{:.1%}", "cv"), _cell(step_cv, "{:.1%}", "cv"),
                      _ci(r, "step_ms", "{:.2f}")])
         labels.append(_median_label(r, "step_ms") if "[" in rows[-1][-1] else None)
     head, cells = _labelled_column([row[-1] for row in rows], labels, "step ms")
@@ -1012,11 +1013,9 @@ def compare_table(paths, metrics: tuple[str, ...] = ("step_ms", "decode_throughp
     base, new = (record.read(p) for p in paths)
     cmp = compare.compare_records(base, new, allow_missing=True)
     rows, tally = [], {}
-    changes = [ch for ch in cmp.changes if ch.metric in metrics]
-    ident = lambda ch: dict(zip(record.IDENTITY, ch.key))  # noqa: E731
-    for ch in sorted(changes, key=lambda ch: (ident(ch)["context_len"], ident(ch)["mode"], ident(ch)["arm"],
-                                              metrics.index(ch.metric))):
-        point = ident(ch)
+    changes = [(dict(zip(record.IDENTITY, ch.key)), ch) for ch in cmp.changes if ch.metric in metrics]
+    for point, ch in sorted(changes, key=lambda pc: (pc[0]["context_len"], pc[0]["mode"], pc[0]["arm"],
+                                                     metrics.index(pc[1].metric))):
         tally[ch.verdict] = tally.get(ch.verdict, 0) + 1
         rows.append([f"{point['context_len']}", point["mode"], point["arm"], ch.metric, verdict.number_cell(ch.base),
                      verdict.number_cell(ch.new), verdict.change_cell(ch.change),
