@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Iterator
 
-from eagle_fix import record, releases
+from eagle_fix import record, releases, verdict
 from eagle_fix.engine import FIX_MODES
 from eagle_fix.errors import EagleFixError
 from eagle_fix.releases import Release
@@ -43,7 +43,9 @@ DOCTOR_LEN = 8192
 # Past the draft's 2048 positions, short enough to run every fix arm on CPU.
 FIX_AB_CONTEXT = 4096
 AB_CONTEXT = 8192
-DEFAULT_ROUNDS = 10
+# --ab's rounds: the ones ab's calibration chose (docs/statistics.md), so the release A/B can detect
+# what the README says the gate detects; fewer are faster and say less (each verdict states its power).
+DEFAULT_ROUNDS = verdict.DEFAULT_ROUNDS
 DEFAULT_PROFILE = "cpu-quick"
 # --quick: the CI's sample sizes, unless the environment sets its own.
 QUICK = {"EAGLE_FIX_REPEATS": "3", "EAGLE_FIX_OUTPUT_LEN": "128"}
