@@ -56,9 +56,32 @@ def trials(folder: str | Path = GATE) -> list[dict[str, Any]]:
     return [trial(p) for p in sorted(Path(folder).glob("*.json"))]
 
 
+def one_machine(ts: list[dict[str, Any]], where: str = "these trials") -> str | None:
+    """The machine every trial ran on; a ValueError when they ran on several. A rate is one
+    machine's: machines of this kind differ in speed and in noise, and pooling them would state a
+    power that no machine has."""
+    machines = sorted({t["machine"] for t in ts})
+    if len(machines) > 1:
+        raise ValueError(f"{where} ran on {len(machines)} machines ({', '.join(machines)}); a calibration is one "
+                         f"machine's: keep each machine's trials in their own folder (CALIBRATE_OUT)")
+    return machines[0] if machines else None
+
+
+def resume_check(folder: str | Path, machine_name: str) -> str | None:
+    """scripts/calibrate.sh's guard: None when this machine may add trials to FOLDER, else the
+    one-line reason (FOLDER holds another machine's trials) with the fix."""
+    ts = trials(folder) if Path(folder).is_dir() else []
+    theirs = sorted({t["machine"] for t in ts} - {machine_name})
+    if not theirs:
+        return None
+    return (f"{folder} holds trials of {', '.join(theirs)} and this is {machine_name}; a calibration is one "
+            f"machine's: CALIBRATE_OUT={str(folder).rstrip('/')}-{machine_name} starts this machine's own")
+
+
 def rates(ts: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per slowdown: trials, alarms, the alarm rate and its 95% Wilson interval, and the median
     paired ratio of the model step (what the knob really did) over the trials."""
+    one_machine(ts)
     out = []
     for s in sorted({t["slowdown"] for t in ts}):
         group = [t for t in ts if t["slowdown"] == s]
@@ -76,6 +99,7 @@ def floor(ts: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The noise floor of the A/A trials, per paired metric: the CV of one side's samples within a
     trial (median over trials), the CV of the paired ratios (all rounds pooled), and the spread of
     the trials' median ratios (what the verdict reads)."""
+    one_machine(ts)
     aa = [t for t in ts if t["slowdown"] == 0]
     out = []
     for metric in verdict.PAIRED:
@@ -204,3 +228,25 @@ def machine_noise_table(paths) -> str:
             rows.append([f"`{d['machine']}`", what, str(len(m["window_medians"])), _pct(m["cv"]),
                          f"{m['min']:.2f} – {m['max']:.2f} ms"])
     return _md(["machine", "loop", "one-second windows", "CV of the windows' medians", "range"], rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m eagle_fix.calibration --resume-check FOLDER`: exit 2 with one line when FOLDER
+    holds another machine's trials (scripts/calibrate.sh runs it before any engine starts)."""
+    import argparse
+    import sys
+
+    from eagle_fix import machine
+
+    parser = argparse.ArgumentParser(prog="python -m eagle_fix.calibration")
+    parser.add_argument("--resume-check", metavar="FOLDER", required=True)
+    args = parser.parse_args(argv)
+    why = resume_check(args.resume_check, machine.fingerprint()["name"])
+    if why:
+        print(f"calibrate: {why}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -19,6 +19,8 @@ trials=${1:-10}
 slowdowns=${CALIBRATE_SLOWDOWNS:-0.05}
 point=${CALIBRATE_POINT:---modes eager --arms eagle3}
 py=.venv/bin/python
+# one machine per folder: exit 2 with the fix when it holds another machine's trials
+"$py" -m eagle_fix.calibration --resume-check "$out" || exit 2
 start=$(date +%s)
 for i in $(seq -w 1 "$trials"); do
     for s in 0 $slowdowns; do

@@ -86,3 +86,32 @@ def test_a_trial_slowed_on_the_base_side_is_refused(tmp_path):
     bad.write_text(json.dumps(data))
     with pytest.raises(ValueError, match="base side carries"):
         calibration.trial(bad)
+
+
+def _copy_on(tmp_path, name: str, machine: str) -> Path:
+    import json
+
+    data = json.loads(sorted(GATE.glob("0-*.json"))[0].read_text())
+    data["machine"]["name"] = machine
+    out = tmp_path / name
+    out.write_text(json.dumps(data))
+    return out
+
+
+def test_trials_of_two_machines_are_never_pooled_into_one_rate(tmp_path):
+    theirs = calibration.trials(GATE)[0]["machine"]
+    _copy_on(tmp_path, "0-01.json", theirs)
+    _copy_on(tmp_path, "0-02.json", "cpu-amd-f23m1-2c-other")
+    with pytest.raises(ValueError, match="ran on 2 machines .*CALIBRATE_OUT"):
+        calibration.rates_table([tmp_path])
+    with pytest.raises(ValueError, match="ran on 2 machines"):
+        calibration.floor_table([tmp_path])
+
+
+def test_calibrate_sh_resumes_only_on_the_machine_that_started_the_folder(tmp_path):
+    theirs = calibration.trials(GATE)[0]["machine"]
+    assert calibration.resume_check(GATE, theirs) is None
+    assert calibration.resume_check(tmp_path / "new", "any-machine") is None  # a new folder: anyone starts it
+    why = calibration.resume_check(GATE, "cpu-amd-f23m1-2c-other")
+    assert why and theirs in why and f"CALIBRATE_OUT={GATE}-cpu-amd-f23m1-2c-other" in why
+    assert "\n" not in why
