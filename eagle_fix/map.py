@@ -52,7 +52,7 @@ OUR_KEYS = (
     "drafter_counters_error",
     "kv_cache_capacity_tokens", "kv_max_concurrency", "server_startup_s", "server_restarts", "server_args",
     "server_log", "bench_command", "machine_id", "machine_name", "machine", "vllm_version", "torch_version",
-    "git_commit", "load_avg_mean", "load_avg_max", "other_busy_cores", "timestamp", "wall_s",
+    "git_commit", "env", "load_avg_mean", "load_avg_max", "other_busy_cores", "timestamp", "wall_s",
 )
 # Identity of a measurement, and of the cell it belongs to (the rounds of one cell pair up).
 CELL = ("profile", "context_len", "load", "mode", "fix")
@@ -338,6 +338,7 @@ def run_map(args: MapArgs, *, emit=None) -> list[dict[str, Any]]:
     """The whole grid; every record is appended to args.out as it is made (and passed to `emit`)."""
     from eagle_fix import lifecycle, machine
     from eagle_fix.ab import round_order
+    from eagle_fix.plan import injected
 
     lifecycle.install_signal_handlers()
     grid = resolve(args)
@@ -351,7 +352,7 @@ def run_map(args: MapArgs, *, emit=None) -> list[dict[str, Any]]:
     versions = machine.versions()
     common = {"schema": SCHEMA, "kind": KIND, "machine_id": fp["id"], "machine_name": fp.get("name"), "machine": fp,
               "vllm_version": versions.get("vllm"), "torch_version": versions.get("torch"),
-              "git_commit": machine.git_commit()}
+              "git_commit": machine.git_commit(), "env": injected() or None}
     eagle_arms = [("eagle3", f) for f in grid.fixes] if "eagle3" in grid.arms else []
     arms = eagle_arms + ([("baseline", None)] if "baseline" in grid.arms else [])
     records = []
@@ -563,6 +564,10 @@ def from_cli_args(args: argparse.Namespace) -> MapArgs:
                                 f"records by eagle-fix report", exit_code=2)
         if out.is_dir() or not out.parent.is_dir():
             raise EagleFixError(f"--out {out}: give a file path in an existing folder", exit_code=2)
+    # the calibration knobs reach the served engine too (the plugin loads in its engine core)
+    from eagle_fix.plan import refuse_injected_delay
+
+    refuse_injected_delay(out, exit_code=2)
     return MapArgs(profile=args.profile, out=out, contexts=_ints(args.contexts, "--contexts"),
                    concurrencies=_ints(args.concurrency, "--concurrency"),
                    request_rates=_floats(args.request_rate, "--request-rate"),

@@ -52,6 +52,19 @@ def test_bad_arguments_are_one_line():
         emap._floats("0", "--request-rate")
 
 
+def test_the_calibration_knobs_never_reach_committed_maps(monkeypatch):
+    from eagle_fix.cli import build_parser
+
+    monkeypatch.setenv("EAGLE_FIX_INJECT_SLOWDOWN", "0.05")
+    with pytest.raises(EagleFixError, match="EAGLE_FIX_INJECT_SLOWDOWN is set: results/map/x.ndjson is under the "
+                                            "committed results/ folder") as exc:
+        emap.from_cli_args(build_parser().parse_args(["map", "--out", "results/map/x.ndjson"]))
+    assert exc.value.exit_code == 2
+    monkeypatch.setenv("EAGLE_FIX_INJECT_SLOWDOWN", "fast")  # a bad value is one line even without --out
+    with pytest.raises(EagleFixError, match="EAGLE_FIX_INJECT_SLOWDOWN='fast' is not a number"):
+        emap.from_cli_args(build_parser().parse_args(["map"]))
+
+
 def test_seeds_differ_per_cell_round_and_arm():
     seeds = {emap.cell_seed(0, c, load, r, arm, "on", "eager")
              for c in (2048, 8192) for load in ("c1", "c2") for r in range(3) for arm in ("eagle3", "baseline")}
