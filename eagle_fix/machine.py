@@ -610,8 +610,10 @@ def measure_limits(*, threads: int | None = None, device: str | None = None) -> 
     if device == "cuda" and not torch.cuda.is_available():
         raise EagleFixError("device cuda: torch sees no GPU here (a CPU build of torch, or no driver)")
     t0 = time.perf_counter()
+    # plain data only: torch.__version__ is a TorchVersion, and a record holding one makes every
+    # process that unpickles it import torch (asv's per-benchmark processes: seconds each)
     result: dict[str, Any] = {"fingerprint_id": fp["id"], "fingerprint_name": fp["name"], "measured_at": _now_iso(),
-                              "device": device, "torch": torch.__version__, "vllm": versions()["vllm"],
+                              "device": device, "torch": str(torch.__version__), "vllm": versions()["vllm"],
                               "kernel_env": _kernel_env()}
     if device == "cpu":
         rule = "given"

@@ -233,6 +233,19 @@ def test_real_measurement_is_positive_and_quick(measured):
     dt.datetime.fromisoformat(measured["measured_at"])
 
 
+def test_fresh_limits_are_plain_data_that_unpickle_without_torch(measured):
+    """Fresh limits go into the records asv's setup_cache returns; asv unpickles that cache in a new
+    process per benchmark and parameter. A torch object in it (torch.__version__ is a TorchVersion)
+    made each of those processes import torch: minutes per asv run on a slow machine."""
+    import pickle
+
+    assert type(measured["torch"]) is str
+    code = ("import pickle, sys; pickle.loads(sys.stdin.buffer.read()); "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'vllm', 'numpy')))")
+    proc = subprocess.run([sys.executable, "-c", code], input=pickle.dumps(measured), capture_output=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.decode().strip() == "[]", proc.stdout + proc.stderr
+
+
 def test_measurement_is_time_boxed_at_any_rate():
     """A path at the AVX2-only EPYC's torch bf16 rate (a fraction of a GFLOP/s) and an instant one
     both stay within the budget: the probe sizes the measured product."""
