@@ -56,15 +56,13 @@ def trials(folder: str | Path = GATE) -> list[dict[str, Any]]:
     return [trial(p) for p in sorted(Path(folder).glob("*.json"))]
 
 
-def one_machine(ts: list[dict[str, Any]], where: str = "these trials") -> str | None:
-    """The machine every trial ran on; a ValueError when they ran on several. A rate is one
-    machine's: machines of this kind differ in speed and in noise, and pooling them would state a
-    power that no machine has."""
+def one_machine(ts: list[dict[str, Any]]) -> None:
+    """A ValueError when the trials ran on several machines. A rate is one machine's: machines of
+    this kind differ in speed and in noise, and pooling them would state a power that no machine has."""
     machines = sorted({t["machine"] for t in ts})
     if len(machines) > 1:
-        raise ValueError(f"{where} ran on {len(machines)} machines ({', '.join(machines)}); a calibration is one "
+        raise ValueError(f"these trials ran on {len(machines)} machines ({', '.join(machines)}); a calibration is one "
                          f"machine's: keep each machine's trials in their own folder (CALIBRATE_OUT)")
-    return machines[0] if machines else None
 
 
 def resume_check(folder: str | Path, machine_name: str) -> str | None:
