@@ -19,8 +19,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from eagle_fix import record
-from eagle_fix.plan import Point, Resolved, RunArgs, plan, point_timeout, prompt_len, resolve
-from eagle_fix.plugin import INJECT_ENVS
+from eagle_fix.plan import Point, Resolved, RunArgs, injected, plan, point_timeout, prompt_len, resolve
 
 # An engine start includes loading, KV allocation, torch.compile and a warm-up generate.
 STARTUP_TIMEOUT_S = 1800.0
@@ -205,7 +204,7 @@ def _common_fields(run: Resolved) -> dict[str, Any]:
     from eagle_fix.memory import device_info
 
     fp = machine.fingerprint()
-    env = {k: os.environ[k] for k in INJECT_ENVS if os.environ.get(k)} or None
+    env = injected() or None
     return {"device": device_info(), "git_commit": machine.git_commit(), "env": env, "machine": fp,
             "machine_id": fp["id"], "machine_name": fp["name"], "limits": limits_with_age(machine.limits()),
             "synthetic_acceptance": run.profile.synthetic_acceptance_length is not None}
