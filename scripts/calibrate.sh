@@ -22,7 +22,9 @@ py=.venv/bin/python
 # one machine per folder: exit 2 with the fix when it holds another machine's trials
 "$py" -m eagle_fix.calibration --resume-check "$out" || exit 2
 start=$(date +%s)
-for i in $(seq -w 1 "$trials"); do
+# two digits always (01..): a shorter second run (TRIALS 3 after 10) names the same files, so it
+# skips the trials that exist instead of adding new ones under other names
+for i in $(seq -f %02g 1 "$trials"); do
     for s in 0 $slowdowns; do
         f="$out/$s-$i.json"
         [ -f "$f" ] && continue
