@@ -19,6 +19,16 @@ from eagle_fix.plugin import INJECT_SLOWDOWN_ENV
 GATE = Path("results") / "calibration" / "gate"
 
 
+# What issue 22 asked a calibration to cover: the gate's defaults held to 0 false alarms on identical
+# sides and at least 90% of MIN_DETECTABLE caught, over at least GOAL_TRIALS trials of each, at these
+# points of the cpu-quick profile (context, mode, arm). coverage_table says which are met, on which machine.
+GOAL_POINTS = ((8192, "eager", "eagle3"), (8192, "eager", "baseline"), (8192, "compile", "eagle3"),
+               (8192, "compile", "baseline"), (32768, "eager", "eagle3"))
+# at least this many trials a side: fewer could not tell 90% detection from a coin's luck
+GOAL_TRIALS = 10
+GOAL_DETECTION = 0.9
+
+
 def trial(path: str | Path) -> dict[str, Any]:
     """One trial: the slowdown the new side carried, what the gate said, and the paired numbers."""
     data = read_ab(path)
@@ -54,6 +64,24 @@ def trial(path: str | Path) -> dict[str, Any]:
 def trials(folder: str | Path = GATE) -> list[dict[str, Any]]:
     """Every trial of a calibration folder (files being written, *.partial, are not trials yet)."""
     return [trial(p) for p in sorted(Path(folder).glob("*.json"))]
+
+
+def off_defaults(t: dict[str, Any]) -> str | None:
+    """None when a trial ran with `ab`'s defaults (rounds, blocks, sample length for its profile,
+    threshold, alpha, pinned engines), else what differs: only such trials calibrate the defaults."""
+    from eagle_fix import models
+
+    profile = models.PROFILES.get(t["identity"]["profile"])
+    length = min(profile.output_len, verdict.DEFAULT_SAMPLE_TOKENS or profile.output_len) if profile else None
+    want = {"rounds": verdict.DEFAULT_ROUNDS, "blocks": verdict.DEFAULT_BLOCKS, "threshold": verdict.DEFAULT_THRESHOLD,
+            "alpha": verdict.DEFAULT_ALPHA}
+    have = {k: t[k] for k in want}
+    off = [f"{k} {have[k]:g} (default {v:g})" for k, v in want.items() if have[k] != v]
+    if t["identity"]["output_len"] != length:
+        off.append(f"{t['identity']['output_len']}-token samples (default {length})")
+    if not t["pinned"]:
+        off.append("engines not pinned")
+    return ", ".join(off) or None
 
 
 def one_machine(ts: list[dict[str, Any]]) -> None:
@@ -211,6 +239,72 @@ def resampled_table(paths) -> str:
             f"threshold {verdict.DEFAULT_THRESHOLD:.0%}, alpha {verdict.DEFAULT_ALPHA:g}, seeded\n\n"
             + _md(head, [[str(r["rounds"]) + (" (default)" if r["rounds"] == verdict.DEFAULT_ROUNDS else ""),
                           _pct(r[0.0], 0), _pct(r[verdict.MIN_DETECTABLE], 0)] for r in rows]))
+
+
+def _point(context: int, mode: str, arm: str) -> str:
+    return f"{context // 1024}K {mode} {'EAGLE3' if arm == 'eagle3' else arm}"
+
+
+def coverage(folders) -> list[dict[str, Any]]:
+    """One row per calibrated point and machine (trials at `ab`'s defaults only, from every folder
+    given; a parent folder stands for its gate* subfolders), then one row per GOAL_POINTS point no
+    folder covers. Each row says whether the goal holds there: `met`, `missed` (a false alarm, or
+    fewer than GOAL_DETECTION caught over GOAL_TRIALS or more), `not yet` (too few trials), `not started`."""
+    dirs = []
+    for f in map(Path, folders):
+        dirs += sorted(d for d in f.glob("gate*") if d.is_dir()) or [f]
+    groups: dict[tuple, dict[str, Any]] = {}
+    for d in dirs:
+        for t in trials(d):
+            if off_defaults(t):
+                continue
+            i = t["identity"]
+            key = (i["profile"], i["context_len"], i["mode"], i["arm"], t["machine"])
+            g = groups.setdefault(key, {"folders": [], "aa": [], "slow": [], "other": set()})
+            if d.as_posix() not in g["folders"]:
+                g["folders"].append(d.as_posix())
+            if t["slowdown"] == 0:
+                g["aa"].append(t["alarm"])
+            elif math.isclose(t["slowdown"], verdict.MIN_DETECTABLE):
+                g["slow"].append(t["alarm"])
+            else:
+                g["other"].add(t["slowdown"])
+    rows = []
+    for (profile, ctx, mode, arm, machine), g in groups.items():
+        false_alarms, caught, n_aa, n_slow = sum(g["aa"]), sum(g["slow"]), len(g["aa"]), len(g["slow"])
+        if false_alarms:
+            status = f"missed: {false_alarms} false alarm{'s' if false_alarms > 1 else ''}"
+        elif n_aa >= GOAL_TRIALS and n_slow >= GOAL_TRIALS:
+            status = "met" if caught >= GOAL_DETECTION * n_slow else f"missed: {caught} of {n_slow} caught"
+        else:
+            status = f"not yet: {max(GOAL_TRIALS - n_aa, 0)} A/A and {max(GOAL_TRIALS - n_slow, 0)} slowed trials to go"
+        rows.append({"point": _point(ctx, mode, arm), "profile": profile, "context_len": ctx, "mode": mode, "arm": arm,
+                     "machine": machine, "aa": n_aa, "false_alarms": false_alarms, "slow": n_slow, "caught": caught,
+                     "other_slowdowns": sorted(g["other"]), "status": status, "folders": g["folders"]})
+    covered = {(r["context_len"], r["mode"], r["arm"]) for r in rows if r["profile"] == "cpu-quick"}
+    for ctx, mode, arm in GOAL_POINTS:
+        if (ctx, mode, arm) not in covered:
+            rows.append({"point": _point(ctx, mode, arm), "profile": "cpu-quick", "context_len": ctx, "mode": mode,
+                         "arm": arm, "machine": None, "aa": 0, "false_alarms": 0, "slow": 0, "caught": 0,
+                         "other_slowdowns": [], "status": "not started", "folders": []})
+    goal = {p: i for i, p in enumerate(GOAL_POINTS)}
+    return sorted(rows, key=lambda r: (r["profile"] != "cpu-quick", goal.get((r["context_len"], r["mode"], r["arm"]), len(goal)),
+                                       r["context_len"], r["mode"], r["arm"], r["machine"] or ""))
+
+
+def coverage_table(paths) -> str:
+    """Which points the gate's defaults are calibrated at, on which machine, and how far each got."""
+    rows = coverage(paths)
+    md = _md(["point", "machine", "A/A trials: false alarms", f"+{verdict.MIN_DETECTABLE:.0%} trials: caught",
+              "other slowdowns tried", "goal", "folder"],
+             [[r["point"], f"`{r['machine']}`" if r["machine"] else "–", f"{r['aa']}: {r['false_alarms']}" if r["aa"] else "–",
+               f"{r['slow']}: {r['caught']}" if r["slow"] else "–",
+               ", ".join(_pct(s, 0) for s in r["other_slowdowns"]) or "–", r["status"],
+               ", ".join(f"`{Path(f).name}/`" for f in r["folders"]) or "–"] for r in rows])
+    return (f"`eagle-fix ab`'s defaults ({verdict.DEFAULT_ROUNDS} rounds of {verdict.DEFAULT_SAMPLE_TOKENS}-token samples in "
+            f"{verdict.DEFAULT_BLOCKS} blocks, threshold {verdict.DEFAULT_THRESHOLD:.0%}, alpha {verdict.DEFAULT_ALPHA:g}); "
+            f"goal: no false alarm and at least {GOAL_DETECTION:.0%} of the +{verdict.MIN_DETECTABLE:.0%} trials caught, "
+            f"over at least {GOAL_TRIALS} trials of each\n\n" + md)
 
 
 def machine_noise_table(paths) -> str:

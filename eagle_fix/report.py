@@ -1037,6 +1037,7 @@ FILE_TABLES["noise-floor"] = lambda paths: _calibration().floor_table(paths)
 FILE_TABLES["calibration-rounds"] = lambda paths: _calibration().resampled_table(paths)
 FILE_TABLES["start-order"] = lambda paths: _calibration().start_order_table(paths)
 FILE_TABLES["machine-noise"] = lambda paths: _calibration().machine_noise_table(paths)
+FILE_TABLES["calibration-coverage"] = lambda paths: _calibration().coverage_table(paths)
 DOC_TABLES = {"machines": machines_table, "summary": summary_table, "fix-ab": fix_ab_table, "acceptance": acceptance_table,
               "roofline": roofline_table, "noise": noise_table}
 

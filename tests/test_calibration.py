@@ -10,13 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from eagle_fix import calibration, models, report, verdict
+from eagle_fix import calibration, report, verdict
 
 ROOT = Path(__file__).resolve().parents[1]
 GATE = ROOT / calibration.GATE
 TRIALS = calibration.trials(GATE) if GATE.is_dir() else []
-# at least this many trials a side: fewer could not tell 90% detection from a coin's luck
-MIN_TRIALS = 10
+MIN_TRIALS = calibration.GOAL_TRIALS
 
 
 def _at(slowdown: float) -> list[dict]:
@@ -26,13 +25,7 @@ def _at(slowdown: float) -> list[dict]:
 def test_the_calibration_ran_with_the_gates_defaults():
     assert TRIALS, f"no calibration trials in {GATE}: run scripts/calibrate.sh"
     for t in TRIALS:
-        assert (t["rounds"], t["threshold"], t["alpha"]) == (
-            verdict.DEFAULT_ROUNDS, verdict.DEFAULT_THRESHOLD, verdict.DEFAULT_ALPHA), t["file"]
-        assert t["pinned"], f"{t['file']}: the engines were not pinned as every run pins them"
-        # ab's sample length and blocks: what its defaults give for the trial's profile
-        profile = models.PROFILES[t["identity"]["profile"]]
-        length = min(profile.output_len, verdict.DEFAULT_SAMPLE_TOKENS or profile.output_len)
-        assert (t["blocks"], t["identity"]["output_len"]) == (verdict.DEFAULT_BLOCKS, length), t["file"]
+        assert calibration.off_defaults(t) is None, f"{t['file']}: {calibration.off_defaults(t)}"
     assert len({t["machine"] for t in TRIALS}) == 1, "a calibration is of one machine"
 
 
@@ -56,7 +49,7 @@ def test_the_stated_minimum_slowdown_is_seen_more_often_than_noise():
 def test_the_stated_minimum_slowdown_is_caught_nine_times_in_ten():
     slow = _at(verdict.MIN_DETECTABLE)
     caught = sum(t["alarm"] for t in slow)
-    assert caught >= 0.9 * len(slow), f"{caught} of {len(slow)} caught"
+    assert caught >= calibration.GOAL_DETECTION * len(slow), f"{caught} of {len(slow)} caught"
 
 
 def test_the_tables_read_the_trials():
@@ -115,3 +108,55 @@ def test_calibrate_sh_resumes_only_on_the_machine_that_started_the_folder(tmp_pa
     why = calibration.resume_check(GATE, "cpu-amd-f23m1-2c-other")
     assert why and theirs in why and f"CALIBRATE_OUT={GATE}-cpu-amd-f23m1-2c-other" in why
     assert "\n" not in why
+
+
+def test_a_trial_off_the_defaults_says_what_differs():
+    t = dict(TRIALS[0], rounds=32, identity=dict(TRIALS[0]["identity"], output_len=512), pinned=False)
+    why = calibration.off_defaults(t)
+    assert "rounds 32 (default 64)" in why and "512-token samples (default 128)" in why and "not pinned" in why
+
+
+def _trial_copy(folder: Path, name: str, *, alarm: bool = False, **top) -> None:
+    """A committed trial written as another one: its file name (slowdown-trial), its verdict, fields."""
+    import json
+
+    data = json.loads(sorted(GATE.glob("0-*.json"))[0].read_text())
+    slowdown = name.split("-")[0]
+    data["new"]["env"] = {} if slowdown == "0" else {"EAGLE_FIX_INJECT_SLOWDOWN": slowdown}
+    data["summary"]["exit_code"] = 1 if alarm else 0
+    data.update(top)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{name}.json").write_text(json.dumps(data))
+
+
+def test_coverage_says_per_goal_point_how_far_the_calibration_got(tmp_path):
+    """A parent folder stands for its gate* folders; only trials at the defaults count; a goal point
+    no folder covers is listed as not started."""
+    for i in range(1, 11):
+        _trial_copy(tmp_path / "gate-met", f"0-{i:02d}")
+        _trial_copy(tmp_path / "gate-met", f"0.05-{i:02d}", alarm=i != 3)  # one miss in 10: 90%, met
+    rows = calibration.coverage([tmp_path])
+    point = TRIALS[0]["identity"]
+    [met] = [r for r in rows if r["machine"]]
+    assert (met["aa"], met["false_alarms"], met["slow"], met["caught"], met["status"]) == (10, 0, 10, 9, "met")
+    assert {(r["context_len"], r["mode"], r["arm"]) for r in rows if r["status"] == "not started"} == (
+        set(calibration.GOAL_POINTS) - {(point["context_len"], point["mode"], point["arm"])})
+
+    _trial_copy(tmp_path / "gate-met", "0.05-11")  # a second miss: 9 of 11 is under 90%
+    [r] = [r for r in calibration.coverage([tmp_path]) if r["machine"]]
+    assert r["status"] == "missed: 9 of 11 caught"
+
+    _trial_copy(tmp_path / "gate-short", "0-01", alarm=True)
+    _trial_copy(tmp_path / "gate-short", "0.02-01")
+    _trial_copy(tmp_path / "gate-short", "0-02", rounds=32)  # another setting: not a trial of the defaults
+    short = calibration.coverage([tmp_path / "gate-short"])
+    [r] = [r for r in short if r["machine"]]
+    assert (r["aa"], r["false_alarms"], r["other_slowdowns"], r["status"]) == (1, 1, [0.02], "missed: 1 false alarm")
+    table = report.render_table("calibration-coverage", [str(tmp_path / "gate-short")], root=ROOT)
+    assert "| missed: 1 false alarm | `gate-short/` |" in table and table.count("| not started |") == len(calibration.GOAL_POINTS) - 1
+
+
+def test_the_committed_coverage_lists_every_goal_point():
+    rows = calibration.coverage([ROOT / "results" / "calibration"])
+    assert set(calibration.GOAL_POINTS) <= {(r["context_len"], r["mode"], r["arm"]) for r in rows}
+    assert [r["folders"] for r in rows if r["status"] == "met"]  # the gate/ folder at least
