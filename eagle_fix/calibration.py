@@ -245,6 +245,11 @@ def _point(context: int, mode: str, arm: str) -> str:
     return f"{context // 1024}K {mode} {'EAGLE3' if arm == 'eagle3' else arm}"
 
 
+def _tally() -> dict[str, Any]:
+    """One point's trials on one machine: their folders, the alarms of each kind, other slowdowns."""
+    return {"folders": [], "aa": [], "slow": [], "other": set()}
+
+
 def coverage(folders) -> list[dict[str, Any]]:
     """One row per calibrated point and machine (trials at `ab`'s defaults only, from every folder
     given; a parent folder stands for its gate* subfolders), then one row per GOAL_POINTS point no
@@ -260,7 +265,7 @@ def coverage(folders) -> list[dict[str, Any]]:
                 continue
             i = t["identity"]
             key = (i["profile"], i["context_len"], i["mode"], i["arm"], t["machine"])
-            g = groups.setdefault(key, {"folders": [], "aa": [], "slow": [], "other": set()})
+            g = groups.setdefault(key, _tally())
             if d.as_posix() not in g["folders"]:
                 g["folders"].append(d.as_posix())
             if t["slowdown"] == 0:
@@ -269,10 +274,16 @@ def coverage(folders) -> list[dict[str, Any]]:
                 g["slow"].append(t["alarm"])
             else:
                 g["other"].add(t["slowdown"])
+    covered = {key[1:4] for key in groups if key[0] == "cpu-quick"}
+    for point in GOAL_POINTS:  # a goal point no folder covers: an empty tally on no machine
+        if point not in covered:
+            groups[("cpu-quick", *point, None)] = _tally()
     rows = []
     for (profile, ctx, mode, arm, machine), g in groups.items():
         false_alarms, caught, n_aa, n_slow = sum(g["aa"]), sum(g["slow"]), len(g["aa"]), len(g["slow"])
-        if false_alarms:
+        if machine is None:
+            status = "not started"
+        elif false_alarms:
             status = f"missed: {false_alarms} false alarm{'s' if false_alarms > 1 else ''}"
         elif n_aa >= GOAL_TRIALS and n_slow >= GOAL_TRIALS:
             status = "met" if caught >= GOAL_DETECTION * n_slow else f"missed: {caught} of {n_slow} caught"
@@ -281,12 +292,6 @@ def coverage(folders) -> list[dict[str, Any]]:
         rows.append({"point": _point(ctx, mode, arm), "profile": profile, "context_len": ctx, "mode": mode, "arm": arm,
                      "machine": machine, "aa": n_aa, "false_alarms": false_alarms, "slow": n_slow, "caught": caught,
                      "other_slowdowns": sorted(g["other"]), "status": status, "folders": g["folders"]})
-    covered = {(r["context_len"], r["mode"], r["arm"]) for r in rows if r["profile"] == "cpu-quick"}
-    for ctx, mode, arm in GOAL_POINTS:
-        if (ctx, mode, arm) not in covered:
-            rows.append({"point": _point(ctx, mode, arm), "profile": "cpu-quick", "context_len": ctx, "mode": mode,
-                         "arm": arm, "machine": None, "aa": 0, "false_alarms": 0, "slow": 0, "caught": 0,
-                         "other_slowdowns": [], "status": "not started", "folders": []})
     goal = {p: i for i, p in enumerate(GOAL_POINTS)}
     return sorted(rows, key=lambda r: (r["profile"] != "cpu-quick", goal.get((r["context_len"], r["mode"], r["arm"]), len(goal)),
                                        r["context_len"], r["mode"], r["arm"], r["machine"] or ""))
