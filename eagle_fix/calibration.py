@@ -199,7 +199,7 @@ def start_order_table(paths, metric: str = "step_ms") -> str:
                   rows))
 
 
-def resampled(ts: list[dict[str, Any]], rounds: tuple[int, ...] = (16, 32, 48, 64, 96),
+def resampled(ts: list[dict[str, Any]], rounds: tuple[int, ...] = (16, 32, 48, 64, 96, 128),
               shifts: tuple[float, ...] = (0.0, verdict.MIN_DETECTABLE), *, metric: str = "step_ms",
               threshold: float = verdict.DEFAULT_THRESHOLD, alpha: float = verdict.DEFAULT_ALPHA,
               draws: int = 400, seed: int = 0) -> list[dict[str, Any]]:

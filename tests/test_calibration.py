@@ -160,3 +160,18 @@ def test_the_committed_coverage_lists_every_goal_point():
     rows = calibration.coverage([ROOT / "results" / "calibration"])
     assert set(calibration.GOAL_POINTS) <= {(r["context_len"], r["mode"], r["arm"]) for r in rows}
     assert [r["folders"] for r in rows if r["status"] == "met"]  # the gate/ folder at least
+
+
+def test_the_rounds_model_judges_resampled_ratios_by_the_gates_rule():
+    """Noiseless A/A ratios: never an alarm on identical sides, always one at the stated minimum (it
+    is above the threshold) once the sign test can reach alpha; noisy ones: the default row is there
+    and more rounds catch the stated minimum no less often than the fewest."""
+    t = {"slowdown": 0.0, "ratios": {"step_ms": [1.0] * 8}}
+    rows = {r["rounds"]: r for r in calibration.resampled([t], rounds=(4, 16), draws=20)}
+    assert rows[16][0.0] == 0 and rows[16][verdict.MIN_DETECTABLE] == 1
+    assert rows[4][verdict.MIN_DETECTABLE] == 0  # 4 pairs: a sign test cannot reach alpha 0.01
+    noisy = [t for t in TRIALS if t["slowdown"] == 0]
+    rows = calibration.resampled(noisy, draws=100)
+    assert verdict.DEFAULT_ROUNDS in {r["rounds"] for r in rows}
+    assert rows[-1][verdict.MIN_DETECTABLE] >= rows[0][verdict.MIN_DETECTABLE]
+    assert "(default)" in report.render_table("calibration-rounds", [str(calibration.GATE)], root=ROOT)
