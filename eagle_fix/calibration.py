@@ -162,9 +162,17 @@ def _setting(ts: list[dict[str, Any]]) -> str:
             f"{len(ts)} trial{'s' if len(ts) != 1 else ''} on {', '.join(f'`{m}`' for m in machines)}")
 
 
+def _load(paths) -> list[dict[str, Any]]:
+    """The trials of folders and files; a folder not made yet (the docs name it before its first
+    trial lands, and git keeps no empty folder) has none."""
+    return [t for p in paths for t in ([trial(p)] if Path(p).is_file() else trials(p) if Path(p).is_dir() else [])]
+
+
 def rates_table(paths) -> str:
     """How often the gate alarmed, per injected slowdown (0: identical sides)."""
-    ts = [t for p in paths for t in (trials(p) if Path(p).is_dir() else [trial(p)])]
+    ts = _load(paths)
+    if not ts:  # a folder placed in the docs before its first trial lands
+        return "no trials yet in " + ", ".join(f"`{p}`" for p in paths)
     rows = [[_pct(r["slowdown"], 0) if r["slowdown"] else "0 (A/A)", str(r["trials"]), str(r["alarms"]),
              f"{_pct(r['rate'], 0)} [{_pct(r['rate_ci95'][0], 0)}, {_pct(r['rate_ci95'][1], 0)}]",
              f"{r['step_ratio_median']:.3f} ({r['step_ratio_range'][0]:.3f} – {r['step_ratio_range'][1]:.3f})"
@@ -175,7 +183,7 @@ def rates_table(paths) -> str:
 
 def floor_table(paths) -> str:
     """The A/A trials' noise floor, per paired metric."""
-    ts = [t for p in paths for t in (trials(p) if Path(p).is_dir() else [trial(p)])]
+    ts = _load(paths)
     rows = [[f["metric"], str(f["trials"]), str(f["rounds"]), _pct(f["sample_cv"]), _pct(f["ratio_cv"]),
              _pct(f["ratio_robust_cv"]), f"{f['median_ratio_range'][0]:.3f} – {f['median_ratio_range'][1]:.3f}"]
             for f in floor(ts)]
@@ -187,7 +195,7 @@ def start_order_table(paths, metric: str = "step_ms") -> str:
     """Each trial's median paired ratio of `metric` over the rounds whose engines were started base
     first, over those started new first, and over all: on identical sides an engine that runs slower
     for being started first shows as the two straddling 1."""
-    ts = [t for p in paths for t in (trials(p) if Path(p).is_dir() else [trial(p)])]
+    ts = _load(paths)
     rows = []
     for t in ts:
         by = t["by_start_order"].get(metric) or {}
@@ -230,7 +238,7 @@ def resampled(ts: list[dict[str, Any]], rounds: tuple[int, ...] = (16, 32, 48, 6
 def resampled_table(paths) -> str:
     """The gate's rule on A/A ratios resampled at other round counts, with and without the stated
     minimum slowdown (`resampled`)."""
-    ts = [t for p in paths for t in (trials(p) if Path(p).is_dir() else [trial(p)])]
+    ts = _load(paths)
     rows = resampled(ts)
     if not rows:
         return "no A/A trials"
