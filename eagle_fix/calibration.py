@@ -172,7 +172,7 @@ def rates_table(paths) -> str:
     """How often the gate alarmed, per injected slowdown (0: identical sides)."""
     ts = _load(paths)
     if not ts:  # a folder placed in the docs before its first trial lands
-        return "no trials yet in " + ", ".join(f"`{p}`" for p in paths)
+        return "no trials yet in " + ", ".join(f"`{Path(p).name}/`" for p in paths)
     rows = [[_pct(r["slowdown"], 0) if r["slowdown"] else "0 (A/A)", str(r["trials"]), str(r["alarms"]),
              f"{_pct(r['rate'], 0)} [{_pct(r['rate_ci95'][0], 0)}, {_pct(r['rate_ci95'][1], 0)}]",
              f"{r['step_ratio_median']:.3f} ({r['step_ratio_range'][0]:.3f} – {r['step_ratio_range'][1]:.3f})"

@@ -104,7 +104,7 @@ def test_trials_of_two_machines_are_never_pooled_into_one_rate(tmp_path):
 def test_a_folder_with_no_trials_yet_renders_as_such(tmp_path):
     # the docs place a new calibration's tables before its first trial lands; *.partial is not a trial
     (tmp_path / "0-01.json.partial").write_text("{")
-    assert calibration.rates_table([tmp_path]) == f"no trials yet in `{tmp_path}`"
+    assert calibration.rates_table([tmp_path]) == f"no trials yet in `{tmp_path.name}/`"
 
 
 def test_calibrate_sh_resumes_only_on_the_machine_that_started_the_folder(tmp_path):
