@@ -62,7 +62,9 @@ def trial(path: str | Path) -> dict[str, Any]:
 
 
 def trials(folder: str | Path = GATE) -> list[dict[str, Any]]:
-    """Every trial of a calibration folder (files being written, *.partial, are not trials yet)."""
+    """Every trial of a calibration folder (files being written, *.partial, are not trials yet); a
+    folder not made yet has none (the docs name it before its first trial lands, and git keeps no
+    empty folder)."""
     return [trial(p) for p in sorted(Path(folder).glob("*.json"))]
 
 
@@ -96,7 +98,7 @@ def one_machine(ts: list[dict[str, Any]]) -> None:
 def resume_check(folder: str | Path, machine_name: str) -> str | None:
     """scripts/calibrate.sh's guard: None when this machine may add trials to FOLDER, else the
     one-line reason (FOLDER holds another machine's trials) with the fix."""
-    ts = trials(folder) if Path(folder).is_dir() else []
+    ts = trials(folder)
     theirs = sorted({t["machine"] for t in ts} - {machine_name})
     if not theirs:
         return None
@@ -163,9 +165,8 @@ def _setting(ts: list[dict[str, Any]]) -> str:
 
 
 def _load(paths) -> list[dict[str, Any]]:
-    """The trials of folders and files; a folder not made yet (the docs name it before its first
-    trial lands, and git keeps no empty folder) has none."""
-    return [t for p in paths for t in ([trial(p)] if Path(p).is_file() else trials(p) if Path(p).is_dir() else [])]
+    """The trials of folders and files (a folder not made yet has none: see `trials`)."""
+    return [t for p in paths for t in ([trial(p)] if Path(p).is_file() else trials(p))]
 
 
 def rates_table(paths) -> str:
