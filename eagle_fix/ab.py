@@ -6,7 +6,9 @@ EAGLE_FIX_MODE), or two checkouts: both sides' engines are kept up at once (one 
 both. The order within a round alternates ABBA (even rounds base then new, odd rounds new then base,
 see `round_order`; each round's order is recorded in the file): whatever the second measurement of a
 round inherits from the first (a warm cache, a load spike that fades, the resumed engine's first
-step) then falls on each side equally often, instead of always on new. A point's rounds are split
+step) then falls on each side equally often, instead of always on new. A point runs `--rounds`
+rounds, by default its mode's calibrated count (`verdict.default_rounds`: compiled engines are
+noisier here and get more), recorded on the point. A point's rounds are split
 into blocks (`--blocks`, default `verdict.DEFAULT_BLOCKS`): each block after the first closes both engines and starts them
 afresh in the order opposite to the block before (recorded per pair: `block`, `start_order`), because one
 engine instance can run a few percent slower than another for its whole life (on identical sides the
@@ -57,7 +59,10 @@ from eagle_fix.plan import RunArgs, csv, plan, point_timeout, prompt_len, refuse
 # 4: a point's rounds run in `blocks`, each with freshly started engines, the start order alternating
 # (per pair: `block`, `start_order`); files of schema 3 and before kept one pair of engines per group,
 # started in the file's `start_order`.
-SCHEMA = 4
+# 5: each point records its own `rounds` and `blocks` (the default rounds depend on the mode:
+# verdict.default_rounds); the file's `rounds` is the --rounds given, or null for the defaults.
+# Files of schema 4 and before ran every point with the file's `rounds`.
+SCHEMA = 5
 # The order of the two sides in round r: base first in even rounds, new first in odd ones.
 ORDER = "abba"
 # Which side's engine starts first in a group's first block (both stay up, paused in turn); each later
@@ -82,12 +87,16 @@ class ABArgs:
     base_env: dict[str, str] = field(default_factory=dict)
     new_env: dict[str, str] = field(default_factory=dict)
     run: RunArgs = field(default_factory=RunArgs)
-    rounds: int = DEFAULT_ROUNDS
+    rounds: int | None = None  # None: each point's mode's calibrated rounds (verdict.default_rounds)
     blocks: int = DEFAULT_BLOCKS
     threshold: float = DEFAULT_THRESHOLD
     alpha: float = DEFAULT_ALPHA
     strict: bool = False
     out: Path | None = None
+
+    def rounds_for(self, mode: str) -> int:
+        """The paired rounds a point in MODE gets: --rounds, else the mode's calibrated default."""
+        return self.rounds or verdict.default_rounds(mode)
 
     @classmethod
     def from_cli_args(cls, args: argparse.Namespace) -> "ABArgs":
@@ -113,7 +122,7 @@ class ABArgs:
         # the probe run from other folders
         return cls(base_python=os.path.abspath(args.base_python), new_python=os.path.abspath(args.new_python), base_env=base_env,
                     new_env=new_env, run=run,
-                    rounds=parse_positive_int(args.rounds, "--rounds"),
+                    rounds=parse_positive_int(args.rounds, "--rounds") if args.rounds else None,
                     blocks=parse_positive_int(getattr(args, "blocks", None) or str(DEFAULT_BLOCKS), "--blocks"), threshold=args.threshold, strict=args.strict, out=out)
 
 
@@ -236,8 +245,9 @@ def run_ab(args: ABArgs) -> dict[str, Any]:
     log_dir = (args.out.parent / f"{args.out.stem}-logs") if args.out else Path("runs") / "ab-logs"
     result: dict[str, Any] = {
         "schema": SCHEMA, "kind": "eagle-fix ab", "machine": fp, "machine_id": fp["id"],
-        "git_commit": machine.git_commit(), "base": sides["base"], "new": sides["new"], "rounds": args.rounds,
-        "blocks": min(args.blocks, args.rounds), "output_len": run.output_len,
+        "git_commit": machine.git_commit(), "base": sides["base"], "new": sides["new"],
+        # --rounds, or None: each point's mode's default; every point records the rounds and blocks it ran
+        "rounds": args.rounds, "blocks": args.blocks, "output_len": run.output_len,
         "threshold": args.threshold, "alpha": args.alpha, "min_detectable": verdict.MIN_DETECTABLE,
         "started": _now(), "points": [],
         # the side not being measured is paused (SIGSTOP), or stopped under "one-at-a-time"; files
@@ -305,7 +315,9 @@ def _measure(run, p, engines, args: ABArgs, spec, log_dir, sides, EngineProcess,
     per point. Under "one-at-a-time" the other side's engine is stopped before a side's is started,
     so one engine at a time holds the GPU."""
     identity = run.identity(p)
-    entry: dict[str, Any] = {"identity": identity, "status": {}, "error": {}, "pairs": []}
+    rounds = args.rounds_for(p.mode)
+    entry: dict[str, Any] = {"identity": identity, "rounds": rounds, "blocks": min(args.blocks, rounds),
+                             "status": {}, "error": {}, "pairs": []}
     alone = sharing == "one-at-a-time"
     start_order = list(START_ORDER) if start_order is None else start_order
 
@@ -316,8 +328,8 @@ def _measure(run, p, engines, args: ABArgs, spec, log_dir, sides, EngineProcess,
         if not alone and isinstance(engines[side], Exception):  # one-at-a-time tries a fresh start per point
             unusable(side)
     block = 0
-    for r in range(args.rounds):
-        fresh_block = block_of(r, args.rounds, args.blocks) != block
+    for r in range(rounds):
+        fresh_block = block_of(r, rounds, args.blocks) != block
         if fresh_block:
             block += 1
             if not alone:
@@ -510,10 +522,27 @@ def format_ab(result: dict[str, Any], *, strict: bool = False) -> str:
     verdicts = [v["verdict"] for e in result["points"] for v in e["verdicts"].values()]
     lines.append(verdict.summary_line(
         len(result["points"]), verdicts, threshold=result["threshold"], alpha=result.get("alpha", DEFAULT_ALPHA),
-        strict=strict, what=f"points x {result['rounds']} rounds"
-        + (f" in {result['blocks']} blocks" if result.get("blocks", 1) > 1 else "") + f" on {result['machine']['name']}"))
+        strict=strict, what=f"points x {rounds_label(result)} on {result['machine']['name']}"))
     lines += [f"failing: {f}" for f in result["summary"]["failing"]]
     return "\n".join(lines)
+
+
+def point_rounds(result: dict[str, Any], entry: dict[str, Any]) -> tuple[int, int]:
+    """(rounds, blocks) one point ran: its own (schema 5), else the file's."""
+    rounds = entry.get("rounds") or result["rounds"]
+    return rounds, entry.get("blocks") or min(result.get("blocks", 1), rounds)
+
+
+def rounds_label(result: dict[str, Any]) -> str:
+    """The rounds (and blocks) the file's points ran, in words: "64 rounds in 2 blocks", or per mode."""
+    by_mode: dict[str, tuple[int, int]] = {}
+    for entry in result["points"]:
+        by_mode.setdefault(entry["identity"]["mode"], point_rounds(result, entry))
+    if not by_mode:
+        return f"{result['rounds']} rounds" if result.get("rounds") else "default rounds"
+    text = verdict.rounds_text({m: r for m, (r, _) in by_mode.items()})
+    blocks = sorted({b for _, b in by_mode.values()})
+    return text + (f" in {'/'.join(map(str, blocks))} blocks" if blocks != [1] else "")
 
 
 def _progress(entry: dict[str, Any], started: float) -> None:
@@ -551,9 +580,10 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fix", default="on")
     parser.add_argument("--output-len", help="tokens per sample (default: the profile's" + (
         f", at most {DEFAULT_SAMPLE_TOKENS}, the calibrated sample length)" if DEFAULT_SAMPLE_TOKENS else ")"))
-    parser.add_argument("--rounds", default=str(DEFAULT_ROUNDS),
-                        help="alternating rounds per point (default %(default)s: the gate's calibrated setting; "
-                             "docs/statistics.md says what it catches; more rounds see smaller changes)")
+    parser.add_argument("--rounds",
+                        help=f"alternating rounds per point (default: the gate's calibrated setting, "
+                             f"{verdict.rounds_text()}; docs/statistics.md says what it catches; more rounds "
+                             f"see smaller changes)")
     parser.add_argument("--blocks", default=str(DEFAULT_BLOCKS),
                         help="blocks a point's rounds are split into, each with both engines started afresh in the "
                              "order opposite to the block before (default %(default)s, as calibrated)")

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from eagle_fix import stats, verdict
-from eagle_fix.ab import ratios_by_start_order, read_ab
+from eagle_fix.ab import point_rounds, ratios_by_start_order, read_ab
 from eagle_fix.plugin import INJECT_SLOWDOWN_ENV
 
 GATE = Path("results") / "calibration" / "gate"
@@ -36,13 +36,13 @@ def trial(path: str | Path) -> dict[str, Any]:
     if base_env.get(INJECT_SLOWDOWN_ENV):
         raise ValueError(f"{path}: the base side carries {INJECT_SLOWDOWN_ENV}; a calibration slows the new side only")
     slowdown = float(new_env.get(INJECT_SLOWDOWN_ENV) or 0.0)
-    out: dict[str, Any] = {"file": Path(path).name, "slowdown": slowdown, "rounds": data["rounds"],
-                           "blocks": data.get("blocks", 1), "by_start_order": {},
+    out: dict[str, Any] = {"file": Path(path).name, "slowdown": slowdown, "by_start_order": {},
                            "threshold": data["threshold"], "alpha": data["alpha"],
                            "machine": (data.get("machine") or {}).get("name") or data["machine_id"],
                            "alarm": data["summary"]["exit_code"] != 0, "flagged": [], "ratios": {}, "samples": {}}
     for entry in data["points"]:
         out["identity"] = entry["identity"]
+        out["rounds"], out["blocks"] = point_rounds(data, entry)
         out["pinned"] = all((p or {}).get("pinned") for p in (entry.get("pinning") or {"?": None}).values())
         for metric, v in entry["verdicts"].items():
             if v["verdict"] in verdict.FAILING:
@@ -75,7 +75,7 @@ def off_defaults(t: dict[str, Any]) -> str | None:
 
     profile = models.PROFILES.get(t["identity"]["profile"])
     length = min(profile.output_len, verdict.DEFAULT_SAMPLE_TOKENS or profile.output_len) if profile else None
-    want = {"rounds": verdict.DEFAULT_ROUNDS, "blocks": verdict.DEFAULT_BLOCKS, "threshold": verdict.DEFAULT_THRESHOLD,
+    want = {"rounds": verdict.default_rounds(t["identity"]["mode"]), "blocks": verdict.DEFAULT_BLOCKS, "threshold": verdict.DEFAULT_THRESHOLD,
             "alpha": verdict.DEFAULT_ALPHA}
     have = {k: t[k] for k in want}
     off = [f"{k} {have[k]:g} (default {v:g})" for k, v in want.items() if have[k] != v]
@@ -244,9 +244,10 @@ def resampled_table(paths) -> str:
     if not rows:
         return "no A/A trials"
     head = ["rounds", "alarms on identical sides", f"alarms at +{verdict.MIN_DETECTABLE:.0%}"]
+    default = verdict.default_rounds(ts[0]["identity"]["mode"])
     return (f"{rows[0]['draws']} draws a cell from the {rows[0]['pool']} `{rows[0]['metric']}` ratios of the A/A trials, "
             f"threshold {verdict.DEFAULT_THRESHOLD:.0%}, alpha {verdict.DEFAULT_ALPHA:g}, seeded\n\n"
-            + _md(head, [[str(r["rounds"]) + (" (default)" if r["rounds"] == verdict.DEFAULT_ROUNDS else ""),
+            + _md(head, [[str(r["rounds"]) + (f" (default, {ts[0]['identity']['mode']})" if r["rounds"] == default else ""),
                           _pct(r[0.0], 0), _pct(r[verdict.MIN_DETECTABLE], 0)] for r in rows]))
 
 
@@ -315,7 +316,7 @@ def coverage_table(paths) -> str:
                f"{r['slow']}: {r['caught']}" if r["slow"] else "–",
                ", ".join(_pct(s, 0) for s in r["other_slowdowns"]) or "–", r["status"],
                ", ".join(f"`{Path(f).name}/`" for f in r["folders"]) or "–"] for r in rows])
-    return (f"`eagle-fix ab`'s defaults ({verdict.DEFAULT_ROUNDS} rounds of {verdict.DEFAULT_SAMPLE_TOKENS}-token samples in "
+    return (f"`eagle-fix ab`'s defaults ({verdict.rounds_text()}; {verdict.DEFAULT_SAMPLE_TOKENS}-token samples in "
             f"{verdict.DEFAULT_BLOCKS} blocks, threshold {verdict.DEFAULT_THRESHOLD:.0%}, alpha {verdict.DEFAULT_ALPHA:g}); "
             f"goal: no false alarm and at least {GOAL_DETECTION:.0%} of the +{verdict.MIN_DETECTABLE:.0%} trials caught, "
             f"over at least {GOAL_TRIALS} trials of each\n\n" + md)

@@ -43,9 +43,9 @@ DOCTOR_LEN = 8192
 # Past the draft's 2048 positions, short enough to run every fix arm on CPU.
 FIX_AB_CONTEXT = 4096
 AB_CONTEXT = 8192
-# --ab's rounds: the ones ab's calibration chose (docs/statistics.md), so the release A/B can detect
-# what the README says the gate detects; fewer are faster and say less (each verdict states its power).
-DEFAULT_ROUNDS = verdict.DEFAULT_ROUNDS
+# --ab's rounds default to ab's own (per mode, as its calibration chose: docs/statistics.md), so the
+# release A/B can detect what the README says the gate detects; fewer are faster and say less (each
+# verdict states its power).
 DEFAULT_PROFILE = "cpu-quick"
 # --quick: the CI's sample sizes, unless the environment sets its own.
 QUICK = {"EAGLE_FIX_REPEATS": "3", "EAGLE_FIX_OUTPUT_LEN": "128"}
@@ -389,15 +389,15 @@ class Matrix:
     def adjacent_ab(self, base: Release, new: Release) -> bool:
         """Both releases' engines up at once, alternating rounds -> results/releases/ab-BASE-NEW.json."""
         out = releases.ab_file(base, new, self.root)
-        rounds = int(self.args.rounds)
+        rounds = ["--rounds", str(int(self.args.rounds))] if self.args.rounds else []
         self.say(None, f"eagle-fix ab {base.tag} -> {new.tag} ({AB_CONTEXT}, {MODES}, eagle3+baseline, fix on, "
-                       f"{rounds} rounds) -> {self.rel(out)}")
+                       f"{rounds[1] + ' rounds' if rounds else verdict.rounds_text()}) -> {self.rel(out)}")
         t0 = time.monotonic()
         proc = self.run([str(Path(sys.executable).with_name("eagle-fix")), "ab",
                          "--base-python", str(self.venv(base) / "bin" / "python"),
                          "--new-python", str(self.venv(new) / "bin" / "python"), "--profile", self.profile,
                          "--contexts", str(AB_CONTEXT), "--modes", MODES, "--arms", "eagle3,baseline", "--fix", "on",
-                         "--rounds", str(rounds), *self.knobs("--output-len"), "--out", str(out)])
+                         *rounds, *self.knobs("--output-len"), "--out", str(out)])
         self.cost(new, ab_s=round(time.monotonic() - t0, 1), ab_rc=proc.returncode, ab_base=base.tag)
         # exit 1: a regression or a failed side, already printed; the file is written either way
         return self.dry or (out.is_file() and out.stat().st_size > 0)
@@ -572,7 +572,7 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-fix-ab", action="store_true", help="skip the fix A/B")
     parser.add_argument("--ab", action="store_true", help="then `eagle-fix ab` between each adjacent pair of --releases")
     parser.add_argument("--ab-only", action="store_true", help="only that")
-    parser.add_argument("--rounds", default=str(DEFAULT_ROUNDS), help="alternating rounds of --ab (default %(default)s)")
+    parser.add_argument("--rounds", help=f"alternating rounds of --ab (default: ab's, {verdict.rounds_text()})")
     parser.add_argument("--quick", action="store_true", help="CI-sized samples (EAGLE_FIX_REPEATS=3, EAGLE_FIX_OUTPUT_LEN=128)")
     parser.add_argument("--dry-run", action="store_true", help="print the steps, run nothing, write nothing")
     # scripts/matrix.sh's side: the venvs it makes and reuses
@@ -592,7 +592,7 @@ def cli_main(args: argparse.Namespace) -> int:
         return check_venv(releases.release(args.check_venv), root, args.build_started)
     rels = releases.parse(args.releases)
     try:
-        if int(args.rounds) < 1:
+        if args.rounds is not None and int(args.rounds) < 1:
             raise ValueError
     except ValueError:
         raise EagleFixError(f"--rounds {args.rounds!r}: a positive number of rounds", exit_code=2) from None

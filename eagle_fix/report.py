@@ -642,11 +642,11 @@ def noise_table(df) -> str:
 
 def ab_table(paths) -> str:
     """`eagle-fix ab` files: what was compared, the paired TPOT ratios, the verdicts."""
-    from eagle_fix.ab import read_ab
+    from eagle_fix import ab
 
     rows = []
     for path in paths:
-        data = read_ab(path)
+        data = ab.read_ab(path)
         ratios = [v for e in data["points"] for k, v in e["verdicts"].items() if k == "tpot_ms"]
         meds = [r["new_median"] / r["base_median"] for r in ratios if r.get("base_median") and r.get("new_median")]
         counts = data["summary"]["counts"]
@@ -654,7 +654,7 @@ def ab_table(paths) -> str:
         tpot = [v["verdict"] for v in ratios]
         flagged = sum(v == "regression" for v in tpot)
         rows.append(["/".join(Path(path).parts[-2:]), _side(data["base"]), _side(data["new"]),
-                     f"{len(data['points'])} x {data['rounds']}" + ("" if data.get("idle_side") else " (both running)"),
+                     f"{len(data['points'])} x {ab.rounds_label(data)}" + ("" if data.get("idle_side") else " (both running)"),
                      f"{min(meds):.3f} – {max(meds):.3f}" if meds else "–", f"{flagged} of {len(tpot)}", verdicts])
     return _md(["file", "base", "new", "points x rounds", "TPOT ratio new/base (medians)", "TPOT flagged", "all verdicts"],
                rows)

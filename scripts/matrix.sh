@@ -14,7 +14,7 @@
 #   --replay     no engine: asv records each release's newest committed -eagle3-vllm-X.jsonl
 #   --fix-ab-only  only the fix A/B at 4096; --no-fix-ab skips it
 #   --ab         after the releases: `eagle-fix ab` between each adjacent pair of --releases (8192, both
-#                modes and arms, --rounds alternating rounds, default ab's, 64) -> results/releases/ab-BASE-NEW.json
+#                modes and arms, --rounds alternating rounds, default ab's: 64 eager, 128 compiled) -> results/releases/ab-BASE-NEW.json
 #   --ab-only    only that
 #   --quick      CI-sized samples (EAGLE_FIX_REPEATS=3, EAGLE_FIX_OUTPUT_LEN=128), else the profile's own
 #   --dry-run    print what would be built and run; build, run and write nothing

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT
-from eagle_fix import ab, models
+from eagle_fix import ab, models, verdict
 
 
 
@@ -103,7 +103,7 @@ def test_default_rounds_reach_the_level_and_each_row_states_its_power():
     assert v["power"] == f"could detect >= {v['detectable']:.1%}"
 
 
-def _fake_ab_args(tmp_path, monkeypatch, fake_engine, rounds, blocks=None):
+def _fake_ab_args(tmp_path, monkeypatch, fake_engine, rounds, blocks=None, modes="eager"):
     """ab's arguments for one cpu-quick 8K eager EAGLE3 point, its engines replaced by `fake_engine`
     (a side's engine sees SIDE=base or SIDE=new in its env) and the side probe skipped."""
     import argparse
@@ -115,14 +115,15 @@ def _fake_ab_args(tmp_path, monkeypatch, fake_engine, rounds, blocks=None):
     monkeypatch.setattr(ab, "_side_info", lambda python, env, flag: {
         "python": python, "env": env, "versions": {"vllm": "0.0"}, "machine_id": "m"})
     args = argparse.Namespace(base_python=sys.executable, new_python=sys.executable, base_env=["SIDE=base"],
-                              new_env=["SIDE=new"], profile="cpu-quick", contexts="8192", modes="eager",
-                              arms="eagle3", fix="on", output_len=None, rounds=str(rounds), threshold=0.05,
+                              new_env=["SIDE=new"], profile="cpu-quick", contexts="8192", modes=modes,
+                              arms="eagle3", fix="on", output_len=None,
+                              rounds=None if rounds is None else str(rounds), threshold=0.05,
                               strict=False, out=str(tmp_path / "ab.json"), blocks=blocks)
     return ab.ABArgs.from_cli_args(args)
 
 
-def _fake_run_ab(tmp_path, monkeypatch, factor, rounds=ab.DEFAULT_ROUNDS, second_penalty=0.0, log=None,
-                 started=None, blocks=None):
+def _fake_run_ab(tmp_path, monkeypatch, factor, rounds=None, second_penalty=0.0, log=None,
+                 started=None, blocks=None, modes="eager"):
     """run_ab end to end with fake engines: base decodes at 10 ms a token, new at factor x that; the
     second measurement of a round is `second_penalty` slower (an order effect); `log` collects the
     sides in the order they were measured, `started` the order their engines started."""
@@ -149,19 +150,20 @@ def _fake_run_ab(tmp_path, monkeypatch, factor, rounds=ab.DEFAULT_ROUNDS, second
 
         resume = close = pause
 
-    a = _fake_ab_args(tmp_path, monkeypatch, Fake, rounds, blocks)
+    a = _fake_ab_args(tmp_path, monkeypatch, Fake, rounds, blocks, modes)
     return a, ab.run_ab(a)
 
 
 def test_the_file_records_its_threshold_alpha_and_power(tmp_path, monkeypatch):
     a, result = _fake_run_ab(tmp_path, monkeypatch, factor=1.2)
-    assert a.rounds == ab.DEFAULT_ROUNDS
+    assert a.rounds is None and a.rounds_for("eager") == ab.DEFAULT_ROUNDS  # no --rounds: the mode's default
     assert (result["threshold"], result["alpha"], result["min_detectable"]) == (0.05, 0.01, 0.05)
-    assert result["schema"] == ab.SCHEMA == 4 and result["order"] == "abba"
+    assert result["schema"] == ab.SCHEMA == 5 and result["order"] == "abba" and result["rounds"] is None
     assert result["blocks"] == ab.DEFAULT_BLOCKS
     assert result["output_len"] == min(models.PROFILES["cpu-quick"].output_len, ab.DEFAULT_SAMPLE_TOKENS or 10**9)
     assert result["start_order"] == ["base", "new"]
     [point] = result["points"]
+    assert (point["rounds"], point["blocks"]) == (ab.DEFAULT_ROUNDS, ab.DEFAULT_BLOCKS)
     tpot = point["verdicts"]["tpot_ms"]
     assert tpot["verdict"] == "regression" and len(tpot["ratios"]) == ab.DEFAULT_ROUNDS
     assert tpot["p"] == pytest.approx(2 / 2**ab.DEFAULT_ROUNDS, abs=1e-12) and tpot["detectable"] is not None
@@ -171,6 +173,19 @@ def test_the_file_records_its_threshold_alpha_and_power(tmp_path, monkeypatch):
                                             "evidence", "verdict"]
     assert "REGRESSION, could detect >= " in text and "(threshold 5%, alpha 0.01" in text
     assert "failing: cpu-quick 8192 eager eagle3 fix on tpot_ms: regression" in text
+
+
+def test_each_mode_gets_its_calibrated_rounds_unless_rounds_is_given(tmp_path, monkeypatch):
+    """Compiled points are noisier here: 64 rounds caught 8 of 10 trials at +5%, 128 all 10
+    (docs/statistics.md); each point records the rounds it ran, and --rounds overrides every mode."""
+    _, result = _fake_run_ab(tmp_path, monkeypatch, factor=1.0, modes="eager,compile")
+    got = {p["identity"]["mode"]: (p["rounds"], len(p["pairs"])) for p in result["points"]}
+    assert got == {"eager": (64, 64), "compile": (128, 128)}
+    assert verdict.default_rounds("eager") == ab.DEFAULT_ROUNDS and verdict.default_rounds("compile") == 128
+    assert "points x 64 rounds eager, 128 compile in 2 blocks on " in ab.format_ab(result)
+    _, result = _fake_run_ab(tmp_path, monkeypatch, factor=1.0, modes="eager,compile", rounds=6)
+    assert [(p["rounds"], len(p["pairs"])) for p in result["points"]] == [(6, 6), (6, 6)] and result["rounds"] == 6
+    assert "points x 6 rounds in 2 blocks on " in ab.format_ab(result)
 
 
 def test_each_block_restarts_the_engines_in_the_opposite_order_and_records_it(tmp_path, monkeypatch):

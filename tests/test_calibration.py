@@ -120,6 +120,10 @@ def test_a_trial_off_the_defaults_says_what_differs():
     t = dict(TRIALS[0], rounds=32, identity=dict(TRIALS[0]["identity"], output_len=512), pinned=False)
     why = calibration.off_defaults(t)
     assert "rounds 32 (default 64)" in why and "512-token samples (default 128)" in why and "not pinned" in why
+    # a compiled point's default is its own: 128 rounds are the default there, 64 are not
+    compiled = dict(TRIALS[0], identity=dict(TRIALS[0]["identity"], mode="compile"))
+    assert calibration.off_defaults(dict(compiled, rounds=128)) is None
+    assert calibration.off_defaults(dict(compiled, rounds=64)) == "rounds 64 (default 128)"
 
 
 def _trial_copy(folder: Path, name: str, *, alarm: bool = False, **top) -> None:
@@ -180,4 +184,4 @@ def test_the_rounds_model_judges_resampled_ratios_by_the_gates_rule():
     rows = calibration.resampled(noisy, draws=100)
     assert verdict.DEFAULT_ROUNDS in {r["rounds"] for r in rows}
     assert rows[-1][verdict.MIN_DETECTABLE] >= rows[0][verdict.MIN_DETECTABLE]
-    assert "(default)" in report.render_table("calibration-rounds", [str(calibration.GATE)], root=ROOT)
+    assert "| 64 (default, eager) |" in report.render_table("calibration-rounds", [str(calibration.GATE)], root=ROOT)

@@ -185,7 +185,7 @@ def test_dry_run_plans_every_step_of_every_release():
     assert len(abs_) == len(cpu) - 1
     for s, (base, new) in zip(abs_, releases.adjacent(cpu)):
         assert f"{base.venv}/bin/python --new-python" in s and s.endswith(f"ab-{base.tag}-{new.tag}.json")
-        assert "--contexts 8192" in s and f"--rounds {verdict.DEFAULT_ROUNDS}" in s and "--output-len 128" in s and "--repeats" not in s
+        assert "--contexts 8192" in s and "--rounds" not in s and "--output-len 128" in s and "--repeats" not in s
     assert "dry run done" in out.stdout
     assert not list((ROOT / releases.RESULTS).glob("*.old"))
 
