@@ -172,6 +172,15 @@ def test_the_committed_coverage_lists_every_goal_point():
     assert [r["folders"] for r in rows if r["status"] == "met"]  # the gate/ folder at least
 
 
+def test_each_modes_default_rounds_are_held_to_a_met_calibration():
+    """The default rounds are per mode (verdict.ROUNDS_BY_MODE); coverage counts only trials at their
+    mode's default, so moving a mode's default without calibrating it again fails here."""
+    rows = calibration.coverage([ROOT / "results" / "calibration"])
+    for mode in {"eager", *verdict.ROUNDS_BY_MODE}:
+        met = [r for r in rows if r["mode"] == mode and r["status"] == "met"]
+        assert met, f"no committed calibration meets the goal at {mode}'s default of {verdict.default_rounds(mode)} rounds"
+
+
 def test_the_rounds_model_judges_resampled_ratios_by_the_gates_rule():
     """Noiseless A/A ratios: never an alarm on identical sides, always one at the stated minimum (it
     is above the threshold) once the sign test can reach alpha; noisy ones: the default row is there
