@@ -293,7 +293,8 @@ def cli_main(args: argparse.Namespace) -> int:
         print("publish: build/asv-js/ is missing, so the dashboard loads its JavaScript from CDNs; for an "
               "offline box run scripts/setup-browser.sh, then this again")
     shown = add_story(html_dir, results_dir, conf["repo"])
-    print(f"publish: the first view tells the newest run of {shown} machine(s)")
+    print(f"publish: the first view tells {shown} run(s): per machine its newest fix A/B, most complete curve "
+          f"and newest run")
     dropped = prune_empty_graphs(html_dir)
     if dropped:
         print(f"publish: {len(dropped)} graph(s) with no data on any machine left out: {', '.join(dropped)}")
@@ -313,31 +314,97 @@ STORY_PNG = "eagle-fix-story.png"
 FIX_STYLE = {"on": ("tab:blue", "-"), "upstream": ("tab:orange", "--"), "off": ("tab:red", ":")}
 
 
-def story_runs(results_dir: Path, root: Path, *, max_machines: int = 3) -> list[dict]:
-    """Per machine, the runs behind its newest commit's measured asv results (every fix arm there):
-    what the first view of the dashboard tells. Newest machine first."""
-    runs = []
+def _story_candidates(results_dir: Path, root: Path) -> dict[str, list[dict]]:
+    """Per machine, its labelled asv runs with the records behind them: one run per (commit, measured or
+    replayed, engine), so a fix A/B's arms (one asv file each) are one run and replayed releases are not."""
+    out: dict[str, list[dict]] = {}
     for machine_dir in sorted(p for p in results_dir.iterdir() if (p / "machine.json").is_file()):
-        files = []
-        for f in machine_dir.glob(f"*-{LABELLED}*.json"):
+        runs: dict[tuple, dict] = {}
+        for f in sorted(machine_dir.glob(f"*-{LABELLED}*.json")):
             data = json.loads(f.read_text(encoding="utf-8"))
-            if data.get("params", {}).get("source") == "measured" and (data.get("eagle_fix") or {}).get("records_file"):
-                files.append(data)
-        if not files:
-            continue
-        newest = max(d["date"] for d in files)
-        commit = next(d["commit_hash"] for d in files if d["date"] == newest)
-        records = []
-        for d in files:
-            if d["commit_hash"] != commit:
+            params, extra = data.get("params") or {}, data.get("eagle_fix") or {}
+            if not extra.get("records_file"):
                 continue
-            path = Path(d["eagle_fix"]["records_file"])
+            key = (data["commit_hash"], params.get("source") or "measured", params.get("engine") or "?")
+            run = runs.setdefault(key, {"machine": machine_dir.name, "commit": key[0], "source": key[1],
+                                        "engine": key[2], "date": 0, "files": []})
+            run["date"] = max(run["date"], int(data.get("date") or 0))
+            path = Path(extra["records_file"])
             path = path if path.is_absolute() else root / path
-            records.extend(record.read(path, missing_ok=True))
-        if records:
-            runs.append({"machine": machine_dir.name, "commit": commit, "date": newest, "records": records,
-                         "workload": workload_label(records)})
-    return sorted(runs, key=lambda r: -r["date"])[:max_machines]
+            if path not in run["files"]:
+                run["files"].append(path)
+        found = []
+        for run in runs.values():
+            run["records"] = [r for path in run.pop("files") for r in record.read(path, missing_ok=True)]
+            if run["records"]:
+                run["workload"] = workload_label(run["records"])
+                found.append(run)
+        if found:
+            out[machine_dir.name] = found
+    return out
+
+
+def _fixes(run: dict) -> list[str]:
+    return sorted({r.get("fix") or "on" for r in run["records"] if r.get("arm") == "eagle3"})
+
+
+def _is_fix_ab(run: dict) -> bool:
+    """A run that measured the bug: a fix arm other than `on` (alone or beside `on`)."""
+    return any(f != "on" for f in _fixes(run))
+
+
+def _contexts(run: dict) -> int:
+    return len({r["context_len"] for r in run["records"] if r.get("status") == "ok"})
+
+
+STORY_ROLES = ("newest fix A/B", "most complete curve", "newest run")
+
+
+def story_runs(results_dir: Path, root: Path, *, max_machines: int = 6) -> list[dict]:
+    """What the first view tells, whatever was run last. Per machine: its newest fix A/B (failures and
+    their causes), its most complete context curve (replayed or measured), and its newest measured run
+    where that is something else; each run labelled with its roles, workload, fix arms, commit and source.
+    Machines newest first, at most `max_machines`, but never without the machine holding the newest fix
+    A/B of all or the most complete curve of all."""
+    shown: dict[str, list[dict]] = {}
+    for machine, runs in _story_candidates(results_dir, root).items():
+        picks: dict[int, list[str]] = {}
+        fix_ab = [r for r in runs if _is_fix_ab(r)]
+        if fix_ab:
+            picks.setdefault(id(max(fix_ab, key=lambda r: r["date"])), []).append(STORY_ROLES[0])
+        # ties go to the measured, then to the newest run: a one-context machine shows one row
+        curve = max(runs, key=lambda r: (_contexts(r), r["source"] == "measured", r["date"]))
+        picks.setdefault(id(curve), []).append(STORY_ROLES[1])
+        measured = [r for r in runs if r["source"] == "measured"] or runs
+        picks.setdefault(id(max(measured, key=lambda r: r["date"])), []).append(STORY_ROLES[2])
+        chosen = []
+        for run in runs:
+            if id(run) in picks:
+                run["roles"] = picks[id(run)]
+                run["label"] = story_label(run)
+                chosen.append(run)
+        shown[machine] = sorted(chosen, key=lambda r: -r["date"])
+    newest = sorted(shown, key=lambda m: -max(r["date"] for r in shown[m]))
+    keep = newest[:max_machines]
+    for role in STORY_ROLES[:2]:  # the story of the whole fleet: the newest fix A/B, the longest curve
+        holders = [(r, m) for m in shown for r in shown[m] if role in r["roles"]]
+        if not holders:
+            continue
+        if role == STORY_ROLES[0]:
+            best = max(holders, key=lambda rm: rm[0]["date"])[1]
+        else:
+            best = max(holders, key=lambda rm: (_contexts(rm[0]), rm[0]["date"]))[1]
+        if best not in keep:
+            keep = keep[:-1] + [best] if len(keep) >= max_machines else keep + [best]
+    return [r for m in newest if m in keep for r in shown[m]]
+
+
+def story_label(run: dict) -> str:
+    """A run in words: what it is on this view, its workload, fix arms, commit, engine and source."""
+    contexts = sorted({r["context_len"] for r in run["records"]})
+    span = "–".join(dict.fromkeys(f"{c / 1024:g}K" for c in (contexts[:1] + contexts[-1:]))) or "no contexts"
+    return (f"{' + '.join(run['roles'])}: {run['workload']}, {span}, fix {'/'.join(_fixes(run)) or '–'}, "
+            f"commit {run['commit'][:8]}, {run['engine']}, {run['source']}")
 
 
 def story_figure(runs: list[dict], path: Path) -> None:
@@ -379,14 +446,15 @@ def story_figure(runs: list[dict], path: Path) -> None:
                             label=f"{label}, {mode}: FAILED")
             ax.set_xscale("log", base=2)
             contexts = sorted({r["context_len"] for r in recs})
-            ax.set_xticks(contexts, [f"{c // 1024}K" for c in contexts])
+            ax.set_xticks(contexts, [f"{c / 1024:g}K" for c in contexts])
             ax.minorticks_off()
             ax.set_title(title, fontsize=9)
             ax.set_xlabel("context (tokens)", fontsize=8)
             ax.tick_params(labelsize=7)
             if column == "speedup":
                 ax.axhline(1.0, color="grey", linewidth=0.8)
-        row[0].set_ylabel(f"{run['machine']}\n{run['workload']}", fontsize=8)
+        row[0].set_ylabel(f"{run['machine']}\n{' + '.join(run.get('roles') or ['run'])}\n{run['commit'][:8]}, "
+                          f"{run['source']}", fontsize=8)
         handles, labels = row[-1].get_legend_handles_labels()
         h0, l0 = row[0].get_legend_handles_labels()
         seen = dict(zip(l0 + labels, h0 + handles))
@@ -397,34 +465,38 @@ def story_figure(runs: list[dict], path: Path) -> None:
 
 
 def story_html(runs: list[dict]) -> str:
-    """The block above asv's grid: the figure, every failed point with its cause, and where to look next."""
+    """The block above asv's grid: which runs it tells and why, the figure, every failed point with its
+    cause, and where to look next."""
     import html as _html
 
+    def row(run: dict, r: dict, why: str) -> str:
+        return (f"<tr><td>{_html.escape(run['machine'])}</td><td>{run['commit'][:8]} ({run['source']})</td>"
+                f"<td>{r['context_len']}</td><td>{r.get('mode')}</td><td>{r.get('arm')}</td>"
+                f"<td>{r.get('fix') or '–'}</td><td>{_html.escape(why)}</td></tr>")
+
+    told = "".join(f"<li><b>{_html.escape(run['machine'])}</b>: {_html.escape(run['label'])}</li>" for run in runs)
     fails = []
     for run in runs:
         for r in sorted(run["records"], key=lambda r: (r["context_len"], r.get("mode"), str(r.get("fix")))):
             if r.get("status") != "ok":
-                fails.append(f"<tr><td>{_html.escape(run['machine'])}</td><td>{r['context_len']}</td><td>{r.get('mode')}</td>"
-                             f"<td>{r.get('arm')}</td><td>{r.get('fix') or '–'}</td>"
-                             f"<td>{_html.escape(record.cause(r.get('error'), 200))}</td></tr>")
+                fails.append(row(run, r, record.cause(r.get("error"), 200)))
             busy = record.busy(r) if r.get("status") == "ok" else None
             if busy:
-                fails.append(f"<tr><td>{_html.escape(run['machine'])}</td><td>{r['context_len']}</td><td>{r.get('mode')}</td>"
-                             f"<td>{r.get('arm')}</td><td>{r.get('fix') or '–'}</td>"
-                             f"<td>speed withheld: {_html.escape(busy)}</td></tr>")
+                fails.append(row(run, r, f"speed withheld: {busy}"))
             for f in record.implausible(r):
-                fails.append(f"<tr><td>{_html.escape(run['machine'])}</td><td>{r['context_len']}</td><td>{r.get('mode')}</td>"
-                             f"<td>{r.get('arm')}</td><td>{r.get('fix') or '–'}</td><td>withheld: {_html.escape(f)}</td></tr>")
-    table = ("<table class='table table-condensed' style='font-size:12px;width:auto'><tr><th>machine</th><th>context</th>"
-             "<th>mode</th><th>arm</th><th>fix</th><th>failed or withheld: cause</th></tr>" + "".join(fails) + "</table>"
-             if fails else "<p>No point failed.</p>")
+                fails.append(row(run, r, f"withheld: {f}"))
+    table = ("<table class='table table-condensed' style='font-size:12px;width:auto'><tr><th>machine</th><th>run</th>"
+             "<th>context</th><th>mode</th><th>arm</th><th>fix</th><th>failed or withheld: cause</th></tr>"
+             + "".join(fails) + "</table>" if fails else "<p>No point failed.</p>")
     per_context = "?x-axis=context_len"
     links = " · ".join(f"<a href='#bench_eagle.{b}{per_context}'>{t}</a>" for b, t in (
         ("Sweep.track_tpot", "EAGLE3 decode ms/token"), ("Baseline.track_tpot", "no-speculation decode ms/token"),
         ("Sweep.track_relative_decode_time", "relative decode time"),
         ("Sweep.track_target_passes_per_token", "passes per token"),
         ("Sweep.track_drafter_skipped_share", "drafter skipped share")))
-    return (f"<div id='{STORY_ID}' style='padding:10px 20px'><h2>EAGLE3 at long context: the newest run per machine</h2>"
+    return (f"<div id='{STORY_ID}' style='padding:10px 20px'><h2>EAGLE3 at long context: what each machine has "
+            f"shown</h2><p>Per machine, its newest fix A/B, its most complete context curve and its newest run "
+            f"(one row each where they differ):</p><ul style='font-size:12px'>{told}</ul>"
             f"<img src='{STORY_PNG}' alt='decode time, speedup, acceptance and drafter coverage per context' "
             f"style='max-width:100%'>{table}<p>Per context in asv's graphs: {links}. Every asv graph below is lower "
             f"is better; replayed results carry <code>source-replayed</code>, workloads their own "
@@ -432,7 +504,7 @@ def story_html(runs: list[dict]) -> str:
 
 
 def add_story(html_dir: Path, results_dir: Path, repo: Path) -> int:
-    """Put the story above asv's grid (asv appends its grid to the same element). Returns its runs."""
+    """Put the story above asv's grid (asv appends its grid to the same element). Returns how many runs it tells."""
     runs = story_runs(results_dir, repo)
     if not runs:
         return 0

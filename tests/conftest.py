@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -74,3 +75,49 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip)
+
+
+# CI-sized samples of the asv runs: 3 decode repeats of 128 tokens per point (the profile's own: 5 x 512).
+ASV_KNOBS = {"EAGLE_FIX_PROFILE": "cpu-quick", "EAGLE_FIX_REPEATS": "3", "EAGLE_FIX_OUTPUT_LEN": "128"}
+
+
+def git(*args: str) -> str:
+    return subprocess.run(["git", *args], capture_output=True, text=True, cwd=ROOT, check=True).stdout.strip()
+
+
+class AsvRuns(NamedTuple):
+    tmp: Path  # the scratch folder: results/asv, results/runs, html
+    results: Path  # its asv results folder
+    conf: Path  # the asv config pointing there
+    commits: dict  # fix arm -> the commit its run was recorded under
+    outs: dict  # fix arm -> the sweep's JSON lines
+    logs: dict  # fix arm -> what scripts/bench.sh printed
+    machine: str  # the asv machine name (this machine's fingerprint)
+
+
+@pytest.fixture(scope="session")
+def asv_runs(tmp_path_factory):
+    """The README's main job on its smallest grid, twice, in a scratch folder (the committed results/ are
+    never touched): `scripts/bench.sh` of cpu-quick recorded under HEAD~1 with the fix on, and under HEAD
+    with it off. One pair of engine runs per pytest run, shared by every test that reads them (tests/
+    test_asv.py, the dashboard after a run, the README's two commands in order)."""
+    from eagle_fix.asv_suite import asv_machine_name
+
+    tmp = tmp_path_factory.mktemp("asv")
+    results = tmp / "results" / "asv"
+    conf = asv_conf(tmp, results, tmp / "html")
+    subprocess.run([sys.executable, str(ROOT / "scripts" / "asv_machine.py")], check=True, capture_output=True, cwd=ROOT)
+    machine = asv_machine_name()
+    commits = {"on": git("rev-parse", "HEAD~1"), "off": git("rev-parse", "HEAD")}
+    outs, logs = {}, {}
+    for fix, commit in commits.items():
+        out = tmp / "results" / "runs" / f"{machine}-{commit[:8]}-cpu-quick{'' if fix == 'on' else '-fix-off'}.jsonl"
+        env = {**os.environ, **ASV_KNOBS, "EAGLE_FIX_ASV_FIX": fix, "EAGLE_FIX_RUN_OUT": str(out),
+               "EAGLE_FIX_ASV_CONFIG": str(conf), "EAGLE_FIX_COMMIT": commit}
+        run = subprocess.run(["bash", str(ROOT / "scripts" / "bench.sh")], capture_output=True, text=True, env=env,
+                             cwd=ROOT, timeout=3600)
+        # asv run exits 2 when a benchmark failed: with the fix off the compiled EAGLE3 point must
+        expected = 0 if fix == "on" else 2
+        assert run.returncode == expected, run.stdout[-4000:] + run.stderr[-4000:]
+        outs[fix], logs[fix] = out, run.stdout + run.stderr
+    return AsvRuns(tmp, results, conf, commits, outs, logs, machine)

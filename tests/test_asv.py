@@ -26,43 +26,10 @@ from conftest import ROOT, asv_conf
 pytestmark = pytest.mark.engine
 
 ASV = str(Path(sys.executable).with_name("asv"))
-# CI-sized samples: 3 decode repeats of 128 tokens per point (the profile's own: 5 x 512).
-KNOBS = {"EAGLE_FIX_PROFILE": "cpu-quick", "EAGLE_FIX_REPEATS": "3", "EAGLE_FIX_OUTPUT_LEN": "128"}
-
-
-def _git(*args: str) -> str:
-    return subprocess.run(["git", *args], capture_output=True, text=True, cwd=ROOT, check=True).stdout.strip()
-
-
-@pytest.fixture(scope="session")
-def asv_runs(tmp_path_factory):
-    """Two runs of scripts/bench.sh recorded under two commits of main: HEAD~1 with the fix on, HEAD with
-    it off."""
-    from eagle_fix.asv_suite import asv_machine_name
-
-    tmp = tmp_path_factory.mktemp("asv")
-    results = tmp / "results" / "asv"
-    conf = asv_conf(tmp, results, tmp / "html")
-    subprocess.run([sys.executable, str(ROOT / "scripts" / "asv_machine.py")], check=True, capture_output=True, cwd=ROOT)
-    machine = asv_machine_name()
-    # the fix-off run is the newer commit: the first view tells the newest run, so its crash shows there
-    commits = {"on": _git("rev-parse", "HEAD~1"), "off": _git("rev-parse", "HEAD")}
-    outs, logs = {}, {}
-    for fix, commit in commits.items():
-        out = tmp / "results" / "runs" / f"{machine}-{commit[:8]}-cpu-quick{'' if fix == 'on' else '-fix-off'}.jsonl"
-        env = {**os.environ, **KNOBS, "EAGLE_FIX_ASV_FIX": fix, "EAGLE_FIX_RUN_OUT": str(out),
-               "EAGLE_FIX_ASV_CONFIG": str(conf), "EAGLE_FIX_COMMIT": commit}
-        run = subprocess.run(["bash", str(ROOT / "scripts" / "bench.sh")], capture_output=True, text=True, env=env,
-                             cwd=ROOT, timeout=3600)
-        # asv run exits 2 when a benchmark failed: with the fix off the compiled EAGLE3 point must
-        expected = 0 if fix == "on" else 2
-        assert run.returncode == expected, run.stdout[-4000:] + run.stderr[-4000:]
-        outs[fix], logs[fix] = out, run.stdout + run.stderr
-    return tmp, results, conf, commits, outs, logs
 
 
 def test_bench_sh_publishes_an_offline_dashboard_and_the_report(asv_runs):
-    tmp, results, _, commits, _, logs = asv_runs
+    tmp, results, _, commits, _, logs, _ = asv_runs
     html = tmp / "html"
     assert (html / "eagle-fix" / "report.md").is_file(), logs["on"][-3000:]
     for fix in ("on", "off"):
@@ -93,7 +60,7 @@ def test_bench_sh_publishes_an_offline_dashboard_and_the_report(asv_runs):
 def test_asv_records_every_tracked_number_of_the_quick_profile(asv_runs):
     from eagle_fix.results import load_asv_commit
 
-    _, results, _, commits, _, _ = asv_runs
+    _, results, _, commits, _, _, _ = asv_runs
     rows = load_asv_commit(results, commits["on"])
     got = {(r["context_len"], r["mode"]): r for r in rows}
     assert set(got) == {(8192, "eager"), (8192, "compile")}  # 16K..128K are skipped (NaN), not points
@@ -112,7 +79,7 @@ def test_asv_records_every_tracked_number_of_the_quick_profile(asv_runs):
 def test_fix_off_records_the_compiled_crash_as_a_failed_benchmark(asv_runs):
     from eagle_fix.results import load_asv_commit
 
-    _, results, _, commits, outs, _ = asv_runs
+    _, results, _, commits, outs, _, _ = asv_runs
     got = {(r["context_len"], r["mode"]): r for r in load_asv_commit(results, commits["off"])}
     assert got[(8192, "compile")]["status"] == "failed"
     assert "index out of bounds" in got[(8192, "compile")]["error"]  # the sweep's cause, carried to asv's row
@@ -121,7 +88,7 @@ def test_fix_off_records_the_compiled_crash_as_a_failed_benchmark(asv_runs):
 
 @pytest.mark.parametrize("kind", ["asv", "jsonl"])
 def test_eagle_fix_compare_fails_the_gate_on_the_crash(asv_runs, kind):
-    _, results, _, commits, outs, _ = asv_runs
+    _, results, _, commits, outs, _, _ = asv_runs
     base, new = (commits["on"][:8], commits["off"][:8]) if kind == "asv" else (str(outs["on"]), str(outs["off"]))
     proc = subprocess.run([sys.executable, "-m", "eagle_fix.cli", "compare", base, new, "--results-dir",
                            str(results.parent)], capture_output=True, text=True, cwd=ROOT)
@@ -135,7 +102,7 @@ def test_asv_compare_marks_acceptance_and_drafter_benchmarks_worse_or_failed(asv
     """asv compare pairs results by environment name, and the fix-off run is an environment of its own
     (a series apart on the dashboard): here its file, renamed into the fix-on environment in a scratch
     copy, stands for a regression of one setup between two commits, which is what asv compare judges."""
-    tmp, results, _, commits, _, _ = asv_runs
+    tmp, results, _, commits, _, _, _ = asv_runs
     scratch = tmp_path / "results" / "asv"
     shutil.copytree(results, scratch)
     on_name = next(json.loads(f.read_text())["env_name"] for f in scratch.glob(f"*/{commits['on'][:8]}-*.json"))

@@ -167,15 +167,27 @@ def test_engines_are_named_in_words_never_by_a_path(dashboard):
 
 
 def test_releases_are_compared_at_one_commit(dashboard):
-    """Engines side by side at one commit, not strewn along the commit axis as if they were history."""
+    """Engines side by side at one commit, not strewn along the commit axis as if they were history: on each
+    machine the replayed releases of a workload sit at one commit, the commit of a measured run of it. (A
+    user's own new run of that workload lands at their commit: this checks the replays, not them.)"""
     if dashboard["results"] != ROOT / "results" / "asv":
         pytest.skip("no committed asv results")
-    commits = {}
+    replayed, measured = {}, {}
     for f in (ROOT / "results" / "asv").glob("*/*.json"):
         data = json.loads(f.read_text())
-        if "commit_hash" in data and data["params"].get("workload", "").startswith("cpu-quick"):
-            commits.setdefault(f.parent.name, set()).add(data["commit_hash"])
-    assert commits and all(len(c) == 1 for c in commits.values()), commits
+        if "commit_hash" not in data or not data["params"].get("workload", "").startswith("cpu-quick"):
+            continue
+        side = replayed if data["params"].get("source") == "replayed" else measured
+        side.setdefault(f.parent.name, set()).add(data["commit_hash"])
+    assert replayed, "no replayed release in the committed results"
+    for machine, commits in replayed.items():
+        assert len(commits) == 1 and commits <= measured.get(machine, set()), (machine, commits, measured)
+
+
+# The compiled fix-off crash past 2048 (the fix A/B) as a row of the first view's table of failed points.
+FIX_OFF_CRASH = r"<td>compile</td><td>eagle3</td><td>off</td><td>[^<]*index out of bounds"
+# The only complete 8K-128K set, replayed into asv: the first view always shows it.
+LONGEST_CURVE = "cpu-intel-f6m167-2c-4265ea"
 
 
 def test_first_view_tells_the_story_and_shows_the_fix_ab_failure_with_its_cause(dashboard):
@@ -187,7 +199,45 @@ def test_first_view_tells_the_story_and_shows_the_fix_ab_failure_with_its_cause(
     assert 'id="eagle-fix-story"' in dom or "id='eagle-fix-story'" in dom, dom[:2000]
     assert (dashboard["html"] / "eagle-fix-story.png").stat().st_size > 10_000
     story = dom[dom.index("eagle-fix-story"):]
-    assert re.search(r"<td>compile</td><td>eagle3</td><td>off</td><td>[^<]*index out of bounds", story), story[:3000]
+    assert re.search(FIX_OFF_CRASH, story), story[:3000]
+    told = re.findall(r"<li><b>([^<]+)</b>: ([^<]+)</li>", story)
+    assert any(m == LONGEST_CURVE and "8K–128K" in label for m, label in told), told
+
+
+@pytest.mark.engine
+def test_first_view_after_a_new_run_still_tells_the_fix_ab_and_the_longest_curve(asv_runs, tmp_path):
+    """What a user sees after the README's first command: the committed results plus one new run of this
+    machine (a real scripts/bench.sh run, fix on, the newest result of all). The first view still shows the
+    fix A/B's compiled crash with its cause and the complete 8K-128K curve, and tells the new run too."""
+    need(shutil.which("chromium") is not None, "chromium is not installed (scripts/setup-browser.sh)")
+    need((JS_DIR / "jquery@3.3.1").is_dir(), f"asv's dashboard JavaScript is not in {JS_DIR} (scripts/setup-browser.sh)")
+    results = tmp_path / "results" / "asv"
+    shutil.copytree(ROOT / "results" / "asv", results)
+    new = results / asv_runs.machine
+    new.mkdir(exist_ok=True)
+    for f in (asv_runs.results / asv_runs.machine).glob(f"{asv_runs.commits['on'][:8]}-*.json"):
+        data = json.loads(f.read_text())
+        data["date"] = int(time.time() * 1000)  # the newest result of all, as a user's first run is
+        (new / f.name).write_text(json.dumps(data))
+    shutil.copy(asv_runs.results / asv_runs.machine / "machine.json", new / "machine.json")
+    html = tmp_path / "html"
+    conf = asv_conf(tmp_path, results, html)
+    proc = subprocess.run([sys.executable, "-m", "eagle_fix.cli", "publish", "--config", str(conf), "--no-report"],
+                          cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    handler = functools.partial(QuietHandler, directory=str(html))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        dom = chromium("--dump-dom", f"http://127.0.0.1:{server.server_address[1]}/").stdout
+    finally:
+        server.shutdown()
+    story = dom[dom.index("eagle-fix-story"):]
+    assert re.search(FIX_OFF_CRASH, story), story[:3000]
+    told = re.findall(r"<li><b>([^<]+)</b>: ([^<]+)</li>", story)
+    assert any(m == LONGEST_CURVE and "8K–128K" in label and "replayed" in label for m, label in told), told
+    mine = [label for m, label in told if m == asv_runs.machine]
+    assert any("newest run" in label and asv_runs.commits["on"][:8] in label for label in mine), told
 
 
 def test_no_graph_is_empty(dashboard):
