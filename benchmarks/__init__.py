@@ -1,1 +1,1 @@
-"""asv benchmarks for eagle-fix: glue over eagle_fix.sweep (see docs/benchmarks.md)."""
+"""asv benchmarks for eagle-fix: glue over eagle_fix.sweep.loop (see docs/benchmarks.md)."""

@@ -11,11 +11,11 @@ from .common import (ALL_CONTEXTS, CONTEXTS_ENV, MODES, NUM_SPECULATIVE_TOKENS, 
 
 
 def _run_sweep():
-    """The whole grid of the chosen profile, also written as JSON lines (eagle_fix.asv_suite.run_out_path)."""
-    from eagle_fix import lifecycle
-    from eagle_fix.asv_suite import RECORDS_ENV, asv_fix, replay_records, run_out_path
-    from eagle_fix.plan import RunArgs
-    from eagle_fix.sweep import run_sweep
+    """The whole grid of the chosen profile, also written as JSON lines (eagle_fix.store.asv.run_out_path)."""
+    from eagle_fix.engine import lifecycle
+    from eagle_fix.store.asv import RECORDS_ENV, asv_fix, replay_records, run_out_path
+    from eagle_fix.sweep.plan import RunArgs
+    from eagle_fix.sweep.loop import run_sweep
 
     lifecycle.install_signal_handlers()
     lifecycle.exit_with_parent()  # `asv run` stopped: this process and its engines stop too
@@ -52,13 +52,13 @@ class _SweepBase:
             raise NotImplementedError(f"context {context_len} not measured: this run's contexts of profile "
                                       f"{cache['profile']} are {','.join(map(str, cache['contexts']))}{limit}")
         if cache.get("replayed"):
-            from eagle_fix.asv_suite import in_records
+            from eagle_fix.store.asv import in_records
 
             if not in_records(cache["records"], context_len=context_len, mode=mode, arm=self.arm):
                 raise NotImplementedError(f"{context_len} {mode} {self.arm}: not in the replayed records {cache['out']}")
 
     def _value(self, cache, column, context_len, mode, position=None):
-        from eagle_fix.asv_suite import in_records, point_value
+        from eagle_fix.store.asv import in_records, point_value
 
         if column == "speedup" and cache.get("replayed") and \
                 not in_records(cache["records"], context_len=context_len, mode=mode, arm="baseline"):
@@ -70,11 +70,11 @@ class _SweepBase:
 
 def _track(column, arm="eagle3"):
     """An asv track_ method returning the lower-is-better form of `column` at (context_len, mode); its
-    unit, title and description come from the metric registry (eagle_fix.record.METRICS).
+    unit, title and description come from the metric registry (eagle_fix.core.record.METRICS).
 
     asv names a class's benchmark by the attribute it is bound to, so the names (and the results
     keyed by them) are those of the class bodies below."""
-    from eagle_fix.record import METRIC
+    from eagle_fix.core.record import METRIC
 
     metric = METRIC[column]
 
@@ -115,7 +115,7 @@ class GPUMemory(_SweepBase):
 
     def setup(self, cache, context_len, mode):
         super().setup(cache, context_len, mode)
-        from eagle_fix.models import get_profile
+        from eagle_fix.pairs.profiles import get_profile
 
         if get_profile(cache["profile"]).device != "cuda":
             raise NotImplementedError("no GPU memory on a CPU profile")

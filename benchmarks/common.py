@@ -4,14 +4,14 @@ import os
 from pathlib import Path
 
 # Name as `eagle-fix run --profile`: cpu-quick | cpu | gpu-dummy | gpu. Unset: the package's default
-# for this machine (eagle_fix.models.default_profile_name()).
+# for this machine (eagle_fix.pairs.profiles.default_profile_name()).
 PROFILE_ENV = "EAGLE_FIX_PROFILE"
 
 # asv params must be fixed at import time: the union of every profile's contexts (the profiles own
-# them, eagle_fix.models). Combinations the chosen profile does not run are skipped
+# them, eagle_fix.pairs.profiles). Combinations the chosen profile does not run are skipped
 # (NotImplementedError in setup), not failed.
-from eagle_fix.models import PROFILES  # noqa: E402  (light: no vLLM or torch)
-from eagle_fix.record import MODES  # noqa: E402,F401
+from eagle_fix.pairs.profiles import PROFILES  # noqa: E402  (light: no vLLM or torch)
+from eagle_fix.core.record import MODES  # noqa: E402,F401
 
 ALL_CONTEXTS = tuple(sorted({c for p in PROFILES.values() for c in p.contexts}))
 NUM_SPECULATIVE_TOKENS = max(p.num_speculative_tokens for p in PROFILES.values())
@@ -28,7 +28,7 @@ def profile_name() -> str:
     name = os.environ.get(PROFILE_ENV)
     if name:
         return name
-    from eagle_fix.models import default_profile_name
+    from eagle_fix.pairs.profiles import default_profile_name
 
     return default_profile_name()
 
@@ -44,7 +44,7 @@ def profile_contexts(name: str) -> tuple:
     override = os.environ.get(CONTEXTS_ENV)
     if override:
         return tuple(int(c) for c in override.split(",") if c.strip())
-    from eagle_fix.models import get_profile
+    from eagle_fix.pairs.profiles import get_profile
 
     return tuple(get_profile(name).contexts)
 

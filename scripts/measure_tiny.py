@@ -21,7 +21,7 @@ def main() -> int:
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
 
-    from eagle_fix import workload
+    from eagle_fix.core import workload
 
     p = argparse.ArgumentParser()
     p.add_argument("--target"), p.add_argument("--draft")
@@ -32,7 +32,7 @@ def main() -> int:
     if a.target:
         t, d = a.target, a.draft
     else:
-        from eagle_fix import models
+        from eagle_fix.pairs import profiles as models
         t, d = models.tiny_pair()
     llm = LLM(model=str(t), speculative_config={"method": "eagle3", "model": str(d), "num_speculative_tokens": 3},
               max_model_len=4096, enforce_eager=True, skip_tokenizer_init=True, disable_log_stats=False,

@@ -17,7 +17,7 @@ SHARED_CONFIGS = ROOT.parent / "shared" / "data" / "configs"
 
 def real_shape_pair() -> tuple[Path, Path]:
     """The original report's target/draft configs (config.json only), shipped in the package."""
-    from eagle_fix.models import real_shape_configs
+    from eagle_fix.pairs.profiles import real_shape_configs
 
     return real_shape_configs()
 
@@ -25,7 +25,7 @@ def real_shape_pair() -> tuple[Path, Path]:
 def default_signals() -> None:
     """preexec_fn for a command under test: SIGINT/SIGTERM/SIGHUP at their defaults, as from a terminal.
     A pytest started in the background (nohup, `&`) would pass an ignored SIGINT/SIGHUP on, and
-    eagle_fix.lifecycle leaves an ignored signal alone by design."""
+    eagle_fix.engine.lifecycle leaves an ignored signal alone by design."""
     import signal
 
     for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
@@ -101,7 +101,7 @@ def asv_runs(tmp_path_factory):
     never touched): `scripts/bench.sh` of cpu-quick recorded under HEAD~1 with the fix on, and under HEAD
     with it off. One pair of engine runs per pytest run, shared by every test that reads them (tests/
     test_asv.py, the dashboard after a run, the README's two commands in order)."""
-    from eagle_fix.asv_suite import asv_machine_name
+    from eagle_fix.store.asv import asv_machine_name
 
     tmp = tmp_path_factory.mktemp("asv")
     results = tmp / "results" / "asv"

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT
-from eagle_fix import ab, models, verdict
+from eagle_fix.gate import ab, verdict
+from eagle_fix.pairs import profiles as models
 
 
 
@@ -65,7 +66,7 @@ def test_paired_verdicts():
 def test_synthetic_acceptance_is_shown_never_judged():
     """A profile whose acceptance vLLM's synthetic sampler sets (gpu-dummy): the rate is shown, no
     verdict on it, whatever the two sides' counts say; coverage is still compared exactly."""
-    from eagle_fix import verdict
+    from eagle_fix.gate import verdict
 
     entry = _entry([10.0] * 8, [10.0] * 8)
     entry["pairs"][0]["base"].update(num_drafts=128, num_accepted_tokens=384, acceptance_length=4.0, drafter_coverage=1.0)
@@ -89,7 +90,8 @@ def test_too_few_rounds_for_the_test_are_inconclusive_and_name_the_rounds_needed
 
 
 def test_default_rounds_reach_the_level_and_each_row_states_its_power():
-    from eagle_fix import stats, verdict
+    from eagle_fix.core import stats
+    from eagle_fix.gate import verdict
 
     assert ab.DEFAULT_ALPHA == verdict.DEFAULT_ALPHA and ab.DEFAULT_THRESHOLD == verdict.DEFAULT_THRESHOLD
     assert ab.DEFAULT_ROUNDS == verdict.DEFAULT_ROUNDS  # how many the calibration shows: tests/test_calibration.py
@@ -108,7 +110,7 @@ def _fake_ab_args(tmp_path, monkeypatch, fake_engine, rounds, blocks=None, modes
     (a side's engine sees SIDE=base or SIDE=new in its env) and the side probe skipped."""
     import argparse
 
-    from eagle_fix import engine, lifecycle
+    from eagle_fix.engine import process as engine, lifecycle
 
     monkeypatch.setattr(engine, "EngineProcess", fake_engine)
     monkeypatch.setattr(lifecycle, "install_signal_handlers", lambda: None)
@@ -231,7 +233,7 @@ def test_rounds_alternate_order_and_record_it(tmp_path, monkeypatch):
 def test_an_order_effect_does_not_pose_as_a_change(tmp_path, monkeypatch):
     """Identical sides, the second measurement of every round 7% slower: measured base first every
     round (the old order), new would read 7% slower, beyond the threshold; ABBA cancels it."""
-    from eagle_fix import stats
+    from eagle_fix.core import stats
 
     _, result = _fake_run_ab(tmp_path, monkeypatch, factor=1.0, second_penalty=0.07)
     tpot = result["points"][0]["verdicts"]["tpot_ms"]
@@ -298,7 +300,8 @@ def _cuda_run_ab(tmp_path, monkeypatch, total):
     """run_ab on a pretend GPU of `total` bytes: fake engines that log their starts and closes."""
     import dataclasses
 
-    from eagle_fix import memory, models
+    from eagle_fix.machine import device
+    from eagle_fix.pairs import profiles as models
 
     events, up = [], set()
 
@@ -327,7 +330,7 @@ def _cuda_run_ab(tmp_path, monkeypatch, total):
     cuda = dataclasses.replace(models.PROFILES["cpu-quick"], device="cuda", gpu_memory_utilization=0.9)
     monkeypatch.setitem(models.PROFILES, "cpu-quick", cuda)
     monkeypatch.setattr(models.Profile, "check_runs_here", lambda self: None)
-    monkeypatch.setattr(memory, "gpu_total_bytes", lambda: (total, None if total else "NVML init failed"))
+    monkeypatch.setattr(device, "gpu_total_bytes", lambda: (total, None if total else "NVML init failed"))
     return ab.run_ab(_fake_ab_args(tmp_path, monkeypatch, Fake, 4, blocks="2")), events
 
 

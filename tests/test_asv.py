@@ -58,7 +58,7 @@ def test_bench_sh_publishes_an_offline_dashboard_and_the_report(asv_runs):
 
 
 def test_asv_records_every_tracked_number_of_the_quick_profile(asv_runs):
-    from eagle_fix.results import load_asv_commit
+    from eagle_fix.store.results import load_asv_commit
 
     _, results, _, commits, _, _, _ = asv_runs
     rows = load_asv_commit(results, commits["on"])
@@ -77,7 +77,7 @@ def test_asv_records_every_tracked_number_of_the_quick_profile(asv_runs):
 
 
 def test_fix_off_records_the_compiled_crash_as_a_failed_benchmark(asv_runs):
-    from eagle_fix.results import load_asv_commit
+    from eagle_fix.store.results import load_asv_commit
 
     _, results, _, commits, outs, _, _ = asv_runs
     got = {(r["context_len"], r["mode"]): r for r in load_asv_commit(results, commits["off"])}

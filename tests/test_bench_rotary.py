@@ -63,9 +63,9 @@ def test_rotary_forward_past_draft_length(benchmark, vllm_config):
 @pytest.fixture
 def plugin():
     try:
-        from eagle_fix import plugin
+        from eagle_fix.fix import plugin
     except ImportError as exc:
-        pytest.skip(f"eagle_fix.plugin is not there yet ({exc})")
+        pytest.skip(f"eagle_fix.fix.plugin is not there yet ({exc})")
     return plugin
 
 

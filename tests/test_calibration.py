@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from eagle_fix import calibration, report, verdict
+from eagle_fix.gate import calibration, verdict
+from eagle_fix.publish import report
 
 ROOT = Path(__file__).resolve().parents[1]
 GATE = ROOT / calibration.GATE

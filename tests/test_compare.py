@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from eagle_fix import cli, verdict
-from eagle_fix.compare import compare_records, load_side
-from eagle_fix.errors import EagleFixError
-from eagle_fix.results import load_jsonl
+from eagle_fix import cli
+from eagle_fix.gate import verdict
+from eagle_fix.gate.compare import compare_records, load_side
+from eagle_fix.core.errors import EagleFixError
+from eagle_fix.store.results import load_jsonl
 
 DATA = Path(__file__).parent / "data"
 BASE, NEW = DATA / "fixture-base.jsonl", DATA / "fixture-new.jsonl"
@@ -344,7 +345,7 @@ def committed_point(n: int, factor: float = 1.0, context_len: int = 8192, arm: s
     machine `factor` as fast (throughputs x factor, times / factor), headline numbers their medians."""
     from conftest import ROOT
 
-    from eagle_fix import record, stats
+    from eagle_fix.core import record, stats
 
     recs = [json.loads(line) for line in (ROOT / "results" / "runs" / COMMITTED).read_text().splitlines()]
     [rec] = [r for r in recs if (r["context_len"], r["mode"], r["arm"]) == (context_len, "eager", arm)]
@@ -412,7 +413,7 @@ def test_the_comparison_records_threshold_and_alpha():
     b = point(decode_throughput_tok_s=100.0, samples={"decode_throughput_tok_s": noisy(100.0)})
     cmp = compare_records([b], [b], threshold=0.1, alpha=0.05)
     assert (cmp.threshold, cmp.alpha) == (0.1, 0.05)
-    from eagle_fix.compare import format_comparison
+    from eagle_fix.gate.compare import format_comparison
 
     assert "(threshold 10%, alpha 0.05" in format_comparison(cmp)
     with pytest.raises(EagleFixError, match="alpha must be in"):

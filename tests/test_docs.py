@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 from conftest import ROOT
-from eagle_fix.report import _BEGIN, _END, doc_blocks, update_docs
+from eagle_fix.publish.report import _BEGIN, _END, doc_blocks, update_docs
 
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 

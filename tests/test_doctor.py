@@ -35,9 +35,9 @@ def doctor(*argv: str, mode: str = "auto", timeout: int = 300, env: dict | None 
 
 # What each release's own code does (read from the wheels, docs/releases.md): its override variant
 # (seed: eagle/eagle3 only, PR #49343; generalized: every draft sharing the target's positions) and the
-# drafter's block table, as the registry declares them (eagle_fix/releases.py). `eagle-fix matrix` runs
+# drafter's block table, as the registry declares them (eagle_fix/releases/registry.py). `eagle-fix matrix` runs
 # this file in each release's venv, the CUDA builds included.
-from eagle_fix.releases import by_version  # noqa: E402
+from eagle_fix.releases.registry import by_version  # noqa: E402
 
 
 @pytest.mark.parametrize("mode", sorted(EXPECTED))
@@ -46,7 +46,7 @@ def test_verdicts_for_the_original_report_pair(mode, shared_pair):
     code = f"""
 import json
 from pathlib import Path
-from eagle_fix.doctor import diagnose
+from eagle_fix.fix.doctor import diagnose
 t, d = map(Path, {tuple(map(str, shared_pair))!r})
 print(json.dumps({{n: diagnose(target=t, draft=d, max_model_len=n) for n in (1024, 8192, 131072)}}))
 """
@@ -111,7 +111,7 @@ import json
 from pathlib import Path
 import vllm.config.vllm
 vllm.config.vllm.HAS_TRITON = True
-from eagle_fix.doctor import diagnose, render_text
+from eagle_fix.fix.doctor import diagnose, render_text
 t, d = map(Path, {tuple(map(str, shared_pair))!r})
 r = diagnose(target=t, draft=d, max_model_len=8192)
 print(json.dumps({{"report": r, "text": render_text(r)}}))

@@ -48,7 +48,7 @@ def ab_run(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def ab(ab_run) -> dict[tuple, dict]:
-    from eagle_fix import record
+    from eagle_fix.core import record
 
     _, out = ab_run
     records = record.read(out)
@@ -163,7 +163,7 @@ def test_records_carry_the_measurement_context(ab):
 
 
 def test_records_carry_samples_intervals_and_roofline(ab):
-    from eagle_fix import stats
+    from eagle_fix.core import stats
 
     r = point(ab, PAST[-1], "eager", "on")
     assert r["repeats"] == 2 and len(r["samples"]["decode_throughput_tok_s"]) == 2
@@ -180,7 +180,7 @@ def test_records_carry_samples_intervals_and_roofline(ab):
 def test_the_cpu_worker_reports_its_own_memory_and_settings(tmp_path):
     """One small point, its own sweep: the worker's host peak over the point (reset before it), vLLM's
     figures read in the worker, the settings vLLM ran with, and the NVML null with its reason."""
-    from eagle_fix import record
+    from eagle_fix.core import record
 
     out = tmp_path / "memory.jsonl"
     proc = subprocess.run([sys.executable, "-m", "eagle_fix.cli", "run", "--profile", "cpu-quick", "--contexts", "1024",

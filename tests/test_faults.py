@@ -338,9 +338,9 @@ def test_sigkill_of_the_run_leaves_no_engine_process(tmp_path):
 # --------------------------------------------------------------------------- without the engine
 
 def test_unwritable_engine_log_is_a_one_line_error_before_any_start():
-    from eagle_fix import lifecycle
-    from eagle_fix.engine import EngineProcess, EngineSpec
-    from eagle_fix.errors import EagleFixError
+    from eagle_fix.engine import lifecycle
+    from eagle_fix.engine.process import EngineProcess, EngineSpec
+    from eagle_fix.core.errors import EagleFixError
 
     spec = EngineSpec(target="/nonexistent", draft=None, mode="eager", fix=None, max_model_len=4096)
     before, installed = lifecycle.groups(), lifecycle.handlers_installed()
@@ -371,7 +371,7 @@ def test_cli_unwritable_log_dir_is_one_line(tmp_path):
 
 
 def test_killed_cause_names_the_signal():
-    from eagle_fix.engine import killed_cause
+    from eagle_fix.engine.process import killed_cause
 
     log = ["(EngineCore pid=1) ERROR 11-30 16:41:25 [multiproc_executor.py:315] Worker proc VllmWorker-0 died "
            "unexpectedly (exit code: -9), shutting down executor.", "Traceback (most recent call last):",
@@ -384,8 +384,8 @@ def test_killed_cause_names_the_signal():
 
 
 def test_interrupted_exit_codes_and_keyboard_interrupt():
-    from eagle_fix.errors import EagleFixError
-    from eagle_fix.lifecycle import Interrupted
+    from eagle_fix.core.errors import EagleFixError
+    from eagle_fix.engine.lifecycle import Interrupted
 
     term = Interrupted(None, signal.SIGTERM)
     assert isinstance(term, EagleFixError) and not isinstance(term, KeyboardInterrupt)
@@ -398,7 +398,7 @@ def test_interrupted_exit_codes_and_keyboard_interrupt():
 
 _HANDLER_SCRIPT = textwrap.dedent("""
     import os, signal, subprocess, sys, time
-    from eagle_fix import lifecycle
+    from eagle_fix.engine import lifecycle
     # as from a terminal: a signal ignored by how pytest was started (nohup: SIGHUP; a background
     # job: SIGINT) is inherited, and left alone by design
     for sig in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM):
@@ -450,12 +450,12 @@ def _kill_groups(*pgids: int | None) -> None:
 
 _WATCH_SCRIPT = textwrap.dedent("""
     import os, subprocess, sys, time
-    from eagle_fix.engine import PARENT_PID_ENV
+    from eagle_fix.engine.process import PARENT_PID_ENV
     # The parent: start a stand-in engine child the way EngineProcess does (own session, lifeline).
     life_read, life_write = os.pipe()
     child = subprocess.Popen([sys.executable, "-c",
         "import os, subprocess, sys, time\\n"
-        "from eagle_fix.engine import watch_parent\\n"
+        "from eagle_fix.engine.process import watch_parent\\n"
         "watch_parent(int(sys.argv[1]), int(os.environ['EAGLE_FIX_PARENT_PID']))\\n"
         "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\\n"
         "time.sleep(600)\\n", str(life_read)],
@@ -484,7 +484,7 @@ def test_engine_child_kills_its_group_when_the_parent_is_killed():
 
 def test_asv_benchmark_process_stops_when_asv_run_is_gone(tmp_path):
     """`asv run` killed leaves its benchmark process reparented: exit_with_parent() makes that a SIGTERM."""
-    child = ("import sys, time; from eagle_fix import lifecycle; lifecycle.install_signal_handlers(); "
+    child = ("import sys, time; from eagle_fix.engine import lifecycle; lifecycle.install_signal_handlers(); "
              "lifecycle.exit_with_parent(poll_s=0.2); print('up', flush=True)\n"
              "try:\n    time.sleep(60)\nexcept lifecycle.Interrupted as exc:\n    sys.exit(exc.exit_code)")
     parent = ("import subprocess, sys, time; p = subprocess.Popen([sys.executable, '-c', sys.argv[1]]); "
@@ -513,7 +513,7 @@ def test_a_paused_engine_is_continued_when_its_owner_dies():
     import subprocess
     import time
 
-    from eagle_fix.engine import continue_when_gone
+    from eagle_fix.engine.process import continue_when_gone
 
     group = subprocess.Popen(["sleep", "60"], start_new_session=True)  # stands in for the engine's group
     owner = subprocess.Popen(["sleep", "60"])
@@ -542,7 +542,7 @@ def test_a_released_lifeline_reads_as_the_owners_death_and_stops_its_sentinel():
     EOF (what watch_parent takes for the owner's death) and the sentinel is gone; twice is harmless."""
     import subprocess
 
-    from eagle_fix.engine import Lifeline
+    from eagle_fix.engine.process import Lifeline
 
     group = subprocess.Popen(["sleep", "60"], start_new_session=True)
     life = Lifeline()

@@ -7,8 +7,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from eagle_fix.fix import (CACHE_ONLY_ROPE_TYPES, draft_layer_order, maybe_override_draft_max_position_embeddings,
-                           proposer_block_size, rope_is_cache_only, rope_types)
+from eagle_fix.fix.positions import (
+    CACHE_ONLY_ROPE_TYPES, draft_layer_order, maybe_override_draft_max_position_embeddings, proposer_block_size, rope_is_cache_only, rope_types,
+)
 
 
 def test_small_value_is_raised_and_logged(caplog):

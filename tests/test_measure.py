@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from conftest import ROOT
-from eagle_fix.measure import decode_spin_ms, decode_step_ms
+from eagle_fix.engine.measure import decode_spin_ms, decode_step_ms
 
 
 def test_step_ms_is_the_median_of_the_decode_steps_prompt_steps_left_out():

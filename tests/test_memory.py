@@ -6,7 +6,8 @@ import subprocess
 import sys
 import time
 
-from eagle_fix.memory import MemorySampler, device_info
+from eagle_fix.engine.memory import MemorySampler
+from eagle_fix.machine.device import device_info
 
 # A child that starts a grandchild holding ~300 MiB (as the engine's core process holds the KV cache),
 # in its own process group, so the test can end both by group (never by name).

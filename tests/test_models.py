@@ -5,8 +5,8 @@ import shutil
 
 import pytest
 
-from eagle_fix import models
-from eagle_fix.errors import EagleFixError
+from eagle_fix.pairs import profiles as models
+from eagle_fix.core.errors import EagleFixError
 
 
 def _cfg(folder):
@@ -157,7 +157,7 @@ def test_profile_errors():
 
 def test_engine_spec_takes_the_profiles_speculative_config():
     """The sweep's engine and the profile must say the same thing to vLLM (one builder for both)."""
-    from eagle_fix.engine import EngineSpec
+    from eagle_fix.engine.process import EngineSpec
 
     gd = models.get_profile("gpu-dummy")
     spec = EngineSpec(target=str(gd.target), draft=str(gd.draft), mode="eager", fix="on", max_model_len=8192,

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from conftest import ROOT
-from eagle_fix.plan import Point, RunArgs, plan, prompt_len, resolve
+from eagle_fix.sweep.plan import Point, RunArgs, plan, prompt_len, resolve
 
 
 def run_cli(*argv: str) -> subprocess.CompletedProcess:
@@ -67,7 +67,7 @@ def test_plan_runs_baselines_first_and_one_engine_group_per_mode_arm_fix():
 
 
 def test_identity_of_a_point_is_the_records_identity():
-    from eagle_fix import record
+    from eagle_fix.core import record
 
     run = resolve(RunArgs(profile="cpu-quick", contexts=(8192,), fixes=("on",)))
     eagle, base = Point(8192, "eager", "eagle3", "on"), Point(8192, "eager", "baseline", None)
@@ -79,7 +79,7 @@ def test_a_full_filesystem_is_refused_before_any_engine(tmp_path, monkeypatch):
     import shutil
     from collections import namedtuple
 
-    from eagle_fix.errors import EagleFixError
+    from eagle_fix.core.errors import EagleFixError
 
     usage = namedtuple("usage", "total used free")
     monkeypatch.setattr(shutil, "disk_usage", lambda p: usage(10**9, 10**9 - 1000, 1000))
@@ -135,8 +135,8 @@ def test_a_bad_slowdown_is_one_line_naming_it(value):
 
 
 def test_the_refusal_in_process(tmp_path, monkeypatch):
-    from eagle_fix.errors import EagleFixError
-    from eagle_fix.plan import COMMITTED_RESULTS, injected, refuse_injected_delay
+    from eagle_fix.core.errors import EagleFixError
+    from eagle_fix.sweep.plan import COMMITTED_RESULTS, injected, refuse_injected_delay
 
     monkeypatch.delenv("EAGLE_FIX_INJECT_STEP_DELAY_MS", raising=False)
     monkeypatch.setenv("EAGLE_FIX_INJECT_SLOWDOWN", "0.05")
@@ -160,7 +160,7 @@ def test_the_refusal_in_process(tmp_path, monkeypatch):
 def _ab_args(tmp_out, *extra):
     import argparse
 
-    from eagle_fix import ab
+    from eagle_fix.gate import ab
 
     parser = argparse.ArgumentParser()
     ab.add_cli_args(parser)
@@ -169,8 +169,8 @@ def _ab_args(tmp_out, *extra):
 
 
 def test_ab_refuses_a_knob_where_its_file_would_not_record_it(tmp_path, monkeypatch):
-    from eagle_fix.errors import EagleFixError
-    from eagle_fix.plan import COMMITTED_RESULTS
+    from eagle_fix.core.errors import EagleFixError
+    from eagle_fix.sweep.plan import COMMITTED_RESULTS
 
     monkeypatch.delenv("EAGLE_FIX_INJECT_STEP_DELAY_MS", raising=False)
     monkeypatch.delenv("EAGLE_FIX_INJECT_SLOWDOWN", raising=False)

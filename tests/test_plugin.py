@@ -14,7 +14,7 @@ target, draft = {pair}
 args = EngineArgs(model=target, max_model_len=8192, skip_tokenizer_init=True, load_format="dummy",
                   speculative_config={{"method": "eagle3", "model": draft, "num_speculative_tokens": 3}})
 sc = args.create_engine_config().speculative_config
-import eagle_fix.plugin as plugin
+import eagle_fix.fix.plugin as plugin
 plugin.register()  # a second call must change nothing
 from vllm.config import SpeculativeConfig
 import vllm.v1.worker.gpu_model_runner as runner, vllm.v1.spec_decode.eagle as eagle
@@ -34,7 +34,7 @@ def _no_device() -> bool:
     but `EngineArgs.create_engine_config` needs a device (scripts/matrix.sh --releases vllm-X)."""
     import shutil
 
-    from eagle_fix.machine import versions
+    from eagle_fix.machine.host import versions
 
     return versions()["vllm_distribution"] == "vllm" and shutil.which("nvidia-smi") is None
 
@@ -82,7 +82,7 @@ def test_one_line_per_process_saying_what_it_did(shared_pair):
 
 
 def test_bad_mode_is_one_line_naming_the_fix(shared_pair):
-    out = run_py("from eagle_fix.plugin import register; register()", mode="sometimes")
+    out = run_py("from eagle_fix.fix.plugin import register; register()", mode="sometimes")
     assert out.returncode != 0
     assert "EAGLE_FIX_MODE='sometimes' is not a mode; use one of auto, off, revert" in out.stderr
 
@@ -99,7 +99,7 @@ tgt = ModelConfig(model=target, max_model_len=16384, skip_tokenizer_init=True)
 sc = SpeculativeConfig(method="eagle3", model=draft, num_speculative_tokens=3, target_model_config=tgt,
                        target_parallel_config=ParallelConfig())
 before = (sc.draft_model_config.hf_config.max_position_embeddings, sc.draft_model_config.max_model_len)
-import eagle_fix.plugin as plugin
+import eagle_fix.fix.plugin as plugin
 plugin._after_speculative_config(sc, "auto", backport=True)
 d = sc.draft_model_config
 print(json.dumps({{"before": before, "after": (d.hf_config.max_position_embeddings, d.hf_config.model.max_position_embeddings, d.max_model_len)}}))
@@ -122,8 +122,8 @@ def test_a_release_without_the_runner_hooks_is_named_in_one_line():
     """Another release's runner without the internals the counters wrap (either runner): the plugin
     says which release, which runner and which hook, once, and the worker reports those counters as
     unknown with the lines, so the record is flagged (coverage stays unmeasured, never guessed)."""
-    import eagle_fix.plugin as plugin
-    from eagle_fix import record
+    import eagle_fix.fix.plugin as plugin
+    from eagle_fix.core import record
 
     saved = list(plugin._actions), dict(plugin._problems), set(plugin._installed)
     v1_gate, v1_propose = plugin.HOOK_POINTS["v1"][1], plugin.HOOK_POINTS["v1"][2]
@@ -162,7 +162,7 @@ def test_a_release_without_the_runner_hooks_is_named_in_one_line():
         plugin._problems.update(saved[1])
         plugin._installed.clear()
         plugin._installed.update(saved[2])
-    from eagle_fix.machine import versions
+    from eagle_fix.machine.host import versions
 
     v = versions()
     release = f"{v['vllm_distribution']} {v['vllm']}"
@@ -196,7 +196,7 @@ import inspect, json, time, types
 import torch
 from vllm.plugins import load_general_plugins
 load_general_plugins()  # as every vLLM process does
-import eagle_fix.plugin as plugin
+import eagle_fix.fix.plugin as plugin
 import vllm.v1.worker.gpu.model_runner as runner
 import vllm.v1.worker.gpu.spec_decode.eagle.speculator as eagle
 import vllm.v1.worker.gpu_model_runner as runner_v1, vllm.v1.spec_decode.eagle as eagle_v1
@@ -295,7 +295,7 @@ def _timed(call) -> float:
 
 @pytest.mark.parametrize("split", [False, True], ids=["one-call step", "execute_model + sample_tokens"])
 def test_the_slowdown_knob_makes_a_step_one_plus_f_as_long_and_the_step_time_sees_it(monkeypatch, split):
-    import eagle_fix.plugin as plugin
+    import eagle_fix.fix.plugin as plugin
 
     monkeypatch.delenv(plugin.INJECT_DELAY_ENV, raising=False)
     monkeypatch.delenv(plugin.INJECT_SLOWDOWN_ENV, raising=False)
@@ -323,7 +323,7 @@ def test_the_slowdown_knob_makes_a_step_one_plus_f_as_long_and_the_step_time_see
 def test_step_times_skip_empty_steps_and_mark_prompt_steps():
     import types
 
-    import eagle_fix.plugin as plugin
+    import eagle_fix.fix.plugin as plugin
 
     runner = _fake_runner(plugin, split=True)
     empty = types.SimpleNamespace(scheduled_new_reqs=[], num_scheduled_tokens={}, scheduled_spec_decode_tokens={},
@@ -346,7 +346,7 @@ def test_step_times_skip_empty_steps_and_mark_prompt_steps():
 def test_carries_prompt_reads_the_scheduler_output():
     import types
 
-    from eagle_fix.plugin import carries_prompt
+    from eagle_fix.fix.plugin import carries_prompt
 
     assert carries_prompt(_sched(prompt=True)) is True
     assert carries_prompt(_sched()) is False
@@ -357,7 +357,7 @@ def test_carries_prompt_reads_the_scheduler_output():
 
 
 def test_the_step_times_are_bounded():
-    import eagle_fix.plugin as plugin
+    import eagle_fix.fix.plugin as plugin
 
     steps = plugin._Steps()
     for _ in range(steps.LIMIT + 3):
@@ -369,7 +369,7 @@ def test_the_step_times_are_bounded():
 
 @pytest.mark.parametrize("raw", ["-0.1", "abc", "nan", "inf", "5%"])
 def test_a_bad_slowdown_is_one_line_naming_the_variable(monkeypatch, raw):
-    import eagle_fix.plugin as plugin
+    import eagle_fix.fix.plugin as plugin
 
     monkeypatch.setenv(plugin.INJECT_SLOWDOWN_ENV, raw)
     with pytest.raises(ValueError) as exc:
@@ -378,7 +378,7 @@ def test_a_bad_slowdown_is_one_line_naming_the_variable(monkeypatch, raw):
 
 
 def test_the_slowdown_knob_parses(monkeypatch):
-    import eagle_fix.plugin as plugin
+    import eagle_fix.fix.plugin as plugin
 
     monkeypatch.delenv(plugin.INJECT_SLOWDOWN_ENV, raising=False)
     assert plugin.inject_slowdown() == 0.0

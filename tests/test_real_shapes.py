@@ -23,9 +23,10 @@ import sys
 import pytest
 
 from conftest import ROOT
-from eagle_fix import machine, models
-from eagle_fix.checkpoint import read_config
-from eagle_fix.errors import EagleFixError
+from eagle_fix.machine import host as machine
+from eagle_fix.pairs import profiles as models
+from eagle_fix.fix.checkpoint import read_config
+from eagle_fix.core.errors import EagleFixError
 
 
 def test_real_shape_profiles():
@@ -58,8 +59,8 @@ def test_reduced_depth_needs_distinct_aux_layers():
 
 
 def test_engine_spec_passes_hf_overrides_to_the_target_only():
-    from eagle_fix.plan import Point, RunArgs, resolve
-    from eagle_fix.sweep import engine_spec
+    from eagle_fix.sweep.plan import Point, RunArgs, resolve
+    from eagle_fix.sweep.loop import engine_spec
 
     run = resolve(RunArgs(profile="cpu-8b-l8", contexts=(3072, 4096)))
     spec = engine_spec(run, Point(4096, "compile", "eagle3", "on"))
@@ -90,8 +91,8 @@ def test_8b_byte_counts_by_hand():
 
 def test_roofline_of_a_reduced_depth_counts_its_layers():
     """`_roofline` must see the overridden num_hidden_layers: 8 layers stream ~4.7 GB a step, not ~15.5."""
-    from eagle_fix import sweep
-    from eagle_fix.plan import RunArgs, resolve
+    from eagle_fix.sweep import loop as sweep
+    from eagle_fix.sweep.plan import RunArgs, resolve
 
     limits = {"matmul_gflops": {"bf16": 1000.0}, "bandwidth_gbs": 10.0}
     for name, layers in (("cpu-8b-l8", 8), ("cpu-8b", 32)):
@@ -156,7 +157,7 @@ def compiled_ab(tmp_path_factory):
         pytest.fail(f"EAGLE_FIX_REAL_SHAPES_PROFILE={PROFILE}: choose cpu-8b-l8 or cpu-8b")
     if _available_gib() < NEEDS_GIB[PROFILE]:
         pytest.skip(f"{PROFILE} needs ~{NEEDS_GIB[PROFILE]} GiB of available memory, {_available_gib():.1f} GiB here now")
-    from eagle_fix import record
+    from eagle_fix.core import record
 
     out = tmp_path_factory.mktemp("real-shapes") / "ab.jsonl"
     cmd = [sys.executable, "-m", "eagle_fix.cli", "run", "--profile", PROFILE, "--contexts", str(CONTEXT),

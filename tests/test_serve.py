@@ -1,4 +1,4 @@
-"""Served mode (eagle_fix.serve): the tiny pair's tokenizer, the server's arguments, ports, vLLM's client
+"""Served mode (eagle_fix.served.server): the tiny pair's tokenizer, the server's arguments, ports, vLLM's client
 arguments; and, marked `engine`, one real server: health, a cell through vLLM's bench, the drafter's
 counters through the server, and Ctrl-C / SIGTERM leaving no server behind. (A server killed mid-cell:
 tests/test_map.py.)"""
@@ -17,9 +17,10 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, default_signals
-from eagle_fix import lifecycle, serve
-from eagle_fix.errors import EagleFixError
-from eagle_fix.models import tiny_pair
+from eagle_fix.engine import lifecycle
+from eagle_fix.served import server as serve
+from eagle_fix.core.errors import EagleFixError
+from eagle_fix.pairs.profiles import tiny_pair
 
 TARGET, DRAFT = tiny_pair()
 
@@ -34,7 +35,7 @@ def test_shipped_tokenizer_round_trips_every_id():
     ids = list(range(512))
     assert tok.encode(serve.ids_to_text(ids)).ids == ids
     assert tok.get_vocab_size() == 512
-    from eagle_fix.workload import make_prompts
+    from eagle_fix.core.workload import make_prompts
 
     prompt = make_prompts(2048, 1, vocab_size=512, seed=3)[0]
     assert tok.encode(serve.ids_to_text(prompt)).ids == prompt
@@ -79,7 +80,7 @@ def test_shipped_files_are_what_the_generator_writes(tmp_path):
 
 def test_offline_engine_still_skips_the_tokenizer():
     """The offline engine feeds token ids and never loads the tokenizer that now ships beside it."""
-    from eagle_fix.engine import EngineSpec
+    from eagle_fix.engine.process import EngineSpec
 
     kw = EngineSpec(target=str(TARGET), draft=str(DRAFT), mode="eager", fix="on", max_model_len=4096).llm_kwargs()
     assert kw["skip_tokenizer_init"] is True
@@ -89,7 +90,7 @@ def test_offline_engine_still_skips_the_tokenizer():
 
 
 def _spec(draft=True, **kw):
-    from eagle_fix.engine import EngineSpec
+    from eagle_fix.engine.process import EngineSpec
 
     return EngineSpec(target=str(TARGET), draft=str(DRAFT) if draft else None, mode="eager",
                       fix="on" if draft else None, max_model_len=2048, kv_cache_gib=1.0, max_num_seqs=2, **kw)
@@ -180,7 +181,7 @@ def server(tmp_path_factory):
 
 @pytest.mark.engine
 def test_server_answers_and_counts_the_drafter(server, tmp_path):
-    from eagle_fix.workload import make_prompts
+    from eagle_fix.core.workload import make_prompts
 
     assert server.healthy()
     assert server.reset_drafter_stats() is None
@@ -226,7 +227,7 @@ def _server_groups(parent: int) -> set[int]:
     out = set()
     try:
         for child in psutil.Process(parent).children():
-            if "eagle_fix.serve" in " ".join(child.cmdline()):
+            if "eagle_fix.served.server" in " ".join(child.cmdline()):
                 out.add(os.getpgid(child.pid))
     except (psutil.Error, ProcessLookupError):
         pass

@@ -1,4 +1,4 @@
-"""eagle_fix.stats: hand-computed values, brute-force enumerations, and scipy cross-checks (when
+"""eagle_fix.core.stats: hand-computed values, brute-force enumerations, and scipy cross-checks (when
 scipy is installed; the project's venv does not have it, so those tests skip there)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from eagle_fix import stats as s
+from eagle_fix.core import stats as s
 
 Z95 = 1.959963984540054
 
@@ -529,7 +529,7 @@ def test_cross_check_against_scipy():
 def test_judge_zero_base_median_is_inconclusive_without_a_size():
     r = s.judge([0.0, 0.0, 0.0, 0.0, 0.0], [1.0, 2.0, 3.0, 4.0, 5.0], higher_is_better=False, threshold=0.05)
     assert (r["verdict"], r["needed"], r["detectable"]) == ("inconclusive", None, None)
-    from eagle_fix import verdict
+    from eagle_fix.gate import verdict
 
     v = verdict.noisy([0.0] * 5, [1.0, 2.0, 3.0, 4.0, 5.0], metric="tpot_ms")
     assert (v.verdict, v.power) == ("inconclusive", "could detect nothing")

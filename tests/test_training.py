@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from eagle_fix import training
+from eagle_fix.pairs import training
 
 TINY = training.DEFAULT_OUT
 

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from eagle_fix import workload
+from eagle_fix.core import workload
 
 
 @pytest.mark.parametrize("ctx,vocab", [(1, 512), (100, 512), (1536, 512), (8192, 512), (131072, 128256)])

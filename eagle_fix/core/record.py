@@ -1,0 +1,478 @@
+"""One point of a sweep, defined once: its identity, its metrics (unit, direction, noisy or exact,
+the lower-is-better form asv tracks), the speedup, and the JSON-lines file that holds points.
+
+Every other stage (sweep, results, report, compare, benchmarks/) reads these definitions instead
+of spelling a point's keys again: a point's identity written in several places drifts.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from eagle_fix.core.errors import EagleFixError
+
+# 1: the first records (no schema key, one sample per point).
+# 2: `schema`, `samples`/`ci95`, acceptance counts, `machine`, relative `engine_log`.
+SCHEMA_VERSION = 2
+
+MODES = ("eager", "compile")
+ARMS = ("eagle3", "baseline")
+FIXES = ("on", "off", "upstream")
+
+# What makes two records the same point: matched by --resume, compare, ab, the report and asv.
+IDENTITY = ("profile", "context_len", "mode", "arm", "fix", "batch_size", "output_len", "num_speculative_tokens")
+# Where it ran: two records of one point from different machines or engines are not one history.
+ENVIRONMENT = ("machine_id", "vllm_version")
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A number a point carries. `noisy` metrics are judged with samples and statistics; exact ones
+    (counts, coverage) compare as they are. `asv` names the lower-is-better form asv tracks
+    (asv assumes lower is better for every benchmark) and `to_asv` derives it from the column."""
+
+    column: str
+    label: str
+    unit: str
+    higher_is_better: bool
+    noisy: bool
+    asv: str | None = None
+    asv_unit: str | None = None
+    to_asv: Callable[[float], float] | None = None
+    # What the asv graph of this metric shows, in words (its title and its tooltip): every asv form
+    # is lower-is-better, and the graph says so.
+    asv_title: str | None = None
+    asv_doc: str | None = None
+    # The sweep keeps every repeat of it (the gate can judge it on samples), and `ab` measures it in
+    # every round (judged on the paired ratios). Memory and the speedup are one number per point.
+    sampled: bool = False
+    paired: bool = False
+
+
+def _inverse(scale: float = 1.0) -> Callable[[float], float]:
+    return lambda v: scale / v if v else math.inf
+
+
+def _complement(v: float) -> float:
+    return 1.0 - v
+
+
+def _unused_pct(v: float) -> float:
+    return 100.0 - v
+
+
+METRICS: tuple[Metric, ...] = (
+    Metric("decode_throughput_tok_s", "decode throughput", "tok/s", True, True, sampled=True, paired=True),
+    Metric("tpot_ms", "time per output token", "ms", False, True, "track_tpot", "ms",
+           asv_title="decode: time per output token",
+           asv_doc="Milliseconds per output token after the first (median of the decode samples); "
+                   "the decode cost speculation exists to lower.", sampled=True, paired=True),
+    # timed inside the engine's worker (eagle_fix.fix.plugin), so the front end's scheduling, detokenizing
+    # and RPCs are not in it, and a median over hundreds of steps shrugs off a burst of other work; no
+    # asv benchmark name: asv's history of the existing benchmarks stays as it is
+    Metric("step_ms", "model step time (decode)", "ms", False, True,
+           asv_title="decode: model step time",
+           asv_doc="Milliseconds per model step during decode, timed in the engine's worker (execute_model "
+                   "and the sampling and drafting that complete it), median over the steps of a decode run "
+                   "(steps carrying prompt tokens left out); a step emits 1 to k+1 tokens a request.", sampled=True, paired=True),
+    Metric("output_throughput_tok_s", "output throughput", "tok/s", True, True,
+           "track_e2e_ms_per_token", "ms", _inverse(1000.0),
+           asv_title="end to end: ms per output token",
+           asv_doc="1000 / output tokens per second, prefill included: what one request costs per token.", sampled=True),
+    Metric("ttft_s", "TTFT", "s", False, True, "track_ttft", "seconds",
+           asv_title="time to first token", asv_doc="Seconds to the first token: the prefill of the whole context.", sampled=True),
+    Metric("speedup", "speedup vs baseline", "x", True, True,
+           "track_relative_decode_time", "fraction", _inverse(),
+           asv_title="EAGLE3 decode time / no-speculation decode time",
+           asv_doc="1 / speedup at the same point: below 1 speculation pays, above 1 it costs. At most k+1 "
+                   "tokens a step, so below 1/(k+1) is impossible and withheld."),
+    Metric("acceptance_length", "acceptance length", "tokens", True, False,
+           "track_target_passes_per_token", "passes/token", _inverse(),
+           asv_title="target passes per output token (1 / acceptance length)",
+           asv_doc="1 / acceptance length from vLLM's counters: 1 means every draft was rejected, "
+                   "1/(k+1) every draft accepted."),
+    Metric("drafter_coverage", "drafter coverage", "fraction", True, False,
+           "track_drafter_skipped_share", "fraction", _complement,
+           asv_title="share of decode steps the drafter skipped",
+           asv_doc="1 - drafter coverage, counted in the engine: vLLM's own counters count zero-filled "
+                   "drafts as drafts, so only this says whether speculation ran."),
+    Metric("peak_gpu_memory_bytes", "peak GPU memory", "bytes", False, True, "track_peak_gpu_memory", "bytes",
+           asv_title="peak GPU memory", asv_doc="Peak GPU memory of the point (CUDA profiles only)."),
+    Metric("peak_host_memory_bytes", "peak host memory", "bytes", False, True, "track_peak_host_memory", "bytes",
+           asv_title="peak host memory", asv_doc="Peak resident memory of the engine's process tree."),
+    Metric("kv_cache_capacity_tokens", "KV cache capacity", "tokens", True, False),
+    # %-of-roofline against the limits measured in the same run (eagle_fix.machine.host); asv tracks the
+    # share left unused
+    Metric("decode_pct_of_bandwidth", "decode % of bandwidth", "%", True, True,
+           "track_decode_bandwidth_unused_pct", "%", _unused_pct,
+           asv_title="decode: % of memory bandwidth left unused",
+           asv_doc="100 - decode's share of the memory bandwidth measured on this machine."),
+    Metric("prefill_pct_of_peak_flops", "prefill % of peak FLOP/s", "%", True, True,
+           "track_prefill_flops_unused_pct", "%", _unused_pct,
+           asv_title="prefill: % of peak FLOP/s left unused",
+           asv_doc="100 - prefill's share of the matmul rate measured on this machine."),
+)
+METRIC = {m.column: m for m in METRICS}
+# The %-of-roofline columns and what each is a share of.
+ROOFLINE_SHARES = {"prefill_pct_of_peak_flops": "the matmul peak", "decode_pct_of_bandwidth": "the copy bandwidth"}
+# Per draft position (1..k): vLLM's accepted_per_pos / drafts; asv tracks the rejected share.
+PER_POSITION = Metric("per_position_acceptance", "per-position acceptance", "rate", True, False,
+                      "track_per_position_rejection", "rate", _complement,
+                      asv_title="rejected share per draft position",
+                      asv_doc="1 - vLLM's accepted_per_pos / drafts, per draft position 1..k.")
+
+
+@dataclass(frozen=True)
+class BenchMetric:
+    """A key of `vllm bench serve`'s result JSON, under vLLM's own name (eagle-fix map keeps that JSON
+    as it is), with our column for the same quantity where the sweep has one and how the two differ."""
+
+    key: str
+    label: str
+    unit: str
+    higher_is_better: bool
+    ours: str | None = None  # our name of the same quantity (METRIC / PER_POSITION), or None
+    differs: str = ""  # how vLLM's number differs from ours, in words
+
+
+VLLM_BENCH_METRICS: tuple[BenchMetric, ...] = (
+    BenchMetric("output_throughput", "output throughput (served)", "tok/s", True, "output_throughput_tok_s",
+                "all requests' output tokens / the benchmark's wall time, concurrent requests included; ours is one "
+                "batch's output tokens / (TTFT + decode span)"),
+    BenchMetric("total_token_throughput", "total token throughput (served)", "tok/s", True, None,
+                "input and output tokens / the benchmark's wall time"),
+    BenchMetric("request_throughput", "request throughput", "req/s", True),
+    BenchMetric("median_tpot_ms", "median time per output token (served)", "ms", False, "tpot_ms",
+                "median over requests of (latency - TTFT) / (output tokens - 1), measured by the client over HTTP"),
+    BenchMetric("mean_tpot_ms", "mean time per output token (served)", "ms", False, "tpot_ms"),
+    BenchMetric("p99_tpot_ms", "p99 time per output token (served)", "ms", False, None),
+    BenchMetric("median_ttft_ms", "median time to first token (served)", "ms", False, "ttft_s",
+                "milliseconds, queueing behind other requests included; ours is seconds of one uncached prefill"),
+    BenchMetric("p99_ttft_ms", "p99 time to first token (served)", "ms", False, None),
+    BenchMetric("median_itl_ms", "median inter-token latency", "ms", False, None,
+                "gap between streamed chunks: a verified step of speculation streams several tokens at once"),
+    BenchMetric("p99_itl_ms", "p99 inter-token latency", "ms", False, None),
+    BenchMetric("median_e2el_ms", "median end-to-end latency", "ms", False, None),
+    BenchMetric("spec_decode_acceptance_length", "acceptance length (served)", "tokens", True, "acceptance_length",
+                "the same formula (1 + accepted / drafts) on the server's /metrics deltas over the whole benchmark"),
+    BenchMetric("spec_decode_acceptance_rate", "draft acceptance rate", "%", True, None,
+                "accepted / draft tokens, in percent"),
+    BenchMetric("spec_decode_per_position_acceptance_rates", "per-position acceptance (served)", "rate", True,
+                "per_position_acceptance", "the same formula, over the whole benchmark"),
+    BenchMetric("spec_decode_num_drafts", "drafts", "count", True, None, "counted as ours (num_drafts)"),
+)
+VLLM_BENCH_METRIC = {m.key: m for m in VLLM_BENCH_METRICS}
+
+# Fields the sweep writes on every record (None where a point has no such number). Records of
+# schema 1 lack some; `upgrade()` fills them so every reader sees one shape.
+FIELDS = (
+    "schema", *IDENTITY, "prompt_len", "status", "error",
+    *(m.column for m in METRICS), "per_position_acceptance",
+    "num_drafts", "num_draft_tokens", "num_accepted_tokens", "accepted_per_position",
+    "drafter_steps", "drafter_proposals", "max_seq_len_drafted",
+    "samples", "ci95", "repeats", "ttft_repeats", "acceptance_method",
+    "startup_s", "compile_s", "machine_id", "machine", "limits", "vllm_version", "torch_version",
+    "model_runner", "fix_state", "doctor_error", "draft_rotary_positions", "flags", "device", "git_commit",
+    "synthetic_acceptance", "env", "sol_decode_tok_s_baseline", "sol_decode_tok_s_eagle3",
+    "load_avg_1m", "load_avg_mean", "load_avg_max", "other_busy_cores", "machine_name", "engine_log", "timestamp",
+    # where the engine's processes ran: the frontend and engine core moved off the workers' cores
+    # (eagle_fix.machine.host.pin_off_workers), or why not
+    "pinning",
+    "roofline_flags",
+    # memory: what peak_gpu_memory_bytes covers (process | device) or why it is null; the worker's own
+    # peaks over the point (torch's CUDA allocator; the host peak, and whether it is the point's or
+    # the process's lifetime); vLLM's figures of the engine; nulls' reasons by field
+    "gpu_memory_scope", "gpu_memory_error", "torch_peak_allocated_bytes", "torch_peak_reserved_bytes",
+    "worker_host_peak_bytes", "worker_host_peak_scope", "vllm_weights_bytes", "vllm_kv_cache_bytes",
+    "vllm_activation_peak_bytes", "vllm_cudagraph_pool_bytes", "vllm_cudagraph_estimate_bytes", "memory_null_reasons",
+    # the engine's settings: the KV budget and device share asked for, and the compilation, CUDA-graph
+    # and attention choices vLLM really made
+    "kv_cache_memory_bytes", "gpu_memory_utilization", "compilation_mode", "cudagraph_mode", "attention_backend",
+)
+
+
+def new(**values: Any) -> dict[str, Any]:
+    """A record with every field present (None where unknown); unknown names are a bug, not data."""
+    unknown = set(values) - set(FIELDS)
+    if unknown:
+        raise KeyError(f"not a record field: {sorted(unknown)}")
+    rec = dict.fromkeys(FIELDS)
+    rec["schema"] = SCHEMA_VERSION
+    rec.update(values)
+    return rec
+
+
+def upgrade(rec: dict[str, Any]) -> dict[str, Any]:
+    """Any schema's record in this schema's shape (older files stay readable; nothing is invented:
+    a schema-1 record has no samples, so its noisy metrics cannot be judged, only shown)."""
+    out = dict.fromkeys(FIELDS)
+    out.update(rec)
+    out["schema"] = rec.get("schema", 1)
+    if out["machine_id"] is None and isinstance(rec.get("machine"), dict):
+        out["machine_id"] = rec["machine"].get("id")
+    if out["tpot_ms"] is None and rec.get("decode_throughput_tok_s") and out["schema"] == 1:
+        # schema 1 measured decode as tokens after the first over the engine's decode span
+        out["tpot_ms"] = 1000.0 * (rec.get("batch_size") or 1) / rec["decode_throughput_tok_s"]
+    if out["flags"] is None:
+        out["flags"] = []
+    out["roofline_flags"] = list(out["roofline_flags"] or [])
+    for column, limit in ROOFLINE_SHARES.items():  # records written before shares above 100% were withheld
+        value, why = roofline_share(column, out[column], limit)
+        if why:
+            out[column] = value
+            out["roofline_flags"].append(why)
+    if out["accepted_per_position"] is None and out["num_drafts"] and isinstance(rec.get("per_position_acceptance"), list):
+        # schema 1 kept the rates; the counts behind them are rate x drafts
+        out["accepted_per_position"] = [round(x * out["num_drafts"]) for x in rec["per_position_acceptance"]]
+    if out["num_drafts"] and out["accepted_per_position"] and not (out["ci95"] or {}).get("acceptance_length"):
+        from eagle_fix.core import stats
+
+        acc = stats.acceptance_interval(out["num_drafts"], out["accepted_per_position"])
+        out["ci95"] = {**(out["ci95"] or {}), "acceptance_length": acc["ci95"],
+                       "per_position_acceptance": acc["per_position_ci95"]}
+        out["acceptance_method"] = out["acceptance_method"] or acc["method"]
+    return out
+
+
+def _plain(value: Any) -> Any:
+    """NaN (a missing number once it passed through pandas) is None; 8192.0 is 8192."""
+    if isinstance(value, float):
+        if math.isnan(value):
+            return None
+        if value.is_integer():
+            return int(value)
+    return value
+
+
+def key(rec: dict[str, Any]) -> tuple:
+    """The point's identity as a tuple (for matching)."""
+    return tuple(_plain(rec.get(k)) for k in IDENTITY)
+
+
+def describe(point_key: tuple) -> str:
+    """A point's identity in words, for errors and tables."""
+    d = dict(zip(IDENTITY, point_key))
+    fix = f" fix {d['fix']}" if d.get("fix") else ""
+    return f"{d['profile']} {d['context_len']} {d['mode']} {d['arm']}{fix}"
+
+
+def environment(rec: dict[str, Any]) -> tuple:
+    return tuple(_plain(rec.get(k)) for k in ENVIRONMENT)
+
+
+def speedup(rec: dict[str, Any], baseline: dict[str, Any] | None) -> float | None:
+    """Decode throughput over the baseline's at the same point (medians of their samples): prefill is
+    the same work in both arms, so decode is where speculation can pay."""
+    if not baseline or not rec.get("decode_throughput_tok_s") or not baseline.get("decode_throughput_tok_s"):
+        return None
+    return rec["decode_throughput_tok_s"] / baseline["decode_throughput_tok_s"]
+
+
+def baseline_key(rec: dict[str, Any]) -> tuple:
+    """The identity of the baseline point an EAGLE3 record's speedup divides by."""
+    return key({**rec, "arm": "baseline", "fix": None, "num_speculative_tokens": None})
+
+
+def busy(rec: dict[str, Any]) -> str | None:
+    """Why a record's speed cannot be judged: the machine's 1-minute load was above twice its cores
+    during the point (one engine loads a 2-core box to about 2; other runs make it 20 and more). The
+    maximum sampled over the point (`load_avg_max`) where the record has it: a run that came and went
+    while the point measured is gone from a reading at its end. Older records: that end reading."""
+    during = rec.get("load_avg_max")
+    load = during if during is not None else rec.get("load_avg_1m")
+    machine = rec.get("machine") if isinstance(rec.get("machine"), dict) else {}
+    device = rec.get("device") if isinstance(rec.get("device"), dict) else {}
+    cores = (machine.get("cpu") or {}).get("cores") or device.get("cores")
+    if load is None or not cores:
+        return None
+    if load <= 2 * cores:
+        return None
+    if during is not None:
+        return f"machine busy (load up to {load:.1f} during the point on {cores} cores)"
+    return f"machine busy (load {load:.1f} on {cores} cores)"
+
+
+def flags(rec: dict[str, Any]) -> list[str]:
+    """What vLLM's counters alone would hide, named so a reader (and the tests) can see it."""
+    out = []
+    if rec.get("num_drafts") and rec.get("drafter_coverage") == 0:
+        out.append("zero_filled_drafts: the counters counted drafts but the drafter never ran")
+    rotary, reached = rec.get("draft_rotary_positions"), rec.get("max_seq_len_drafted")
+    k = rec.get("num_speculative_tokens") or 0
+    if rotary and reached and reached + k > rotary:
+        out.append(f"rotary_cache_overrun: drafter fed positions up to {reached + k - 1} "
+                   f"with a {rotary}-position rotary cache")
+    if rec.get("doctor_error"):
+        out.append("doctor_failed: the fix state of this arm is unknown")
+    counters = ("drafter_steps", "drafter_proposals")
+    if rec.get("num_drafts") is not None and all(c in rec for c in counters) and None in (rec[c] for c in counters):
+        # the worker reports a counter as None when its hook is missing on the runner in use (a
+        # record always has both fields; a partial dict without them says nothing about hooks)
+        out.append(f"missing_hook: the drafter counters are not hooked on model runner {rec.get('model_runner') or '?'} "
+                   "(the engine log's eagle-fix line names the release, runner and hook): drafter coverage unmeasured")
+    out.extend(implausible(rec))
+    return out
+
+
+def implausible(rec: dict[str, Any]) -> list[str]:
+    """Numbers no engine can produce: a verified step yields at most k + 1 tokens, so neither the
+    acceptance length nor the decode speedup can pass k + 1, and coverage is a share. Such a point is
+    kept in the records with this flag and left out of the gate and the dashboard."""
+    out = []
+    k = rec.get("num_speculative_tokens")
+    bounds = {"drafter_coverage": 1.0}
+    if k:
+        bounds.update(acceptance_length=k + 1.0, speedup=k + 1.0)
+    for column, bound in bounds.items():
+        value = rec.get(column)
+        if isinstance(value, (int, float)) and not math.isnan(value) and value > bound * (1 + 1e-9):
+            out.append(f"implausible: {column} {value:.3g} above its bound {bound:g}")
+    return out
+
+
+def roofline_share(column: str, pct: Any, limit: str) -> tuple[float | None, str | None]:
+    """A %-of-roofline share as it may be published, and why not where it may not: a point cannot
+    run above a limit of its machine, so a share above 100% means the limit was measured on other
+    kernels than the engine's. The share is then withheld (None), never shown or tracked as a
+    negative "unused" share, and the reason keeps the number."""
+    if not isinstance(pct, (int, float)) or isinstance(pct, bool) or math.isnan(pct) or pct <= 100:
+        return pct, None
+    name = {"prefill_pct_of_peak_flops": "prefill_above_peak",
+            "decode_pct_of_bandwidth": "decode_above_bandwidth"}.get(column, f"{column}_above_100")
+    return None, (f"{name}: {column} would be {pct:.0f}% of {limit}; the limit is not one of the "
+                  f"kernels this engine ran, so the share is withheld")
+
+
+def cause(error: str | None, width: int = 160) -> str:
+    """The telling part of a failed point's error for one line: what died and why (the engine's
+    `cause: ...` when its log named one), without the log's tail."""
+    first = str(error or "").splitlines()[0] if error else ""
+    parts = [p for p in first.split("; ") if not p.startswith("log: ")]
+    why = [p[len("cause: "):] for p in parts if p.startswith("cause: ")]
+    who = [p for p in parts if not p.startswith("cause: ")][:1]
+    return "; ".join(who + why)[:width]
+
+
+# --------------------------------------------------------------------------- JSON lines
+
+
+def append(path: Path, rec: dict[str, Any]) -> None:
+    """One os.write of one whole line with O_APPEND, then fsync: a killed sweep leaves whole lines.
+    A full or unwritable disk is one line naming the file; the lines already there stay."""
+    line = (json.dumps(rec, default=str) + "\n").encode()
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            written = os.write(fd, line)
+            if written != len(line):
+                os.ftruncate(fd, os.lseek(fd, 0, os.SEEK_END) - written)  # never leave half a line
+                raise OSError(28, "short write (no space left on device?)")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise EagleFixError(f"cannot write {path}: {exc.strerror or exc}; the lines already in it are kept — "
+                            f"free space or choose another --out, then add --resume") from None
+
+
+def read(path: str | os.PathLike, *, missing_ok: bool = False) -> list[dict[str, Any]]:
+    """The records of one JSON-lines file, upgraded to this schema. A torn *last* line (a run killed
+    mid-write) is dropped with a warning; a bad line anywhere else is an error naming file and line."""
+    path = Path(path)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        if missing_ok:
+            return []
+        raise EagleFixError(f"{path}: no such file", exit_code=2) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise EagleFixError(f"{path}: cannot read ({exc})", exit_code=2) from None
+    while lines and not lines[-1].strip():
+        lines.pop()
+    records = []
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as exc:
+            if i == len(lines):
+                warnings.warn(f"{path}:{i}: torn last line dropped ({exc.msg})", stacklevel=2)
+                break
+            raise EagleFixError(f"{path}:{i}: not a JSON line ({exc.msg}); is this an `eagle-fix run` output file?",
+                                exit_code=2) from None
+        if not isinstance(rec, dict) or "context_len" not in rec or "mode" not in rec:
+            raise EagleFixError(f"{path}:{i}: not an `eagle-fix run` record (needs context_len and mode)", exit_code=2)
+        records.append(upgrade(rec))
+    return records
+
+
+def index(records: Iterable[dict[str, Any]]) -> dict[tuple, dict[str, Any]]:
+    """Points by identity; a later line wins (a resumed or re-run point replaces the earlier one)."""
+    return {key(r): r for r in records}
+
+
+# --------------------------------------------------------------------------- assembly
+# A point's record from what the engine sent back: the sweep calls these, nothing else fills them.
+
+# The worker's figures of the engine (read once at its start) and of the point (reset before it).
+ENGINE_MEMORY = ("vllm_weights_bytes", "vllm_kv_cache_bytes", "vllm_activation_peak_bytes",
+                  "vllm_cudagraph_estimate_bytes")
+POINT_MEMORY = ("torch_peak_allocated_bytes", "torch_peak_reserved_bytes", "worker_host_peak_bytes",
+                 "worker_host_peak_scope")
+
+
+def worker_memory(rec: dict[str, Any], engine: dict[str, Any] | None, point: dict[str, Any] | None) -> None:
+    """Memory from inside the worker onto the record; every null keeps its reason in
+    `memory_null_reasons` (an RPC that failed names itself for all of its fields)."""
+    why: dict[str, str] = {}
+    for source, keys, what in ((engine, ENGINE_MEMORY, "engine start"), (point, POINT_MEMORY, "point")):
+        source = source or {}
+        for k in keys:
+            rec[k] = source.get(k)
+            if rec[k] is None:
+                reason = (source.get("null_reasons") or {}).get(k) or source.get("error") \
+                    or f"no worker memory figures from the {what}"
+                why[k] = reason
+    point = point or {}
+    if point.get("worker_host_peak_scope") not in (None, "point"):  # a figure, but the process's lifetime
+        why["worker_host_peak_scope"] = (point.get("null_reasons") or {}).get("worker_host_peak_scope", "not reset")
+    if point.get("reset_error"):
+        why["worker_host_peak_scope"] = point["reset_error"]
+    if rec.get("vllm_cudagraph_pool_bytes") is None:
+        why["vllm_cudagraph_pool_bytes"] = "no CUDA graphs captured (eager, CPU) or vLLM logged no capture line"
+    if rec.get("peak_gpu_memory_bytes") is None and rec.get("gpu_memory_error"):
+        why["peak_gpu_memory_bytes"] = rec["gpu_memory_error"]
+    rec["memory_null_reasons"] = why or None
+
+
+def summarize(rec: dict[str, Any], result: dict[str, Any]) -> None:
+    """Headline numbers from the engine's raw samples: the median of each noisy metric with its
+    distribution-free 95% interval, acceptance with its count-based interval."""
+    from eagle_fix.core import stats
+
+    samples = {k: v for k, v in (result.get("samples") or {}).items() if v}
+    rec["samples"] = samples
+    rec["repeats"] = len(samples.get("decode_wall_s") or [])
+    rec["ttft_repeats"] = len(samples.get("ttft_s") or [])
+    ci = {}
+    for column, values in samples.items():
+        if column in METRIC:
+            rec[column] = stats.median(values)
+            ci[column] = stats.median_ci(values)
+    for k in ("num_drafts", "num_draft_tokens", "num_accepted_tokens", "accepted_per_position", "acceptance_length",
+              "per_position_acceptance", "drafter_steps", "drafter_proposals", "drafter_coverage", "max_seq_len_drafted"):
+        if k in result:
+            rec[k] = result[k]
+    if rec.get("num_drafts") and rec.get("accepted_per_position"):
+        acc = stats.acceptance_interval(rec["num_drafts"], rec["accepted_per_position"])
+        ci["acceptance_length"] = acc["ci95"]
+        ci["per_position_acceptance"] = acc["per_position_ci95"]
+        rec["acceptance_method"] = acc["method"]
+    rec["ci95"] = ci

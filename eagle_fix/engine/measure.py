@@ -1,0 +1,236 @@
+"""Inside the engine's process: what one point measures (TTFT, decode, vLLM's spec-decode counters,
+the drafter's own counters) around calls to a live `vllm.LLM`. The process plumbing is eagle_fix.engine."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+from eagle_fix.engine.process import EngineSpec, log_tail
+
+
+def spec_counters(llm: Any) -> dict[str, Any]:
+    """vLLM's own spec-decode counters (cumulative; the caller takes after-minus-before)."""
+    out: dict[str, Any] = {"drafts": 0, "draft_tokens": 0, "accepted": 0, "per_pos": []}
+    names = {"vllm:spec_decode_num_drafts": "drafts", "vllm:spec_decode_num_draft_tokens": "draft_tokens",
+             "vllm:spec_decode_num_accepted_tokens": "accepted"}
+    for metric in llm.get_metrics():
+        if metric.name in names:
+            out[names[metric.name]] += getattr(metric, "value", 0)
+        elif metric.name == "vllm:spec_decode_num_accepted_tokens_per_pos":
+            values = list(getattr(metric, "values", []))
+            prev = out["per_pos"]
+            out["per_pos"] = [a + b for a, b in zip(values, prev)] if prev else values
+    return out
+
+
+def compile_seconds(log_path: str | None) -> float | None:
+    """torch.compile time from the engine's log: vLLM's own total on CUDA ("torch.compile took X s
+    in total"), else the CPU runner's compile warm-up span (its log lines have 1 s resolution)."""
+    if not log_path:
+        return None
+    lines = log_tail(Path(log_path), 2_000_000)
+    totals = [float(m.group(1)) for line in lines if (m := re.search(r"torch\.compile took ([\d.]+) s in total", line))]
+    if totals:
+        return sum(totals)
+    stamp = r"(\d\d-\d\d \d\d:\d\d:\d\d)"
+    start = [m.group(1) for line in lines if (m := re.search(stamp + r".*Warming up model for the compilation", line))]
+    end = [m.group(1) for line in lines if (m := re.search(stamp + r".*Warming up done", line))]
+    if not start or not end:
+        return None
+    import datetime as dt
+
+    parse = lambda s: dt.datetime.strptime(s, "%m-%d %H:%M:%S")  # noqa: E731
+    return max(0.0, (parse(end[-1]) - parse(start[-1])).total_seconds())
+
+
+def drafter_stats(llm: Any) -> dict[str, Any]:
+    """Counters of the drafter's real work, summed over the engine's workers."""
+    per_worker = llm.collective_rpc("eagle_fix_drafter_stats")
+    total: dict[str, Any] = dict(per_worker[0]) if per_worker else {}
+    # a counter whose hook is missing on a worker is None there (unknown), and so is the sum
+    for other in per_worker[1:]:
+        for key in ("spec_steps", "fits_steps", "proposals"):
+            total[key] = None if total.get(key) is None or other.get(key) is None else total[key] + other[key]
+        mine, theirs = total.get("max_seq_len_drafted"), other.get("max_seq_len_drafted")
+        total["max_seq_len_drafted"] = None if mine is None or theirs is None else max(mine, theirs)
+        total["missing_hooks"] = list(dict.fromkeys((total.get("missing_hooks") or []) + (other.get("missing_hooks") or [])))
+    return total
+
+
+def decode_step_ms(stats: dict[str, Any]) -> float | None:
+    """The median model-step time (ms) of a decode run's decode steps, from the worker's step times
+    (eagle_fix.fix.plugin: execute_model plus the sample_tokens completing it). Steps whose batch carried
+    prompt tokens are left out (the first step of each request, a prefill chunk); where the worker
+    could not read a step's batch, the run's first step stands for its prefill and is left out. The
+    first worker's steps: tensor-parallel workers run every step together. None without step times."""
+    import statistics
+
+    decode = _decode_steps(stats, "step_times_ms")
+    return statistics.median(decode) if decode else None
+
+
+def decode_spin_ms(stats: dict[str, Any]) -> float | None:
+    """The median injected spin (ms) of the same decode steps (EAGLE_FIX_INJECT_SLOWDOWN): the spin
+    is F x each step's own time, so spin / step_ms is F / (1 + F) on any machine. None where nothing
+    was spun (no knob, or a worker that does not report its spin)."""
+    import statistics
+
+    spun = _decode_steps(stats, "step_spun_ms")
+    return statistics.median(spun) if spun and any(spun) else None
+
+
+def _decode_steps(stats: dict[str, Any], key: str) -> list[float]:
+    """`key`'s per-step values of the decode steps (the rule in decode_step_ms)."""
+    times, values, prompt = stats.get("step_times_ms") or [], stats.get(key) or [], stats.get("step_prompt") or []
+    if len(values) != len(times):
+        return []
+    if len(prompt) != len(times):
+        prompt = [None] * len(times)
+    return [v for i, (v, p) in enumerate(zip(values, prompt)) if not p and not (p is None and i == 0)]
+
+
+def _enum_name(value: Any) -> str | None:
+    if value is None:
+        return None
+    name = getattr(value, "name", None)
+    return str(name if name is not None else value)
+
+
+def worker_memory_once(llm: Any) -> dict[str, Any]:
+    """The worker's memory figures now (eagle_fix.engine.memory.WorkerExtension), or why there are none: an
+    engine without the extension must still measure its points."""
+    from eagle_fix.engine.memory import combine_workers
+
+    try:
+        return combine_workers(llm.collective_rpc("eagle_fix_memory"))
+    except Exception as exc:  # noqa: BLE001 -- an RPC the worker lacks is a recorded reason, not a failed point
+        return {"error": f"worker memory RPC failed: {type(exc).__name__}: {exc}"[:300]}
+
+
+def reset_worker_memory(llm: Any) -> str | None:
+    """Reset the worker's peaks before a point; the reason when it could not be done."""
+    try:
+        llm.collective_rpc("eagle_fix_reset_memory")
+        return None
+    except Exception as exc:  # noqa: BLE001
+        return f"worker memory reset failed: {type(exc).__name__}: {exc}"[:300]
+
+
+def engine_settings(config: Any, worker: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The compilation mode, CUDA-graph mode and attention backend this engine really runs with,
+    from vLLM's own config (after its defaults and platform rules) and the worker's runner: a
+    "compile" point on CUDA is torch.compile plus a CUDA-graph mode, and each is recorded apart."""
+    comp = getattr(config, "compilation_config", None)
+    requested = getattr(getattr(config, "attention_config", None), "backend", None)
+    selected = (worker or {}).get("attention_backends")
+    return {
+        "compilation_mode": _enum_name(getattr(comp, "mode", None)),
+        "cudagraph_mode": _enum_name(getattr(comp, "cudagraph_mode", None)),
+        # the runner's choice; vLLM's auto-selection when nothing was asked for
+        "attention_backend": ",".join(selected) if selected else _enum_name(requested),
+        "attention_backend_requested": _enum_name(requested) or "auto",
+        "startup_memory": worker or None,
+    }
+
+
+def _decode_span(outputs: list) -> float | None:
+    """First to last token of the batch on the engine's own timestamps (the prefill is not in it)."""
+    firsts = [o.metrics.first_token_ts for o in outputs if getattr(o, "metrics", None) and o.metrics.first_token_ts]
+    lasts = [o.metrics.last_token_ts for o in outputs if getattr(o, "metrics", None) and o.metrics.last_token_ts]
+    return (max(lasts) - min(firsts)) if firsts and lasts and max(lasts) > min(firsts) else None
+
+
+def measure_point(llm: Any, spec: EngineSpec, cmd: dict[str, Any], vocab: int, SamplingParams: Any, TokensPrompt: Any) -> dict[str, Any]:
+    """TTFT `ttft_repeats` times (each a full prefill: the prefix cache is emptied first), then the
+    decode `repeats` times on the warm engine (the prefix cache serves the prefill). Returns raw
+    samples; medians and intervals are the parent's (eagle_fix.sweep.loop) business.
+
+    The acceptance counts and the drafter's counters are taken around the first decode only: under
+    greedy sampling every repeat replays the same drafts, so pooling them would count one
+    experiment several times."""
+    from eagle_fix.core.workload import make_prompts
+
+    prompt_len, batch, output_len = int(cmd["prompt_len"]), int(cmd["batch_size"]), int(cmd["output_len"])
+    # ttft_repeats 0 (eagle-fix ab's later rounds): the prompt is cached already; decode only
+    repeats, ttft_repeats = max(1, int(cmd.get("repeats", 1))), max(0, int(cmd.get("ttft_repeats", 1)))
+    prompts = [TokensPrompt(prompt_token_ids=p) for p in make_prompts(prompt_len, batch, vocab_size=vocab, seed=int(cmd.get("seed", 0)))]
+    one = SamplingParams(temperature=0, max_tokens=1, ignore_eos=True)
+    full = SamplingParams(temperature=0, max_tokens=output_len, ignore_eos=True)
+
+    # 1. TTFT: the full, uncached prefill (one token out). The last one leaves the prefix cache
+    #    filled, so the decode runs below do not pay the long prefill again.
+    # the worker's peaks cover this point alone: TTFT and decode runs, nothing of the start-up
+    reset_error = reset_worker_memory(llm)
+    ttft = []
+    for _ in range(ttft_repeats):
+        llm.reset_prefix_cache()
+        t0 = time.perf_counter()
+        llm.generate(prompts, one, use_tqdm=False)
+        ttft.append(time.perf_counter() - t0)
+    ttft_mid = sorted(ttft)[len(ttft) // 2] if ttft else None
+
+    samples: dict[str, list[float]] = {"ttft_s": ttft, "decode_throughput_tok_s": [], "tpot_ms": [],
+                                       "output_throughput_tok_s": [], "decode_wall_s": [], "step_ms": []}
+    result: dict[str, Any] = {"event": "point", "prompt_len": prompt_len, "samples": samples}
+    for i in range(repeats):
+        counted = spec.draft is not None and i == 0
+        if counted:
+            before = spec_counters(llm)
+        # the worker's counters and step times cover this decode run alone
+        llm.collective_rpc("eagle_fix_reset_drafter_stats")
+        t1 = time.perf_counter()
+        outputs = llm.generate(prompts, full, use_tqdm=False)
+        wall_s = time.perf_counter() - t1
+        n_out = sum(len(o.outputs[0].token_ids) for o in outputs)
+        decode_s = _decode_span(outputs)
+        samples["decode_wall_s"].append(wall_s)
+        steps = drafter_stats(llm)
+        step_ms, spin_ms = decode_step_ms(steps), decode_spin_ms(steps)
+        if step_ms is not None:
+            samples["step_ms"].append(step_ms)
+        if spin_ms is not None:  # only under the calibration knob; a sample list, not a metric
+            samples.setdefault("step_spin_ms", []).append(spin_ms)
+        if ttft_mid is not None:
+            samples["output_throughput_tok_s"].append(n_out / (ttft_mid + (decode_s if decode_s is not None else wall_s)))
+        if decode_s:
+            samples["decode_throughput_tok_s"].append((n_out - batch) / decode_s)
+            samples["tpot_ms"].append(1000.0 * decode_s / max(1, output_len - 1))
+        if i == 0:
+            result["output_tokens"] = n_out
+            result["output_token_ids_head"] = list(outputs[0].outputs[0].token_ids[:16])
+        if counted:
+            result.update(_acceptance(llm, before))
+    memory = worker_memory_once(llm)
+    if reset_error:
+        memory = {**memory, "reset_error": reset_error}
+    result["worker_memory"] = memory
+    return result
+
+
+def _acceptance(llm: Any, before: dict[str, Any]) -> dict[str, Any]:
+    """vLLM's spec-decode counters (after minus before) and the drafter's own counters. With no
+    drafts, acceptance is unknown (None), not 1.0."""
+    after = spec_counters(llm)
+    drafts = after["drafts"] - before["drafts"]
+    accepted = after["accepted"] - before["accepted"]
+    per_pos = [a - b for a, b in zip(after["per_pos"], before["per_pos"] or [0] * len(after["per_pos"]))]
+    stats = drafter_stats(llm)
+    return {
+        "num_drafts": drafts,
+        "num_draft_tokens": after["draft_tokens"] - before["draft_tokens"],
+        "num_accepted_tokens": accepted,
+        "accepted_per_position": per_pos,
+        # vLLM's own formulas (spec-decode metrics): 1 + accepted / drafts; rate_i = accepted_i / drafts.
+        "acceptance_length": 1.0 + accepted / drafts if drafts else None,
+        "per_position_acceptance": [x / drafts for x in per_pos] if drafts else None,
+        "drafter_steps": stats.get("spec_steps"),
+        "drafter_proposals": stats.get("proposals"),
+        # unknown (None) where a counter's hook is missing in this engine: never a guessed 0
+        "drafter_coverage": (stats["proposals"] / stats["spec_steps"])
+        if stats.get("spec_steps") and stats.get("proposals") is not None else None,
+        "max_seq_len_drafted": stats.get("max_seq_len_drafted"),
+        "missing_hooks": stats.get("missing_hooks") or [],
+    }

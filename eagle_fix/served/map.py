@@ -1,0 +1,613 @@
+"""`eagle-fix map`: EAGLE3 against no speculation under load, served by vLLM's OpenAI server and
+loaded by vLLM's own client (`eagle_fix.served.server`), over contexts x load x arm x mode x fix.
+
+The load is vLLM bench's `--max-concurrency` (every request sent at once, at most c in flight) or
+its `--request-rate` (Poisson arrivals). Each cell runs `prompts_per_slot x c` requests (rate mode:
+`prompts_per_slot x` the largest concurrency), each a distinct prompt of the suite's seeded workload
+(`eagle_fix.core.workload.make_prompts`, a new seed per cell, round and arm: no request shares a prefix
+with another, so no cascade attention or prefix-cache shortcut), of `context - output_len - k - 1`
+tokens, greedy, `output_len` tokens out.
+
+Per mode, one server per arm stays up (EAGLE3 per fix arm, and the baseline); the one not being
+measured is paused (SIGSTOP of its group, as `eagle-fix ab` does: an idle vLLM busy-polls). Every
+cell is measured in `rounds` paired rounds, the arms' order alternating ABBA (`ab.round_order`), so
+the EAGLE3 / baseline ratios of output throughput and TPOT have intervals from paired measurements
+(`stats.ratio_summary`, labelled with their real coverage).
+
+Each measurement is one JSON line: vLLM bench's result JSON under vLLM's own keys (per-request lists
+dropped, as `vllm bench serve` does without --save-detailed) beside ours (`OUR_KEYS`): identity,
+machine, load, the server's settings (prefix caching), the drafter's coverage from the plugin's
+counters in the server's worker (or null and why). A server that dies mid-cell makes a failed cell
+carrying the cause its log names; the next cell starts a fresh server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime as _dt
+import json
+import math
+import os
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any, Iterable
+
+from eagle_fix.core import record, stats
+from eagle_fix.core.errors import EagleFixError, parse_positive_int
+
+SCHEMA = 1
+KIND = "eagle-fix map"
+# vLLM bench's per-request lists: dropped from the record (vllm bench serve drops them too unless
+# --save-detailed); the record keeps its summaries.
+DROPPED = ("input_lens", "output_lens", "start_times", "ttfts", "itls", "generated_texts", "errors", "latencies",
+           "queue_times")
+# Our keys beside vLLM's (never one of vLLM's names: a reader tells whose a number is by its name).
+OUR_KEYS = (
+    "schema", "kind", "profile", "context_len", "prompt_len", "load", "arm", "mode", "fix", "round", "position",
+    "output_len", "num_speculative_tokens", "prefix_caching", "status", "error", "seed",
+    "server_tpot_ms", "drafter_coverage", "drafter_steps", "drafter_proposals", "max_seq_len_drafted",
+    "drafter_counters_error",
+    "kv_cache_capacity_tokens", "kv_max_concurrency", "server_startup_s", "server_restarts", "server_args",
+    "server_log", "bench_command", "machine_id", "machine_name", "machine", "vllm_version", "torch_version",
+    "git_commit", "env", "load_avg_mean", "load_avg_max", "other_busy_cores", "timestamp", "wall_s",
+)
+# Identity of a measurement, and of the cell it belongs to (the rounds of one cell pair up).
+CELL = ("profile", "context_len", "load", "mode", "fix")
+
+
+def load_label(max_concurrency: int | None, request_rate: float | None) -> str:
+    """"c4" (--max-concurrency 4, all sent at once) or "r0.5" (--request-rate 0.5, Poisson)."""
+    return f"r{request_rate:g}" if request_rate else f"c{max_concurrency}"
+
+
+def parse_load(label: str) -> tuple[int | None, float | None]:
+    if label.startswith("r"):
+        return None, float(label[1:])
+    return int(label[1:]), None
+
+
+@dataclasses.dataclass(frozen=True)
+class MapArgs:
+    profile: str = "cpu-map-quick"
+    out: Path | None = None
+    contexts: tuple[int, ...] | None = None
+    concurrencies: tuple[int, ...] | None = None
+    request_rates: tuple[float, ...] | None = None
+    modes: tuple[str, ...] | None = None
+    fixes: tuple[str, ...] | None = None
+    arms: tuple[str, ...] = ("eagle3", "baseline")
+    rounds: int | None = None
+    output_len: int | None = None
+    prompts_per_slot: int | None = None
+    prefix_caching: bool | None = None
+    port: int | None = None
+    seed: int = 0
+    log_dir: Path | None = None
+    cell_timeout_s: float = 1800.0
+    startup_timeout_s: float = 1800.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Grid:
+    name: str
+    sweep_profile: Any  # models.Profile
+    contexts: tuple[int, ...]
+    loads: tuple[str, ...]
+    modes: tuple[str, ...]
+    fixes: tuple[str, ...]
+    arms: tuple[str, ...]
+    rounds: int
+    output_len: int
+    prompts_per_slot: int
+    prefix_caching: bool
+    max_concurrency: int
+
+    def cells(self) -> list[dict[str, Any]]:
+        return [{"context_len": c, "load": load, "mode": m} for m in self.modes for c in self.contexts for load in self.loads]
+
+    def num_prompts(self, load: str) -> int:
+        conc, _ = parse_load(load)
+        return self.prompts_per_slot * (conc or self.max_concurrency)
+
+
+def resolve(args: MapArgs) -> Grid:
+    """The grid: a MAP_PROFILES entry, or any sweep profile with the load axis from flags (defaults 1..16)."""
+    from eagle_fix.pairs.profiles import MAP_PROFILES, PROFILES, MapProfile
+
+    if args.profile in MAP_PROFILES:
+        mp = MAP_PROFILES[args.profile]
+    elif args.profile in PROFILES:
+        mp = MapProfile(args.profile, args.profile, PROFILES[args.profile].contexts, (1, 2, 4, 8, 16),
+                        fixes=("on",), modes=("eager", "compile"))
+    else:
+        raise EagleFixError(f"unknown profile {args.profile!r}: choose one of {', '.join([*MAP_PROFILES, *PROFILES])}",
+                            exit_code=2)
+    prof = PROFILES[mp.profile]
+    contexts = args.contexts or mp.contexts
+    concs = args.concurrencies if args.concurrencies is not None else mp.concurrencies
+    rates = args.request_rates if args.request_rates is not None else mp.request_rates
+    loads = tuple(load_label(c, None) for c in concs) + tuple(load_label(None, r) for r in rates)
+    if not loads:
+        raise EagleFixError("no load: give --concurrency and/or --request-rate", exit_code=2)
+    modes = args.modes or mp.modes
+    fixes = args.fixes or mp.fixes
+    for m in modes:
+        if m not in record.MODES:
+            raise EagleFixError(f"--modes {m!r}: choose from {', '.join(record.MODES)}", exit_code=2)
+    for f in fixes:
+        if f not in record.FIXES:
+            raise EagleFixError(f"--fix {f!r}: choose from {', '.join(record.FIXES)}", exit_code=2)
+    for a in args.arms:
+        if a not in record.ARMS:
+            raise EagleFixError(f"--arms {a!r}: choose from {', '.join(record.ARMS)}", exit_code=2)
+    output_len = args.output_len or mp.output_len
+    k = prof.num_speculative_tokens
+    short = [c for c in contexts if c - output_len - k - 1 < 16]
+    if short:
+        raise EagleFixError(f"context {short[0]} leaves no prompt for {output_len} output tokens", exit_code=2)
+    return Grid(mp.name, prof, tuple(contexts), loads, tuple(modes), tuple(fixes), tuple(args.arms),
+                args.rounds or mp.rounds, output_len, args.prompts_per_slot or mp.prompts_per_slot,
+                mp.prefix_caching if args.prefix_caching is None else args.prefix_caching, max(concs or (1,)))
+
+
+def engine_spec(grid: Grid, arm: str, mode: str, fix: str | None):
+    """The server's engine: the sweep's EngineSpec, long enough for the longest context, as many
+    sequences as the largest load keeps in flight."""
+    from eagle_fix.engine.process import EngineSpec
+
+    prof = grid.sweep_profile
+    prof.check_runs_here()
+    return EngineSpec(
+        target=str(Path(prof.target).resolve()), draft=str(Path(prof.draft).resolve()) if arm == "eagle3" else None,
+        mode=mode, fix=fix if arm == "eagle3" else None, max_model_len=max(grid.contexts),
+        num_speculative_tokens=prof.num_speculative_tokens, load_format=prof.load_format,
+        synthetic_acceptance_length=prof.synthetic_acceptance_length,
+        kv_cache_gib=prof.kv_cache_gib if prof.device == "cpu" else None,
+        # at most the concurrency in flight; under a request rate, every request of the cell may be
+        max_num_seqs=max([grid.max_concurrency] + [grid.num_prompts(ld) for ld in grid.loads if ld.startswith("r")]),
+        gpu_memory_utilization=prof.gpu_memory_utilization, hf_overrides=prof.hf_overrides_dict())
+
+
+def prompt_len(grid: Grid, context_len: int) -> int:
+    """As the sweep's: the sequence ends at the context, with room for the output and k draft positions."""
+    return context_len - grid.output_len - grid.sweep_profile.num_speculative_tokens - 1
+
+
+def cell_seed(base: int, context_len: int, load: str, round_: int, arm: str, fix: str | None, mode: str) -> int:
+    """A workload seed of its own per cell, round and arm: no two requests of the run share a prompt."""
+    import zlib
+
+    return (base * 1_000_003 + zlib.crc32(f"{context_len}/{load}/{round_}/{arm}/{fix}/{mode}".encode())) % (2**31)
+
+
+_KV_TOKENS = re.compile(r"KV cache size: ([\d,]+) tokens")
+_KV_CONC = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x")
+
+
+def kv_capacity(log_path: Path) -> tuple[int | None, float | None]:
+    """vLLM's own lines at start: its KV cache in tokens and how many requests of max_model_len fit."""
+    from eagle_fix.engine.process import log_tail
+
+    tokens = conc = None
+    for line in log_tail(log_path, 4_000_000):
+        if m := _KV_TOKENS.search(line):
+            tokens = int(m.group(1).replace(",", ""))
+        if m := _KV_CONC.search(line):
+            conc = float(m.group(2))
+    return tokens, conc
+
+
+class Servers:
+    """The servers of one mode (one per arm/fix), started lazily, restarted after a death, and all
+    but the measured one paused."""
+
+    def __init__(self, grid: Grid, mode: str, log_dir: Path, args: MapArgs):
+        self.grid, self.mode, self.log_dir, self.args = grid, mode, log_dir, args
+        self.up: dict[tuple[str, str | None], Any] = {}
+        self.restarts: dict[tuple[str, str | None], int] = {}
+        self.start_error: dict[tuple[str, str | None], str] = {}
+
+    def get(self, arm: str, fix: str | None):
+        """The arm's server, resumed and healthy, the others paused; raises ServerDied when it cannot start."""
+        from eagle_fix.served.server import ServerDied, ServerProcess
+
+        key = (arm, fix if arm == "eagle3" else None)
+        for other, srv in self.up.items():
+            if other != key:
+                srv.pause()
+        srv = self.up.get(key)
+        if srv is not None:
+            srv.resume()
+            if srv.healthy(30.0):
+                return srv
+            srv.kill()
+            del self.up[key]
+            self.restarts[key] = self.restarts.get(key, 0) + 1
+        if key in self.start_error:
+            raise ServerDied(self.start_error[key])
+        name = f"server-{self.mode}-{arm}" + (f"-fix-{key[1]}" if key[1] else "") + f"-{self.restarts.get(key, 0)}.log"
+        try:
+            srv = ServerProcess(engine_spec(self.grid, arm, self.mode, key[1]), self.log_dir / name,
+                                port=self.args.port if not self.up else None, prefix_caching=self.grid.prefix_caching,
+                                startup_timeout_s=self.args.startup_timeout_s)
+        except ServerDied as exc:
+            self.start_error[key] = f"server could not start: {exc}"
+            raise ServerDied(self.start_error[key]) from None
+        self.up[key] = srv
+        return srv
+
+    def close(self) -> None:
+        for srv in self.up.values():
+            srv.close()
+        self.up.clear()
+
+
+def measure(grid: Grid, servers: Servers, cell: dict[str, Any], arm: str, fix: str | None, round_: int,
+            position: int, common: dict[str, Any], args: MapArgs) -> dict[str, Any]:
+    """One arm of one cell in one round: a server, vLLM's client, the drafter's counters; one record."""
+    from eagle_fix.engine import lifecycle
+    from eagle_fix.served.server import (
+        ServerDied, bench_args, bench_command, run_bench, server_tpot_ms, write_prompts,
+    )
+    from eagle_fix.sweep.loop import LoadSampler
+    from eagle_fix.core.workload import make_prompts
+
+    lifecycle.check()
+    conc, rate = parse_load(cell["load"])
+    n = grid.num_prompts(cell["load"])
+    plen = prompt_len(grid, cell["context_len"])
+    seed = cell_seed(args.seed, cell["context_len"], cell["load"], round_, arm, fix, cell["mode"])
+    rec: dict[str, Any] = {
+        **dict.fromkeys(OUR_KEYS), **common, "profile": grid.name, "context_len": cell["context_len"], "prompt_len": plen, "load": cell["load"],
+        "arm": arm, "mode": cell["mode"], "fix": fix if arm == "eagle3" else None, "round": round_,
+        "position": position, "output_len": grid.output_len,
+        "num_speculative_tokens": grid.sweep_profile.num_speculative_tokens if arm == "eagle3" else None,
+        "prefix_caching": grid.prefix_caching, "seed": seed,
+        # vLLM bench's own names for the load, filled here too so a failed cell carries them
+        "max_concurrency": conc, "request_rate": rate if rate else "inf", "num_prompts": n,
+    }
+    t0 = time.monotonic()
+    srv = None
+    try:
+        srv = servers.get(arm, fix)
+    except ServerDied as exc:
+        rec.update(status="failed", error=str(exc), wall_s=round(time.monotonic() - t0, 2))
+        return rec
+    key = (arm, rec["fix"])
+    rec.update(server_startup_s=round(srv.startup_s, 2), server_restarts=servers.restarts.get(key, 0),
+               server_args=srv.args, server_log=_relative(srv.log_path, args))
+    rec["kv_cache_capacity_tokens"], rec["kv_max_concurrency"] = kv_capacity(srv.log_path)
+    vocab = grid.sweep_profile.target_config()["vocab_size"]
+    prompts = make_prompts(plen, n, vocab_size=vocab, seed=seed)
+    dataset = write_prompts(servers.log_dir / "prompts" / f"{seed}.jsonl", prompts, vocab)
+    argv = bench_args(srv.base_url, str(srv.spec.target), dataset, num_prompts=n, output_len=grid.output_len,
+                      max_concurrency=conc, request_rate=rate, seed=seed)
+    rec["bench_command"] = bench_command(argv)
+    counter_error = srv.reset_drafter_stats() if arm == "eagle3" else None
+    srv.mark(f"point {json.dumps({k: rec[k] for k in ('context_len', 'load', 'arm', 'fix', 'round')})}")
+    before = srv.metrics()
+    sampler = LoadSampler()
+    sampler.start(srv.pid)
+    result, client_error = None, None
+    try:
+        result = run_bench(argv, args.cell_timeout_s)
+        rec["server_tpot_ms"] = server_tpot_ms(before, srv.metrics())
+    except Exception as exc:  # noqa: BLE001 -- a client error is a failed cell, the run goes on
+        lifecycle.check()
+        client_error = f"client: {type(exc).__name__}: {' '.join(str(exc).split())}"[:500]
+    finally:
+        rec.update(sampler.stop() or {})
+    rec["wall_s"] = round(time.monotonic() - t0, 2)
+    if result is not None:
+        errors = [e for e in (result.get("errors") or []) if e]
+        rec.update({k: v for k, v in result.items() if k not in DROPPED and k not in OUR_KEYS})
+        if result.get("failed") or not result.get("completed"):
+            first = " ".join(str(errors[0]).split())[-300:] if errors else "no error text"
+            client_error = f"{result.get('failed', n)} of {n} requests failed: {first}"
+    if not srv.alive() or not srv.healthy(30.0):
+        # dead, or up with its engine core gone (/health answers 503): the log after this cell's
+        # mark names why; the next cell gets a fresh server (Servers.get)
+        what = "server died during the cell" if not srv.alive() else "server stopped answering /health during the cell"
+        rec.update(status="failed", error=srv.death_message(what))
+        return rec
+    if client_error:
+        rec.update(status="failed", error=client_error)
+        return rec
+    rec["status"] = "ok"
+    if arm == "eagle3":
+        counters, why = srv.drafter_stats()
+        if counters is not None:
+            steps, proposals = counters.get("spec_steps"), counters.get("proposals")
+            rec.update(drafter_steps=steps, drafter_proposals=proposals,
+                       max_seq_len_drafted=counters.get("max_seq_len_drafted"),
+                       drafter_coverage=proposals / steps if steps and proposals is not None else None)
+        rec["drafter_counters_error"] = why or counter_error
+    return rec
+
+
+def _relative(path: Path, args: MapArgs) -> str:
+    base = args.out.parent if args.out else Path.cwd()
+    try:
+        return os.path.relpath(path, base)
+    except ValueError:
+        return str(path)
+
+
+def run_map(args: MapArgs, *, emit=None) -> list[dict[str, Any]]:
+    """The whole grid; every record is appended to args.out as it is made (and passed to `emit`)."""
+    from eagle_fix.engine import lifecycle
+    from eagle_fix.machine import host as machine
+    from eagle_fix.gate.ab import round_order
+    from eagle_fix.sweep.plan import injected
+
+    lifecycle.install_signal_handlers()
+    grid = resolve(args)
+    if args.port is not None:
+        from eagle_fix.served.server import check_port
+
+        check_port(args.port)
+    out = args.out
+    log_dir = args.log_dir or ((out.parent / f"{out.stem}-logs") if out else Path("runs") / "map-logs")
+    fp = machine.fingerprint()
+    versions = machine.versions()
+    common = {"schema": SCHEMA, "kind": KIND, "machine_id": fp["id"], "machine_name": fp.get("name"), "machine": fp,
+              "vllm_version": versions.get("vllm"), "torch_version": versions.get("torch"),
+              "git_commit": machine.git_commit(), "env": injected() or None}
+    eagle_arms = [("eagle3", f) for f in grid.fixes] if "eagle3" in grid.arms else []
+    arms = eagle_arms + ([("baseline", None)] if "baseline" in grid.arms else [])
+    records = []
+    for mode in grid.modes:
+        servers = Servers(grid, mode, log_dir, args)
+        try:
+            for cell in (c for c in grid.cells() if c["mode"] == mode):
+                for r in range(grid.rounds):
+                    # ABBA (ab.round_order, the baseline as "base"): the baseline first in even
+                    # rounds, EAGLE3 first in odd ones
+                    order = arms[::-1] if round_order(r)[0] == "base" else arms
+                    for position, (arm, fix) in enumerate(order):
+                        rec = measure(grid, servers, cell, arm, fix, r, position, common, args)
+                        rec["timestamp"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+                        if out is not None:
+                            record.append(out, rec)
+                        records.append(rec)
+                        if emit:
+                            emit(rec)
+        finally:
+            servers.close()
+    return records
+
+
+# ============================================================================ reading and judging
+
+
+def read_map(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """The records of a map file (a torn last line, from a killed run, is dropped)."""
+    path = Path(path)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise EagleFixError(f"{path}: cannot read ({exc.strerror or exc})", exit_code=2) from None
+    out = []
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            if i == len(lines):
+                break
+            raise EagleFixError(f"{path}:{i}: not a JSON line", exit_code=2) from None
+        if rec.get("kind") != KIND:
+            raise EagleFixError(f"{path}:{i}: not an `eagle-fix map` record", exit_code=2)
+        out.append(rec)
+    return out
+
+
+def _num(v: Any) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+
+
+def summarize(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per cell (context, load, mode, fix): the paired EAGLE3 / baseline ratios of vLLM's
+    output_throughput and median_tpot_ms, and of the engine's own TPOT (server_tpot_ms), over the
+    rounds where both arms ran, their median and
+    interval (stats.ratio_summary), acceptance per round, drafter coverage, failures with causes."""
+    recs = list(records)
+    base = {(r["profile"], r["context_len"], r["load"], r["mode"], r["round"]): r
+            for r in recs if r["arm"] == "baseline"}
+    cells: dict[tuple, dict[str, Any]] = {}
+    for r in recs:
+        if r["arm"] != "eagle3":
+            continue
+        key = (r["profile"], r["context_len"], r["load"], r["mode"], r.get("fix"))
+        c = cells.setdefault(key, {**dict(zip(CELL, key)), "thr": [], "tpot": [], "stpot": [], "acceptance": [],
+                                   "coverage": [],
+                                   "failed": [], "rounds": 0, "eagle3_output_throughput": [],
+                                   "baseline_output_throughput": [], "kv_max_concurrency": None,
+                                   "kv_room_eagle3": None, "kv_room_baseline": None})
+        c["rounds"] += 1
+        b = base.get((r["profile"], r["context_len"], r["load"], r["mode"], r["round"]))
+        for side in (r, b):
+            if side is not None and side.get("status") != "ok":
+                c["failed"].append(f"{side['arm']} round {side['round']}: {record.cause(side.get('error'))}")
+        if r.get("status") == "ok":
+            c["eagle3_output_throughput"].append(r.get("output_throughput"))
+            if _num(r.get("spec_decode_acceptance_length")) is not None:
+                c["acceptance"].append(r["spec_decode_acceptance_length"])
+            if _num(r.get("drafter_coverage")) is not None:
+                c["coverage"].append(r["drafter_coverage"])
+            c["kv_max_concurrency"] = r.get("kv_max_concurrency") or c["kv_max_concurrency"]
+        for side in (r, b):
+            # how many requests of this context the server's KV cache holds at once, with the draft's
+            # KV (EAGLE3) and without it (baseline): vLLM's capacity in tokens over the context
+            if side is not None and _num(side.get("kv_cache_capacity_tokens")):
+                c[f"kv_room_{side['arm']}"] = int(side["kv_cache_capacity_tokens"] // side["context_len"])
+        if b is not None and b.get("status") == "ok":
+            c["baseline_output_throughput"].append(b.get("output_throughput"))
+        if r.get("status") == "ok" and b is not None and b.get("status") == "ok":
+            c["thr"] += stats.paired_ratios([_num(b.get("output_throughput")) or 0.0], [_num(r.get("output_throughput")) or 0.0])
+            c["tpot"] += stats.paired_ratios([_num(b.get("median_tpot_ms")) or 0.0], [_num(r.get("median_tpot_ms")) or 0.0])
+            c["stpot"] += stats.paired_ratios([_num(b.get("server_tpot_ms")) or 0.0], [_num(r.get("server_tpot_ms")) or 0.0])
+    out = []
+    for c in cells.values():
+        c["throughput_ratio"] = stats.ratio_summary(c.pop("thr"))
+        c["tpot_ratio"] = stats.ratio_summary(c.pop("tpot"))
+        c["server_tpot_ratio"] = stats.ratio_summary(c.pop("stpot"))
+        out.append(c)
+    return sorted(out, key=lambda c: (c["profile"], c["mode"], str(c["fix"]), c["context_len"], _load_order(c["load"])))
+
+
+def _load_order(load: str) -> tuple[int, float]:
+    conc, rate = parse_load(load)
+    return (0, conc) if conc else (1, rate or 0.0)
+
+
+def break_even(summary: list[dict[str, Any]]) -> dict[tuple, dict[str, Any]]:
+    """Per (profile, mode, fix, context): the lowest --max-concurrency at which EAGLE3's output
+    throughput is below the baseline's with the whole interval of the paired ratio below 1 (None:
+    not reached in the grid), and the lowest at which the median ratio is below 1."""
+    out: dict[tuple, dict[str, Any]] = {}
+    for c in summary:
+        conc, rate = parse_load(c["load"])
+        if rate:
+            continue
+        key = (c["profile"], c["mode"], c["fix"], c["context_len"])
+        entry = out.setdefault(key, {"interval": None, "median": None, "concurrencies": []})
+        entry["concurrencies"].append(conc)
+        s = c["throughput_ratio"]
+        if s["ci95"] and s["ci95"][1] < 1 and (entry["interval"] is None or conc < entry["interval"]):
+            entry["interval"] = conc
+        if s["median"] is not None and s["median"] < 1 and (entry["median"] is None or conc < entry["median"]):
+            entry["median"] = conc
+    return out
+
+
+def format_summary(summary: list[dict[str, Any]]) -> str:
+    lines = []
+    for c in summary:
+        t, p, sp = c["throughput_ratio"], c["tpot_ratio"], c["server_tpot_ratio"]
+
+        def iv(s):
+            if s["median"] is None:
+                return "-"
+            ci = f" [{s['ci95'][0]:.3f}, {s['ci95'][1]:.3f}] {stats.interval_label(s['coverage'])}" if s["ci95"] else ""
+            return f"{s['median']:.3f}{ci}"
+
+        acc = stats.median(c["acceptance"]) if c["acceptance"] else None
+        lines.append(f"{c['mode']} fix {c['fix']} context {c['context_len']} {c['load']}: throughput x{iv(t)}, "
+                     f"TPOT x{iv(p)} (client), x{iv(sp)} (server)"
+                     + (f", acceptance {acc:.2f}" if acc is not None else ""))
+        for f in c["failed"]:
+            lines.append(f"  failed: {f}")
+    return "\n".join(lines)
+
+
+# ============================================================================ command line
+
+
+def _floats(text: str | None, flag: str) -> tuple[float, ...] | None:
+    if text is None:
+        return None
+    out = []
+    for part in (p for p in text.split(",") if p.strip()):
+        try:
+            v = float(part)
+        except ValueError:
+            raise EagleFixError(f"{flag} {part!r} is not a number", exit_code=2) from None
+        if not v > 0 or math.isinf(v):
+            raise EagleFixError(f"{flag} {part!r} must be a positive finite rate (requests/s)", exit_code=2)
+        out.append(v)
+    return tuple(out)
+
+
+def _ints(text: str | None, flag: str) -> tuple[int, ...] | None:
+    if text is None:
+        return None
+    return tuple(parse_positive_int(p, flag) for p in text.split(",") if p.strip())
+
+
+def add_cli_args(parser: argparse.ArgumentParser) -> None:
+    from eagle_fix.pairs.profiles import MAP_PROFILES
+
+    parser.add_argument("--profile", default="cpu-map-quick",
+                        help=f"{' | '.join(MAP_PROFILES)}, or a sweep profile (its pair and contexts, concurrency "
+                             f"1,2,4,8,16, eager and compile) (default: %(default)s)")
+    parser.add_argument("--out", type=Path, help="the map file: one JSON line per cell, round and arm (.ndjson)")
+    parser.add_argument("--contexts", help="comma-separated context lengths (default: the profile's)")
+    parser.add_argument("--concurrency", help="comma-separated --max-concurrency values of vLLM's client")
+    parser.add_argument("--request-rate", help="comma-separated --request-rate values (requests/s, Poisson)")
+    parser.add_argument("--modes", help="eager,compile (default: the profile's)")
+    parser.add_argument("--fix", help="on,off,upstream (the EAGLE3 arms; default: the profile's)")
+    parser.add_argument("--arms", default="eagle3,baseline", help="eagle3,baseline (default: %(default)s)")
+    parser.add_argument("--rounds", help="paired rounds per cell (default: the profile's)")
+    parser.add_argument("--output-len", help="output tokens per request (default: the profile's)")
+    parser.add_argument("--prompts-per-slot", help="requests per cell = this x the concurrency")
+    parser.add_argument("--prefix-caching", action=argparse.BooleanOptionalAction, default=None,
+                        help="the servers' prefix cache (default: the profile's, off)")
+    parser.add_argument("--port", type=int, help="the first server's port on 127.0.0.1 (default: a free one)")
+    parser.add_argument("--seed", type=int, default=0, help="workload seed (default: %(default)s)")
+    parser.add_argument("--log-dir", type=Path, help="server logs and prompt files (default: beside --out)")
+    parser.add_argument("--cell-timeout", type=float, default=1800.0, help="seconds per cell before it fails")
+    parser.add_argument("--summary", type=Path, metavar="FILE", help="print the summary of a map file; run nothing")
+    parser.add_argument("--write-tokenizer", type=Path, metavar="DIR",
+                        help="write tokenizer.json and tokenizer_config.json for the model in DIR; run nothing")
+
+
+def from_cli_args(args: argparse.Namespace) -> MapArgs:
+    def csv(text):
+        return tuple(p.strip() for p in text.split(",") if p.strip()) if text else None
+
+    out = args.out
+    if out is not None:
+        if out.suffix == ".jsonl":
+            raise EagleFixError(f"--out {out}: name it .ndjson; a .jsonl under results/ is read as `eagle-fix run` "
+                                f"records by eagle-fix report", exit_code=2)
+        if out.is_dir() or not out.parent.is_dir():
+            raise EagleFixError(f"--out {out}: give a file path in an existing folder", exit_code=2)
+    # the calibration knobs reach the served engine too (the plugin loads in its engine core)
+    from eagle_fix.sweep.plan import refuse_injected_delay
+
+    refuse_injected_delay(out, exit_code=2)
+    return MapArgs(profile=args.profile, out=out, contexts=_ints(args.contexts, "--contexts"),
+                   concurrencies=_ints(args.concurrency, "--concurrency"),
+                   request_rates=_floats(args.request_rate, "--request-rate"),
+                   modes=csv(args.modes), fixes=csv(args.fix), arms=csv(args.arms) or ("eagle3", "baseline"),
+                   rounds=parse_positive_int(args.rounds, "--rounds") if args.rounds else None,
+                   output_len=parse_positive_int(args.output_len, "--output-len") if args.output_len else None,
+                   prompts_per_slot=parse_positive_int(args.prompts_per_slot, "--prompts-per-slot")
+                   if args.prompts_per_slot else None,
+                   prefix_caching=args.prefix_caching, port=args.port, seed=args.seed, log_dir=args.log_dir,
+                   cell_timeout_s=args.cell_timeout)
+
+
+def cli_main(args: argparse.Namespace) -> int:
+    if args.write_tokenizer:
+        from eagle_fix.served.server import write_tokenizer
+
+        for f in write_tokenizer(args.write_tokenizer):
+            print(f"wrote {f}")
+        return 0
+    if args.summary:
+        print(format_summary(summarize(read_map(args.summary))))
+        return 0
+    margs = from_cli_args(args)
+    started = time.monotonic()
+
+    def emit(rec: dict[str, Any]) -> None:
+        what = (f"{rec['mode']} {rec['context_len']} {rec['load']} {rec['arm']} round {rec['round']}: "
+                + (f"{rec.get('output_throughput', 0):.1f} tok/s, TPOT {rec.get('median_tpot_ms', 0):.1f} ms"
+                   + (f" (server {rec['server_tpot_ms']:.1f} ms)" if _num(rec.get("server_tpot_ms")) is not None else "")
+                   + (f", acceptance {rec['spec_decode_acceptance_length']:.2f}"
+                      if _num(rec.get("spec_decode_acceptance_length")) is not None else "")
+                   if rec["status"] == "ok" else f"FAILED: {record.cause(rec.get('error'))}"))
+        print(f"[{(time.monotonic() - started) / 60:5.1f} min] {what}", file=sys.stderr, flush=True)
+
+    records = run_map(margs, emit=emit)
+    print(format_summary(summarize(records)))
+    failed = sum(r["status"] != "ok" for r in records)
+    print(f"{len(records)} measurements ({failed} failed) in {(time.monotonic() - started) / 60:.1f} min"
+          + (f"; records: {margs.out}" if margs.out else ""))
+    return 1 if failed else 0
