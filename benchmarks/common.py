@@ -3,15 +3,15 @@
 import os
 from pathlib import Path
 
-# Name as `eagle-fix run --profile`: cpu-quick | cpu | gpu-dummy | gpu. Unset: the package's default
-# for this machine (eagle_fix.pairs.profiles.default_profile_name()).
-PROFILE_ENV = "EAGLE_FIX_PROFILE"
+from eagle_fix.core.record import ENGINE_MODES as MODES  # noqa: F401 (the benchmarks' mode axis)
+from eagle_fix.core.settings import CONTEXTS_ENV, OUTPUT_LEN_ENV, PROFILE_ENV, REPEATS_ENV, TTFT_REPEATS_ENV
+from eagle_fix.pairs.profiles import PROFILES, default_profile  # light: no vLLM or torch
 
+# The profile, named as `eagle-fix run --profile` (cpu-quick | cpu | gpu-dummy | gpu), from PROFILE_ENV;
+# unset: the run's default for this machine (eagle_fix.pairs.profiles.default_profile).
 # asv params must be fixed at import time: the union of every profile's contexts (the profiles own
 # them, eagle_fix.pairs.profiles). Combinations the chosen profile does not run are skipped
 # (NotImplementedError in setup), not failed.
-from eagle_fix.pairs.profiles import PROFILES  # noqa: E402  (light: no vLLM or torch)
-from eagle_fix.core.record import MODES  # noqa: E402,F401
 
 ALL_CONTEXTS = tuple(sorted({c for p in PROFILES.values() for c in p.contexts}))
 NUM_SPECULATIVE_TOKENS = max(p.num_speculative_tokens for p in PROFILES.values())
@@ -28,14 +28,11 @@ def profile_name() -> str:
     name = os.environ.get(PROFILE_ENV)
     if name:
         return name
-    from eagle_fix.pairs.profiles import default_profile_name
-
-    return default_profile_name()
+    return default_profile("run")
 
 
 # Optional reduced set of contexts, e.g. EAGLE_FIX_CONTEXTS=8192,16384: the profile's own set
 # otherwise (the long contexts cost most: docs/results.md has what each took).
-CONTEXTS_ENV = "EAGLE_FIX_CONTEXTS"
 # The repository root: asv runs setup_cache in a scratch folder, so paths are anchored here.
 REPO = Path(__file__).resolve().parents[1]
 
@@ -53,8 +50,7 @@ def profile_contexts(name: str) -> tuple:
 # EAGLE_FIX_REPEATS, EAGLE_FIX_TTFT_REPEATS and EAGLE_FIX_OUTPUT_LEN; the profile's own otherwise.
 def sweep_knobs() -> dict:
     knobs = {}
-    for env, name in (("EAGLE_FIX_REPEATS", "repeats"), ("EAGLE_FIX_TTFT_REPEATS", "ttft_repeats"),
-                      ("EAGLE_FIX_OUTPUT_LEN", "output_len")):
+    for env, name in ((REPEATS_ENV, "repeats"), (TTFT_REPEATS_ENV, "ttft_repeats"), (OUTPUT_LEN_ENV, "output_len")):
         if os.environ.get(env):
             knobs[name] = int(os.environ[env])
     return knobs

@@ -18,9 +18,9 @@ COMMANDS = (
     ("publish", "eagle_fix.publish.dashboard", "label this asv run's results, publish the dashboard (offline) and the report"),
     ("compare", "eagle_fix.gate.compare", "regression gate between two result sets (statistics on samples and counts)"),
     ("ab", "eagle_fix.gate.ab", "the same points in two environments, alternating rounds, paired verdicts"),
-    ("machine", "eagle_fix.machine.host", "the machine's fingerprint and measured limits (matmul, bandwidth)"),
+    ("machine", "eagle_fix.machine.cli", "the machine's fingerprint and measured limits (matmul, bandwidth)"),
     ("map", "eagle_fix.served.map", "EAGLE3 vs no speculation under load: vLLM's OpenAI server and its bench client, context x concurrency"),
-    ("matrix", "eagle_fix.releases.matrix", "the suite across vLLM releases (eagle_fix/releases/registry.py), one venv each (scripts/matrix.sh)"),
+    ("matrix", "eagle_fix.releases.cli", "the suite across vLLM releases (eagle_fix/releases/registry.py), one venv each (scripts/matrix.sh)"),
 )
 
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Write ~/.asv-machine.json for this box under its fingerprint name (eagle_fix.machine.host), with the
+"""Write ~/.asv-machine.json for this box under its fingerprint name (eagle_fix.machine.fingerprint), with the
 fingerprint and device keys the dashboard filters on; `--name` only prints the name."""
 
 import argparse

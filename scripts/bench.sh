@@ -19,7 +19,7 @@ fi
 cd "$(dirname "$0")/.."
 [ -x .venv/bin/asv ] || { echo "bench: .venv missing; run scripts/setup.sh first" >&2; exit 1; }
 conf=${EAGLE_FIX_ASV_CONFIG:-asv.conf.json}
-export EAGLE_FIX_PROFILE=${EAGLE_FIX_PROFILE:-$(.venv/bin/python -c 'from eagle_fix.pairs.profiles import default_profile_name as d; print(d())')}
+export EAGLE_FIX_PROFILE=${EAGLE_FIX_PROFILE:-$(.venv/bin/python -c 'from eagle_fix.pairs.profiles import default_profile; print(default_profile("run"))')}
 export ASV_COMMIT=${EAGLE_FIX_COMMIT:-$(git rev-parse HEAD)}
 # A profile this machine cannot run (a CUDA profile without a GPU) is one line here, before asv starts.
 .venv/bin/python -c 'import sys

@@ -73,7 +73,7 @@ def main() -> int:
 
     import tempfile
 
-    from eagle_fix.engine.process import EngineProcess
+    from eagle_fix.engine.offline import EngineProcess
     from eagle_fix.engine.memory import MemorySampler
     from eagle_fix.core import stats
     from eagle_fix.sweep.plan import Point, RunArgs, prompt_len, resolve

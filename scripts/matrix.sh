@@ -23,31 +23,27 @@
 # project's .venv when that holds it) or .venvs/vllm-X, `pip install` of the release, eagle-fix's
 # dependencies and dev extra (pip's cache shared), torchvision/torchaudio/torchcodec uninstalled from
 # a CPU build (as scripts/setup.sh), `pip install -e . --no-deps`; reused when `import vllm` there says
-# X. Everything else (the doctor, the grid, the fix A/B, `ab`, the verdict, the cost files) is
-# `eagle-fix matrix` with the same flags (`.venv/bin/eagle-fix matrix --help`).
+# X. Its arguments go to `eagle-fix matrix` untouched, which reads them: first what this script needs
+# of them, then everything else (the doctor, the grid, the fix A/B, `ab`, the verdict, the cost
+# files; `.venv/bin/eagle-fix matrix --help`).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 EF=.venv/bin/eagle-fix
-ARGS=(); BUILD_ONLY=0; DRY=0
-while [ $# -gt 0 ]; do
-    case "$1" in
-        --releases|--rounds) ARGS+=("$1" "${2:-}"); shift; shift || true ;;
-        --releases=*|--rounds=*) ARGS+=("$1"); shift ;;
-        --build-only) BUILD_ONLY=1; ARGS+=("$1"); shift ;;
-        --dry-run) DRY=1; ARGS+=("$1"); shift ;;
-        --no-asv|--no-doctor|--sweep-only|--quick|--replay|--fix-ab-only|--no-fix-ab|--ab|--ab-only) ARGS+=("$1"); shift ;;
-        -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
-        *) echo "matrix: unknown argument $1 (see --help)" >&2; exit 2 ;;
-    esac
-done
 if [ ! -x "$EF" ]; then echo "matrix: no $EF: make the project's venv first (scripts/setup.sh)" >&2; exit 1; fi
+# what the arguments ask of this script (eagle_fix/releases/cli.py): `help`, or `flags DRY BUILD_ONLY`
+# and one `venv TAG VENV LINK BUILD REQUIREMENT...` line per release (registry.py, pyproject.toml)
+plan=$("$EF" matrix --for-script "$@") || exit $?
+DRY=0; BUILD_ONLY=0; LINES=()
+while read -r what rest; do
+    case "$what" in
+        help) sed -n '2,/^set -uo/{/^#/p}' "$0"; exit 0 ;;
+        flags) read -r DRY BUILD_ONLY <<<"$rest" ;;
+        venv) LINES+=("$rest") ;;
+    esac
+done <<<"$plan"
 PY3=${PYTHON:-python3}
-mkdir -p .venvs
-
-# one line per release: TAG VENV LINK BUILD REQUIREMENT... (eagle_fix/releases/registry.py, pyproject.toml)
-plan=$("$EF" matrix --venvs "${ARGS[@]}") || exit $?
-mapfile -t LINES <<<"$plan"
+[ "$DRY" = 1 ] || mkdir -p .venvs  # a dry run writes nothing
 
 build() {  # build TAG VENV BUILD REQUIREMENT...: make the venv; its check and cost are eagle-fix's
     local tag=$1 env=$2 kind=$3; shift 3
@@ -79,4 +75,4 @@ if [ $BUILD_ONLY = 1 ] && [ $DRY = 0 ]; then
     if [ ${#UNBUILT[@]} -gt 0 ]; then echo "matrix: failed: ${UNBUILT[*]/%/:build}" >&2; exit 1; fi
     echo "matrix: venvs ready"; exit 0
 fi
-"$EF" matrix "${ARGS[@]}" --unbuilt "$(IFS=,; echo "${UNBUILT[*]}")"
+"$EF" matrix "$@" --unbuilt "$(IFS=,; echo "${UNBUILT[*]}")"

@@ -3,7 +3,7 @@
 #  1. Debian's `chromium`.
 #  2. asv 0.6.6's dashboard loads jQuery, flot, bootstrap, md5 and stupidtable from CDNs that a
 #     test box cannot reach; the same versions come from the npm registry into build/asv-js/, and
-#     `eagle_fix.publish.report.localize_dashboard` points a published html/ at them.
+#     `eagle_fix.publish.localize.localize_dashboard` points a published html/ at them.
 # The dashboard test skips without these only outside CI; with CI=true it fails instead.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,7 +17,7 @@ else
     $SUDO apt-get install -y -q --no-install-recommends chromium fonts-dejavu-core
 fi
 JS=build/asv-js
-# Keep in step with ASV_CDN in eagle_fix/publish/report.py (stupidtable 1.0.1 is not on npm; 1.1.3 has its API).
+# Keep in step with ASV_CDN in eagle_fix/publish/localize.py (stupidtable 1.0.1 is not on npm; 1.1.3 has its API).
 PKGS="jquery@3.3.1 flot@0.8.3 bootstrap@3.1.1 blueimp-md5@2.19.0 flot-orderbars@1.0.0 stupid-table-plugin@1.1.3"
 mkdir -p "$JS"
 for spec in $PKGS; do

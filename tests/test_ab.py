@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT
-from eagle_fix.gate import ab, verdict
+from eagle_fix.engine.protocol import PointReply
+from eagle_fix.gate import ab, ab_result, verdict
 from eagle_fix.pairs import profiles as models
 
 
@@ -55,11 +56,11 @@ def _entry(base, new, **extra):
 
 def test_paired_verdicts():
     base8 = [10.0, 10.2, 9.9, 10.1, 10.0, 10.3, 9.8, 10.1]
-    slow = ab._verdicts(_entry(base8, [11.5, 11.8, 11.4, 11.6, 11.5, 11.9, 11.3, 11.6]), 0.05, k=None)
+    slow = ab_result.verdicts(_entry(base8, [11.5, 11.8, 11.4, 11.6, 11.5, 11.9, 11.3, 11.6]), 0.05, k=None)
     assert slow["tpot_ms"]["verdict"] == "regression" and slow["decode_throughput_tok_s"]["verdict"] == "regression"
-    same = ab._verdicts(_entry(base8, [10.1, 10.0, 10.2, 9.9, 10.0, 10.2, 9.9, 10.0]), 0.05, k=None)
+    same = ab_result.verdicts(_entry(base8, [10.1, 10.0, 10.2, 9.9, 10.0, 10.2, 9.9, 10.0]), 0.05, k=None)
     assert same["tpot_ms"]["verdict"] == "within noise"
-    failed = ab._verdicts(_entry([10.0], [10.0], status={"base": "ok", "new": "failed"}), 0.05, k=None)
+    failed = ab_result.verdicts(_entry([10.0], [10.0], status={"base": "ok", "new": "failed"}), 0.05, k=None)
     assert failed == {"status": {"verdict": "failed"}}
 
 
@@ -71,9 +72,9 @@ def test_synthetic_acceptance_is_shown_never_judged():
     entry = _entry([10.0] * 8, [10.0] * 8)
     entry["pairs"][0]["base"].update(num_drafts=128, num_accepted_tokens=384, acceptance_length=4.0, drafter_coverage=1.0)
     entry["pairs"][0]["new"].update(num_drafts=256, num_accepted_tokens=256, acceptance_length=2.0, drafter_coverage=1.0)
-    measured = ab._verdicts(entry, 0.05, k=3)
+    measured = ab_result.verdicts(entry, 0.05, k=3)
     assert measured["acceptance_length"]["verdict"] == "regression"
-    synthetic = ab._verdicts(entry, 0.05, k=3, synthetic=True)
+    synthetic = ab_result.verdicts(entry, 0.05, k=3, synthetic=True)
     assert synthetic["acceptance_length"]["verdict"] == verdict.NOT_GATED
     assert synthetic["acceptance_length"]["evidence"] == verdict.SYNTHETIC
     assert synthetic["drafter_coverage"]["verdict"] == "same"
@@ -82,7 +83,7 @@ def test_synthetic_acceptance_is_shown_never_judged():
 def test_too_few_rounds_for_the_test_are_inconclusive_and_name_the_rounds_needed():
     """5 rounds all 15% slower used to be a regression on a (min, max) interval that covers 93.75%;
     the sign test on 5 pairs cannot go below p = 1/16, so at alpha 0.01 nothing can be claimed."""
-    slow = ab._verdicts(_entry([10.0, 10.2, 9.9, 10.1, 10.0], [11.5, 11.8, 11.4, 11.6, 11.5]), 0.05, k=None)
+    slow = ab_result.verdicts(_entry([10.0, 10.2, 9.9, 10.1, 10.0], [11.5, 11.8, 11.4, 11.6, 11.5]), 0.05, k=None)
     tpot = slow["tpot_ms"]
     assert tpot["verdict"] == "inconclusive" and tpot["needed"] == 8 <= ab.DEFAULT_ROUNDS
     assert tpot["power"] == "needs >= 8 rounds"
@@ -90,14 +91,14 @@ def test_too_few_rounds_for_the_test_are_inconclusive_and_name_the_rounds_needed
 
 
 def test_default_rounds_reach_the_level_and_each_row_states_its_power():
-    from eagle_fix.core import stats
+    from eagle_fix.core import significance
     from eagle_fix.gate import verdict
 
     assert ab.DEFAULT_ALPHA == verdict.DEFAULT_ALPHA and ab.DEFAULT_THRESHOLD == verdict.DEFAULT_THRESHOLD
     assert ab.DEFAULT_ROUNDS == verdict.DEFAULT_ROUNDS  # how many the calibration shows: tests/test_calibration.py
-    assert stats.sign_test_floor(8) < ab.DEFAULT_ALPHA <= stats.sign_test_floor(7)  # the least that can speak
+    assert significance.sign_test_floor(8) < ab.DEFAULT_ALPHA <= significance.sign_test_floor(7)  # the least that can speak
     noisy = [10.0, 12.0, 9.0, 11.0, 10.5, 9.5, 10.0, 11.5]
-    v = ab._verdicts(_entry(noisy, [b * r for b, r in zip(noisy, [1.1, 0.9, 1.05, 0.95, 1.2, 0.85, 1.0, 1.02])]),
+    v = ab_result.verdicts(_entry(noisy, [b * r for b, r in zip(noisy, [1.1, 0.9, 1.05, 0.95, 1.2, 0.85, 1.0, 1.02])]),
                      0.05, k=None)["tpot_ms"]
     assert v["verdict"] == "within noise" and v["alpha"] == 0.01
     # all 8 ratios must land above 1 for the sign test: the largest (median / ratio) - 1
@@ -110,9 +111,9 @@ def _fake_ab_args(tmp_path, monkeypatch, fake_engine, rounds, blocks=None, modes
     (a side's engine sees SIDE=base or SIDE=new in its env) and the side probe skipped."""
     import argparse
 
-    from eagle_fix.engine import process as engine, lifecycle
+    from eagle_fix.engine import lifecycle
 
-    monkeypatch.setattr(engine, "EngineProcess", fake_engine)
+    monkeypatch.setattr(ab, "EngineProcess", fake_engine)
     monkeypatch.setattr(lifecycle, "install_signal_handlers", lambda: None)
     monkeypatch.setattr(ab, "_side_info", lambda python, env, flag: {
         "python": python, "env": env, "versions": {"vllm": "0.0"}, "machine_id": "m"})
@@ -144,8 +145,9 @@ def _fake_run_ab(tmp_path, monkeypatch, factor, rounds=None, second_penalty=0.0,
             measured.append(self.side)
             second = len(measured) % 2 == 0  # both sides are measured once per round
             tpot = 10.0 * self.slow * (1 + 0.01 * (self.calls % 3)) * (1 + second_penalty * second)
-            return {"samples": {"tpot_ms": [tpot], "decode_throughput_tok_s": [1000.0 / tpot], "ttft_s": [1.0]},
-                    "num_drafts": 128, "num_accepted_tokens": 384, "acceptance_length": 4.0, "drafter_coverage": 1.0}
+            return PointReply(prompt_len=cmd.prompt_len, samples={"tpot_ms": [tpot], "decode_throughput_tok_s": [1000.0 / tpot],
+                                                                  "ttft_s": [1.0]},
+                              num_drafts=128, num_accepted_tokens=384, acceptance_length=4.0, drafter_coverage=1.0)
 
         def pause(self):
             pass
@@ -170,7 +172,7 @@ def test_the_file_records_its_threshold_alpha_and_power(tmp_path, monkeypatch):
     assert tpot["verdict"] == "regression" and len(tpot["ratios"]) == ab.DEFAULT_ROUNDS
     assert tpot["p"] == pytest.approx(2 / 2**ab.DEFAULT_ROUNDS, abs=1e-12) and tpot["detectable"] is not None
     json.dumps(result)  # what --out writes
-    text = ab.format_ab(result)
+    text = ab_result.format_ab(result)
     assert text.splitlines()[0].split() == ["context", "mode", "arm", "fix", "metric", "base", "new", "change",
                                             "evidence", "verdict"]
     assert "REGRESSION, could detect >= " in text and "(threshold 5%, alpha 0.01" in text
@@ -184,10 +186,10 @@ def test_each_mode_gets_its_calibrated_rounds_unless_rounds_is_given(tmp_path, m
     got = {p["identity"]["mode"]: (p["rounds"], len(p["pairs"])) for p in result["points"]}
     assert got == {"eager": (64, 64), "compile": (128, 128)}
     assert verdict.default_rounds("eager") == ab.DEFAULT_ROUNDS and verdict.default_rounds("compile") == 128
-    assert "points x 64 rounds eager, 128 compile in 2 blocks on " in ab.format_ab(result)
+    assert "points x 64 rounds eager, 128 compile in 2 blocks on " in ab_result.format_ab(result)
     _, result = _fake_run_ab(tmp_path, monkeypatch, factor=1.0, modes="eager,compile", rounds=6)
     assert [(p["rounds"], len(p["pairs"])) for p in result["points"]] == [(6, 6), (6, 6)] and result["rounds"] == 6
-    assert "points x 6 rounds in 2 blocks on " in ab.format_ab(result)
+    assert "points x 6 rounds in 2 blocks on " in ab_result.format_ab(result)
 
 
 def test_each_block_restarts_the_engines_in_the_opposite_order_and_records_it(tmp_path, monkeypatch):
@@ -246,7 +248,7 @@ def test_an_order_effect_does_not_pose_as_a_change(tmp_path, monkeypatch):
 def test_a_comparison_that_cannot_see_the_minimum_says_so_in_one_line(tmp_path, monkeypatch):
     _, result = _fake_run_ab(tmp_path, monkeypatch, factor=1.0, rounds=5)
     assert result["summary"]["exit_code"] == 0
-    text = ab.format_ab(result)
+    text = ab_result.format_ab(result)
     blind = [line for line in text.splitlines() if line.startswith("power:")]
     assert blind == ["power: 2 of 2 speed rows could not detect a 5% slowdown, the gate's stated minimum: "
                      "2 could detect nothing (needs >= 8 rounds)"]
@@ -314,9 +316,10 @@ def _cuda_run_ab(tmp_path, monkeypatch, total):
             events.append(("start", self.side, spec.gpu_memory_utilization, spec.kv_cache_memory_bytes))
 
         def run_point(self, cmd, timeout_s):
-            events.append(("point", self.side, cmd["ttft_repeats"], frozenset(up)))
-            return {"samples": {"tpot_ms": [10.0], "decode_throughput_tok_s": [100.0], "ttft_s": [1.0]},
-                    "num_drafts": 128, "num_accepted_tokens": 384, "acceptance_length": 4.0, "drafter_coverage": 1.0}
+            events.append(("point", self.side, cmd.ttft_repeats, frozenset(up)))
+            return PointReply(prompt_len=cmd.prompt_len, samples={"tpot_ms": [10.0], "decode_throughput_tok_s": [100.0],
+                                                                  "ttft_s": [1.0]},
+                              num_drafts=128, num_accepted_tokens=384, acceptance_length=4.0, drafter_coverage=1.0)
 
         def pause(self):
             pass

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from eagle_fix.gate import calibration, verdict
-from eagle_fix.publish import report
+from eagle_fix.publish import docs
 
 ROOT = Path(__file__).resolve().parents[1]
 GATE = ROOT / calibration.GATE
@@ -54,11 +54,11 @@ def test_the_stated_minimum_slowdown_is_caught_nine_times_in_ten():
 
 
 def test_the_tables_read_the_trials():
-    rates = report.render_table("calibration", [str(calibration.GATE)], root=ROOT)
+    rates = docs.render_table("calibration", [str(calibration.GATE)], root=ROOT)
     assert "| 0 (A/A) | " in rates and f"| {verdict.MIN_DETECTABLE:.0%} | " in rates
-    floor = report.render_table("noise-floor", [str(calibration.GATE)], root=ROOT)
+    floor = docs.render_table("noise-floor", [str(calibration.GATE)], root=ROOT)
     assert all(f"| {m} | " in floor for m in verdict.PAIRED)
-    order = report.render_table("start-order", [str(calibration.GATE)], root=ROOT)
+    order = docs.render_table("start-order", [str(calibration.GATE)], root=ROOT)
     assert order.count("| `") == len(TRIALS)
 
 
@@ -163,7 +163,7 @@ def test_coverage_says_per_goal_point_how_far_the_calibration_got(tmp_path):
     short = calibration.coverage([tmp_path / "gate-short"])
     [r] = [r for r in short if r["machine"]]
     assert (r["aa"], r["false_alarms"], r["other_slowdowns"], r["status"]) == (1, 1, [0.02], "missed: 1 false alarm")
-    table = report.render_table("calibration-coverage", [str(tmp_path / "gate-short")], root=ROOT)
+    table = docs.render_table("calibration-coverage", [str(tmp_path / "gate-short")], root=ROOT)
     assert "| missed: 1 false alarm | `gate-short/` |" in table and table.count("| not started |") == len(calibration.GOAL_POINTS) - 1
 
 
@@ -194,4 +194,4 @@ def test_the_rounds_model_judges_resampled_ratios_by_the_gates_rule():
     rows = calibration.resampled(noisy, draws=100)
     assert verdict.DEFAULT_ROUNDS in {r["rounds"] for r in rows}
     assert rows[-1][verdict.MIN_DETECTABLE] >= rows[0][verdict.MIN_DETECTABLE]
-    assert "| 64 (default, eager) |" in report.render_table("calibration-rounds", [str(calibration.GATE)], root=ROOT)
+    assert "| 64 (default, eager) |" in docs.render_table("calibration-rounds", [str(calibration.GATE)], root=ROOT)

@@ -253,11 +253,28 @@ def test_no_graph_is_empty(dashboard):
 def test_the_workload_says_when_acceptance_was_synthetic():
     """gpu-dummy's acceptance is a rate given to vLLM's synthetic sampler: its series say so, while
     the environment name (asv compare's pairing) stays the profile's."""
-    from eagle_fix.publish import dashboard
+    from eagle_fix.publish import labels
 
     recs = [{"profile": "gpu-dummy", "arm": "eagle3", "output_len": 512, "num_speculative_tokens": 3,
              "synthetic_acceptance": True}, {"profile": "gpu-dummy", "arm": "baseline", "output_len": 512}]
-    label = dashboard.workload_label(recs)
+    label = labels.workload_label(recs)
     assert label == "gpu-dummy, 512 out, k=3, synthetic acceptance"
-    assert dashboard.workload_label([{**r, "synthetic_acceptance": False} for r in recs]) == "gpu-dummy, 512 out, k=3"
-    assert dashboard.env_name("vllm 0.33.0", "on", label, "measured") == "eagle-fix_gpu-dummy"
+    assert labels.workload_label([{**r, "synthetic_acceptance": False} for r in recs]) == "gpu-dummy, 512 out, k=3"
+    assert labels.env_name("vllm 0.33.0", "on", label, "measured") == "eagle-fix_gpu-dummy"
+
+
+def test_the_committed_results_publish_the_series_they_published_before_the_split(dashboard):
+    """asv's history must not break when the code moves: the graphs (their paths: machine, engine, fix,
+    workload...) and their data, and the benchmarks listed, are the ones eagle-fix publish made from the
+    same committed results before the package was split by stage (tests/data/asv_series.json)."""
+    import hashlib
+
+    if dashboard["results"] != ROOT / "results" / "asv":
+        pytest.skip("no committed asv results")
+    want = json.loads((ROOT / "tests" / "data" / "asv_series.json").read_text())
+    html = dashboard["html"]
+    got = {str(p.relative_to(html)): hashlib.sha256(p.read_bytes()).hexdigest()[:16]
+           for p in (html / "graphs").rglob("*.json")}
+    assert sorted(got) == sorted(want["graphs"]), set(got) ^ set(want["graphs"])
+    assert got == want["graphs"], [g for g in got if got[g] != want["graphs"][g]][:5]
+    assert sorted(json.loads((html / "index.json").read_text())["benchmarks"]) == want["benchmarks"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 from conftest import ROOT
-from eagle_fix.publish.report import _BEGIN, _END, doc_blocks, update_docs
+from eagle_fix.publish.docs import BEGIN, END, doc_blocks, update_docs
 
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
@@ -25,7 +25,7 @@ def test_every_table_in_the_docs_is_generated():
             if line.startswith("|"):
                 assert any(s <= pos < e for s, e in generated), f"{doc.name}: a table not made by `eagle-fix report --table`: {line.strip()}"
             pos += len(line)
-        assert text.count(_BEGIN) == text.count(_END), doc.name
+        assert text.count(BEGIN) == text.count(END), doc.name
 
 
 def test_readme_is_short_and_opens_with_the_two_commands():
@@ -43,3 +43,33 @@ def test_docs_link_to_files_that_exist():
     for doc in DOCS:
         for target in re.findall(r"\]\(([^)#:]+\.md)\)", doc.read_text(encoding="utf-8")):
             assert (doc.parent / target).is_file(), f"{doc.name} links to missing {target}"
+
+
+def test_the_code_the_docs_name_exists():
+    """Every `eagle_fix/...py` file and `eagle_fix.module.name` the README and the docs name is there: a
+    module that moved leaves no stale pointer behind."""
+    import importlib
+    import re as _re
+
+    missing = []
+    for doc in DOCS:
+        text = doc.read_text(encoding="utf-8")
+        for path in set(_re.findall(r"eagle_fix/[\w/]+\.py", text)):
+            if not (ROOT / path).is_file():
+                missing.append(f"{doc.name}: {path}")
+        for dotted in set(_re.findall(r"(?<![\w/])eagle_fix(?:\.\w+)+", text)):
+            parts = dotted.split(".")
+            for cut in range(len(parts), 0, -1):
+                try:
+                    obj = importlib.import_module(".".join(parts[:cut]))
+                except ImportError:
+                    continue
+                try:
+                    for name in parts[cut:]:
+                        obj = getattr(obj, name)
+                except AttributeError:
+                    missing.append(f"{doc.name}: {dotted}")
+                break
+            else:
+                missing.append(f"{doc.name}: {dotted}")
+    assert not missing, "\n".join(sorted(missing))

@@ -198,3 +198,18 @@ def test_the_cpu_worker_reports_its_own_memory_and_settings(tmp_path):
     assert (r["compilation_mode"], r["cudagraph_mode"]) == ("NONE", "NONE") and r["attention_backend"]
     assert r["peak_gpu_memory_bytes"] is None and r["gpu_memory_error"]  # no GPU: null with its reason
     assert r["drafter_coverage"] is not None  # the drafter's RPCs still answer through the combined extension
+
+
+def test_an_engine_whose_plugin_did_not_load_fails_its_start_in_one_line(tmp_path):
+    """vLLM runs on without a plugin it could not load (it logs the failure): an engine of ours must not, or
+    it would record numbers without the fix's backport, the drafter's counters or the step clock."""
+    from eagle_fix.engine.offline import EngineDied, EngineProcess
+    from eagle_fix.pairs.profiles import get_profile
+    from eagle_fix.sweep.road import engine_spec
+
+    spec = engine_spec(get_profile("cpu-quick"), arm="baseline", mode="eager", fix=None, max_model_len=1024)
+    with pytest.raises(EngineDied) as died:
+        EngineProcess(spec, tmp_path / "engine.log", env={"VLLM_PLUGINS": "no_such_plugin"}, startup_timeout_s=900)
+    first = str(died.value).splitlines()[0]
+    assert "engine start refused: the eagle-fix plugin did not register in the engine" in first, first
+    assert "worker pid" in first and "the front end" in first and "pip install -e ." in first

@@ -339,7 +339,8 @@ def test_sigkill_of_the_run_leaves_no_engine_process(tmp_path):
 
 def test_unwritable_engine_log_is_a_one_line_error_before_any_start():
     from eagle_fix.engine import lifecycle
-    from eagle_fix.engine.process import EngineProcess, EngineSpec
+    from eagle_fix.engine.offline import EngineProcess
+    from eagle_fix.engine.spec import EngineSpec
     from eagle_fix.core.errors import EagleFixError
 
     spec = EngineSpec(target="/nonexistent", draft=None, mode="eager", fix=None, max_model_len=4096)
@@ -371,7 +372,7 @@ def test_cli_unwritable_log_dir_is_one_line(tmp_path):
 
 
 def test_killed_cause_names_the_signal():
-    from eagle_fix.engine.process import killed_cause
+    from eagle_fix.engine.logs import killed_cause
 
     log = ["(EngineCore pid=1) ERROR 11-30 16:41:25 [multiproc_executor.py:315] Worker proc VllmWorker-0 died "
            "unexpectedly (exit code: -9), shutting down executor.", "Traceback (most recent call last):",

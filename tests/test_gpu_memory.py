@@ -14,8 +14,8 @@ from enum import Enum
 
 import pytest
 
-from eagle_fix.machine import host as machine
-from eagle_fix.engine import memory
+from eagle_fix.machine import roofline
+from eagle_fix.engine import memory, worker
 from eagle_fix.machine import device
 
 GIB = 2**30
@@ -271,9 +271,9 @@ def test_cpu_worker_reports_its_host_peak_and_vllms_figures():
 def test_combined_workers_sum_bytes_and_keep_each():
     a = {"pid": 1, "torch_peak_allocated_bytes": 5, "worker_host_peak_bytes": 7, "worker_host_peak_scope": "point"}
     b = {"pid": 2, "torch_peak_allocated_bytes": 6, "worker_host_peak_bytes": None, "worker_host_peak_scope": "point"}
-    out = memory.combine_workers([a, b])
+    out = worker.combine_workers([a, b])
     assert out["torch_peak_allocated_bytes"] == 11 and out["worker_host_peak_bytes"] is None
-    assert out["workers"] == [a, b] and memory.combine_workers([a])["torch_peak_allocated_bytes"] == 5
+    assert out["workers"] == [a, b] and worker.combine_workers([a])["torch_peak_allocated_bytes"] == 5
 
 
 def test_graph_pool_from_the_runners_log_line():
@@ -284,22 +284,22 @@ def test_graph_pool_from_the_runners_log_line():
 
 def test_kv_budget_follows_the_points():
     from eagle_fix.fix.checkpoint import read_config
-    from eagle_fix.machine.host import model_shape
+    from eagle_fix.machine.roofline import model_shape
     from eagle_fix.pairs.profiles import tiny_pair
 
     t, d = (read_config(p, "x") for p in tiny_pair())
     per_token = model_shape(t)["kv_bytes_per_token"] + model_shape(d)["kv_bytes_per_token"]
-    small = machine.kv_budget_bytes(t, d, max_model_len=131072, max_num_seqs=1)
-    assert small == int(per_token * 131072 * machine.KV_HEADROOM)
-    assert machine.kv_budget_bytes(t, d, max_model_len=131072, max_num_seqs=4) == 4 * small
-    assert machine.kv_budget_bytes(t, None, max_model_len=16, max_num_seqs=1) == machine.KV_MIN_BYTES
+    small = roofline.kv_budget_bytes(t, d, max_model_len=131072, max_num_seqs=1)
+    assert small == int(per_token * 131072 * roofline.KV_HEADROOM)
+    assert roofline.kv_budget_bytes(t, d, max_model_len=131072, max_num_seqs=4) == 4 * small
+    assert roofline.kv_budget_bytes(t, None, max_model_len=16, max_num_seqs=1) == roofline.KV_MIN_BYTES
 
 
 # ------------------------------------------------------------------- settings on the engine
 
 def test_engine_spec_settings_reach_vllms_arguments():
-    from eagle_fix.engine.process import EngineSpec
-    from eagle_fix.engine.memory import WORKER_EXTENSION
+    from eagle_fix.engine.spec import EngineSpec
+    from eagle_fix.engine.worker import WORKER_EXTENSION
 
     base = EngineSpec(target="t", draft=None, mode="compile", fix=None, max_model_len=4096,
                       compilation_mode="VLLM_COMPILE", cudagraph_mode="PIECEWISE", kv_cache_memory_bytes=3 * GIB)
@@ -331,20 +331,21 @@ def test_engine_settings_read_vllms_config_and_the_runners_backend():
 
 
 def test_the_record_carries_settings_and_memory_with_reasons(tmp_path):
+    from eagle_fix.engine.protocol import PointReply
     from eagle_fix.sweep import loop as sweep
     from eagle_fix.sweep.plan import Point, RunArgs, resolve
 
     run = resolve(RunArgs(profile="cpu-quick", out=tmp_path / "r.jsonl", progress=False))
-    spec = sweep.engine_spec(run, Point(8192, "compile", "eagle3", "on"))
+    spec = run.engine_spec(Point(8192, "compile", "eagle3", "on"))
     fields = {"common": {}, "log": tmp_path / "x.log", "spec": spec}
     ready = {"compilation_mode": "VLLM_COMPILE", "cudagraph_mode": "NONE", "attention_backend": "CPU_ATTN",
              "startup_memory": {"vllm_weights_bytes": 10, "vllm_kv_cache_bytes": 20, "vllm_activation_peak_bytes": None,
                                 "vllm_cudagraph_estimate_bytes": None,
                                 "null_reasons": {"vllm_activation_peak_bytes": "GPU only"}}}
-    result = {"samples": {"decode_wall_s": [1.0]},
-              "worker_memory": {"worker_host_peak_bytes": 123, "worker_host_peak_scope": "point",
-                                "torch_peak_allocated_bytes": None, "torch_peak_reserved_bytes": None,
-                                "null_reasons": {"torch_peak_allocated_bytes": "no CUDA device"}}}
+    result = PointReply(prompt_len=8000, samples={"decode_wall_s": [1.0]},
+                        worker_memory={"worker_host_peak_bytes": 123, "worker_host_peak_scope": "point",
+                                       "torch_peak_allocated_bytes": None, "torch_peak_reserved_bytes": None,
+                                       "null_reasons": {"torch_peak_allocated_bytes": "no CUDA device"}})
     rec = sweep._record(run, Point(8192, "compile", "eagle3", "on"), fields, status="ok", ready=ready,
                         memory={"peak_gpu_memory_bytes": None, "gpu_memory_scope": None,
                                 "gpu_memory_error": "NVML init failed", "peak_host_memory_bytes": 5})
@@ -368,12 +369,12 @@ def test_cuda_engines_get_a_kv_budget_sized_to_the_sweep(monkeypatch, tmp_path):
     monkeypatch.setattr(models.Profile, "check_runs_here", lambda self: None)
     run = resolve(RunArgs(profile="gpu-tiny", contexts=(131072,), out=tmp_path / "r.jsonl", progress=False,
                           cudagraph_mode="full_decode_only"))
-    eagle = sweep.engine_spec(run, Point(131072, "compile", "eagle3", "on"))
-    base = sweep.engine_spec(run, Point(131072, "compile", "baseline", None))
-    assert machine.KV_MIN_BYTES < base.kv_cache_memory_bytes < eagle.kv_cache_memory_bytes < GIB  # not a device share
+    eagle = run.engine_spec(Point(131072, "compile", "eagle3", "on"))
+    base = run.engine_spec(Point(131072, "compile", "baseline", None))
+    assert roofline.KV_MIN_BYTES < base.kv_cache_memory_bytes < eagle.kv_cache_memory_bytes < GIB  # not a device share
     assert eagle.cudagraph_mode == "FULL_DECODE_ONLY" and eagle.compilation_mode is None
     pinned = dataclasses.replace(run, profile=dataclasses.replace(run.profile, kv_cache_memory_bytes=5 * GIB))
-    assert sweep.engine_spec(pinned, Point(131072, "eager", "eagle3", "on")).kv_cache_memory_bytes == 5 * GIB
+    assert pinned.engine_spec(Point(131072, "eager", "eagle3", "on")).kv_cache_memory_bytes == 5 * GIB
 
 
 def test_bad_settings_and_a_resume_with_other_settings_are_refused(tmp_path):
@@ -396,30 +397,30 @@ def test_bad_settings_and_a_resume_with_other_settings_are_refused(tmp_path):
 def test_the_cuda_roofline_is_measured_in_a_child_process(monkeypatch):
     import torch
 
-    from eagle_fix.machine import host as machine
+    from eagle_fix.machine import limits
 
     ran = []
 
-    def in_child(name, timeout_s=machine.CHILD_TIMEOUT_S):
+    def in_child(name, timeout_s=limits.CHILD_TIMEOUT_S):
         ran.append(name)
         return {"matmul_gflops": {"bf16": 1.0}, "peak_gflops": 1.0, "bandwidth_gbs": 1.0,
                 "memory_total_bytes_torch": 141 * GIB}
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(machine, "_run_in_child", in_child)
-    monkeypatch.setattr(machine, "_measure_cuda", lambda: pytest.fail("_measure_cuda ran in the sweep's process"))
-    got = machine.measure_limits(device="cuda")
+    monkeypatch.setattr(limits, "_run_in_child", in_child)
+    monkeypatch.setattr(limits, "_measure_cuda", lambda: pytest.fail("_measure_cuda ran in the sweep's process"))
+    got = limits.measure_limits(device="cuda")
     assert ran == ["_measure_cuda"] and got["measured_in"] == "child process"
     assert got["peak_gflops"] == 1.0 and "memory_total_bytes_torch" not in got and got["memory_total_bytes"]
 
 
 def test_run_in_child_is_another_process_and_failures_are_one_line(monkeypatch):
-    from eagle_fix.machine import host as machine
+    from eagle_fix.machine import limits
     from eagle_fix.core.errors import EagleFixError
 
-    assert machine._run_in_child("_child_pid")["pid"] != os.getpid()
+    assert limits._run_in_child("_child_pid")["pid"] != os.getpid()
     with pytest.raises(ValueError):
-        machine._run_in_child("measure_limits")
+        limits._run_in_child("measure_limits")
     monkeypatch.setattr(sys, "executable", "/bin/false")
     with pytest.raises(EagleFixError, match="failed in its own process"):
-        machine._run_in_child("_child_pid")
+        limits._run_in_child("_child_pid")

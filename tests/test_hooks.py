@@ -1,4 +1,4 @@
-"""Every engine internal the plugin wraps (`eagle_fix.fix.plugin.HOOK_POINTS`), for both model runners,
+"""Every engine internal the plugin wraps (`eagle_fix.fix.hooks.HOOK_POINTS`), for both model runners,
 exists in the installed vLLM with the parameters its wrapper reads. Config-level (imports and
 signatures only, no engine, no device), so it runs in each release's venv, vLLM's CUDA builds
 included (scripts/matrix.sh, results/releases/hooks-*.txt): a hooked name that disappears or
@@ -12,7 +12,7 @@ import inspect
 
 import pytest
 
-from eagle_fix.fix.plugin import ARGUMENT_FIELDS, HOOK_POINTS, resolve_hook
+from eagle_fix.fix.hooks import ARGUMENT_FIELDS, HOOK_POINTS, resolve_hook
 
 pytest.importorskip("vllm")
 

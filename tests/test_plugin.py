@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from conftest import last_json, run_py
+from eagle_fix.fix import clock
 
 PROBE = """
 import json
@@ -15,6 +18,8 @@ args = EngineArgs(model=target, max_model_len=8192, skip_tokenizer_init=True, lo
                   speculative_config={{"method": "eagle3", "model": draft, "num_speculative_tokens": 3}})
 sc = args.create_engine_config().speculative_config
 import eagle_fix.fix.plugin as plugin
+import eagle_fix.fix.hooks as hooks
+import eagle_fix.fix.clock as clock
 plugin.register()  # a second call must change nothing
 from vllm.config import SpeculativeConfig
 import vllm.v1.worker.gpu_model_runner as runner, vllm.v1.spec_decode.eagle as eagle
@@ -34,7 +39,7 @@ def _no_device() -> bool:
     but `EngineArgs.create_engine_config` needs a device (scripts/matrix.sh --releases vllm-X)."""
     import shutil
 
-    from eagle_fix.machine.host import versions
+    from eagle_fix.machine.fingerprint import versions
 
     return versions()["vllm_distribution"] == "vllm" and shutil.which("nvidia-smi") is None
 
@@ -81,6 +86,32 @@ def test_one_line_per_process_saying_what_it_did(shared_pair):
     assert len(lines) == 1, lines
 
 
+@needs_engine_args
+def test_a_venv_installed_before_the_split_still_loads_the_fix_through_the_shim(shared_pair, tmp_path):
+    """pip wrote the entry point `eagle_fix.plugin:register` into venvs installed before the package was split
+    by stage (the matrix's reused venvs, a GPU runner's kept venvs): vLLM resolves that name, and the fix runs."""
+    dist = tmp_path / "eagle_fix_before_split-0.1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: eagle-fix-before-split\nVersion: 0.1.0\n")
+    (dist / "entry_points.txt").write_text("[vllm.general_plugins]\neagle_fix_before_split = eagle_fix.plugin:register\n")
+    got, log = probe(shared_pair, "auto", VLLM_PLUGINS="eagle_fix_before_split",
+                     PYTHONPATH=f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    assert got["mode"] == "auto" and (got["mpe"], got["mml"]) == (8192, 8192), log[-2000:]
+    assert "raising draft max_model_len from 2048 to the target's max_model_len (8192)" in log
+
+
+def test_an_engine_without_the_plugin_is_named_in_one_line():
+    """Every engine start checks that the plugin registered in the front end and in each worker: an engine
+    running without it would record numbers that look like ours without the fix or the counters."""
+    from eagle_fix.engine.worker import plugin_missing
+
+    ok = {"pid": 1, "plugin_mode": "auto"}
+    assert plugin_missing([ok, {**ok, "pid": 2}], "auto") is None
+    why = plugin_missing([ok, {"pid": 7, "plugin_mode": None}], None)
+    assert "worker pid 7" in why and "the front end" in why and "pip install -e ." in why and "\n" not in why
+    assert "no worker answered" in plugin_missing([], "auto")
+
+
 def test_bad_mode_is_one_line_naming_the_fix(shared_pair):
     out = run_py("from eagle_fix.fix.plugin import register; register()", mode="sometimes")
     assert out.returncode != 0
@@ -100,6 +131,8 @@ sc = SpeculativeConfig(method="eagle3", model=draft, num_speculative_tokens=3, t
                        target_parallel_config=ParallelConfig())
 before = (sc.draft_model_config.hf_config.max_position_embeddings, sc.draft_model_config.max_model_len)
 import eagle_fix.fix.plugin as plugin
+import eagle_fix.fix.hooks as hooks
+import eagle_fix.fix.clock as clock
 plugin._after_speculative_config(sc, "auto", backport=True)
 d = sc.draft_model_config
 print(json.dumps({{"before": before, "after": (d.hf_config.max_position_embeddings, d.hf_config.model.max_position_embeddings, d.max_model_len)}}))
@@ -123,46 +156,48 @@ def test_a_release_without_the_runner_hooks_is_named_in_one_line():
     says which release, which runner and which hook, once, and the worker reports those counters as
     unknown with the lines, so the record is flagged (coverage stays unmeasured, never guessed)."""
     import eagle_fix.fix.plugin as plugin
+    import eagle_fix.fix.hooks as hooks
+    import eagle_fix.fix.clock as clock
     from eagle_fix.core import record
 
-    saved = list(plugin._actions), dict(plugin._problems), set(plugin._installed)
-    v1_gate, v1_propose = plugin.HOOK_POINTS["v1"][1], plugin.HOOK_POINTS["v1"][2]
-    v2_step, v2_propose = plugin.HOOK_POINTS["v2"][1], plugin.HOOK_POINTS["v2"][2]
+    saved = list(hooks.ACTIONS), dict(hooks.problems), set(hooks.installed)
+    v1_gate, v1_propose = hooks.HOOK_POINTS["v1"][1], hooks.HOOK_POINTS["v1"][2]
+    v2_step, v2_propose = hooks.HOOK_POINTS["v2"][1], hooks.HOOK_POINTS["v2"][2]
     try:
         # this process may have installed the real hooks already (a test before this one imported the
         # runners with the plugin on): start from none, as a fresh worker does
-        plugin._installed.clear()
-        plugin._problems.clear()
-        plugin._install("v1", v1_gate, _fake_module(v1_gate.module, GPUModelRunner=type("GPUModelRunner", (), {})))
-        plugin._install("v1", v1_propose, _fake_module(v1_propose.module))
-        plugin._install("v2", v2_step, _fake_module(v2_step.module, GPUModelRunner=type("GPUModelRunner", (), {})))
+        hooks.installed.clear()
+        hooks.problems.clear()
+        hooks._install("v1", v1_gate, _fake_module(v1_gate.module, GPUModelRunner=type("GPUModelRunner", (), {})))
+        hooks._install("v1", v1_propose, _fake_module(v1_propose.module))
+        hooks._install("v2", v2_step, _fake_module(v2_step.module, GPUModelRunner=type("GPUModelRunner", (), {})))
         # the model step itself is there (and timed); only the counters' hooks are not
-        v2_exec = plugin.HOOK_POINTS["v2"][0]
+        v2_exec = hooks.HOOK_POINTS["v2"][0]
 
         def execute_model(self, scheduler_output, intermediate_tensors=None, dummy_run=False):
             return None
 
-        plugin._install("v2", v2_exec, _fake_module(v2_exec.module, GPUModelRunner=type(
+        hooks._install("v2", v2_exec, _fake_module(v2_exec.module, GPUModelRunner=type(
             "GPUModelRunner", (), {"execute_model": execute_model})))
 
         def propose(self, batch, dummy_run=False, is_profile=False, num_speculative_tokens=None):  # renamed parameter
             return None
 
-        plugin._install("v2", v2_propose, _fake_module(v2_propose.module, EagleSpeculator=type("EagleSpeculator", (), {"propose": propose})))
-        plugin._install("v2", v2_step, _fake_module(v2_step.module, GPUModelRunner=type("GPUModelRunner", (), {})))  # said once
-        new = plugin._actions[len(saved[0]):]
+        hooks._install("v2", v2_propose, _fake_module(v2_propose.module, EagleSpeculator=type("EagleSpeculator", (), {"propose": propose})))
+        hooks._install("v2", v2_step, _fake_module(v2_step.module, GPUModelRunner=type("GPUModelRunner", (), {})))  # said once
+        new = hooks.ACTIONS[len(saved[0]):]
         # the worker's view on a V2 runner: the counters of the missing hooks are unknown, with the lines
         runner = type("GPUModelRunner", (), {"__module__": "vllm.v1.worker.gpu.model_runner"})
         ext = plugin.DrafterStatsExtension()
         ext.model_runner = object.__new__(runner)
         stats = ext.eagle_fix_drafter_stats()
     finally:
-        plugin._actions[:] = saved[0]
-        plugin._problems.clear()
-        plugin._problems.update(saved[1])
-        plugin._installed.clear()
-        plugin._installed.update(saved[2])
-    from eagle_fix.machine.host import versions
+        hooks.ACTIONS[:] = saved[0]
+        hooks.problems.clear()
+        hooks.problems.update(saved[1])
+        hooks.installed.clear()
+        hooks.installed.update(saved[2])
+    from eagle_fix.machine.fingerprint import versions
 
     v = versions()
     release = f"{v['vllm_distribution']} {v['vllm']}"
@@ -197,11 +232,13 @@ import torch
 from vllm.plugins import load_general_plugins
 load_general_plugins()  # as every vLLM process does
 import eagle_fix.fix.plugin as plugin
+import eagle_fix.fix.hooks as hooks
+import eagle_fix.fix.clock as clock
 import vllm.v1.worker.gpu.model_runner as runner
 import vllm.v1.worker.gpu.spec_decode.eagle.speculator as eagle
 import vllm.v1.worker.gpu_model_runner as runner_v1, vllm.v1.spec_decode.eagle as eagle_v1
-patched = {f"{r}:{p.qualname}": getattr(plugin.resolve_hook(p)[1], "__eagle_fix_patched__", False)
-           for r, points in plugin.HOOK_POINTS.items() for p in points}
+patched = {f"{r}:{p.qualname}": getattr(hooks.resolve_hook(p)[1], "__eagle_fix_patched__", False)
+           for r, points in hooks.HOOK_POINTS.items() for p in points}
 # the injected delay fires on V2's model step (the real step then fails on a bare object: no engine here)
 t0 = time.perf_counter()
 try:
@@ -217,8 +254,8 @@ fake_propose.__signature__ = inspect.signature(eagle.EagleSpeculator.propose)
 def fake_sample(self, *a, **k):
     calls.append("sample")
 fake_sample.__signature__ = inspect.signature(runner.GPUModelRunner.sample_tokens)
-propose, sample = plugin._wrap_v2_propose(fake_propose), plugin._wrap_v2_step(fake_sample)
-plugin.COUNTERS.reset()
+propose, sample = hooks._wrap_v2_propose(fake_propose), hooks._wrap_v2_step(fake_sample)
+hooks.COUNTERS.reset()
 batch = types.SimpleNamespace(num_reqs=2, seq_lens_cpu_upper_bound=torch.tensor([4100, 5000, 9999]))
 drafting = types.SimpleNamespace(speculator=object(), execute_model_state=object(), is_last_pp_rank=True)
 sample(drafting, None)
@@ -281,8 +318,8 @@ def _fake_runner(plugin, *, split: bool):
         time.sleep(0.01)
         return "output"
 
-    return type("GPUModelRunner", (), {"execute_model": plugin._wrap_step(execute_model),
-                                       "sample_tokens": plugin._wrap_step_end(sample_tokens)})()
+    return type("GPUModelRunner", (), {"execute_model": clock.wrap_step(execute_model),
+                                       "sample_tokens": clock.wrap_step_end(sample_tokens)})()
 
 
 def _timed(call) -> float:
@@ -296,22 +333,24 @@ def _timed(call) -> float:
 @pytest.mark.parametrize("split", [False, True], ids=["one-call step", "execute_model + sample_tokens"])
 def test_the_slowdown_knob_makes_a_step_one_plus_f_as_long_and_the_step_time_sees_it(monkeypatch, split):
     import eagle_fix.fix.plugin as plugin
+    import eagle_fix.fix.hooks as hooks
+    import eagle_fix.fix.clock as clock
 
-    monkeypatch.delenv(plugin.INJECT_DELAY_ENV, raising=False)
-    monkeypatch.delenv(plugin.INJECT_SLOWDOWN_ENV, raising=False)
+    monkeypatch.delenv(clock.INJECT_DELAY_ENV, raising=False)
+    monkeypatch.delenv(clock.INJECT_SLOWDOWN_ENV, raising=False)
     plain = _fake_runner(plugin, split=split)
-    monkeypatch.setenv(plugin.INJECT_SLOWDOWN_ENV, "0.5")
+    monkeypatch.setenv(clock.INJECT_SLOWDOWN_ENV, "0.5")
     slow = _fake_runner(plugin, split=split)  # the knob is read when the step is wrapped, as in the worker
     step = (lambda r: (r.execute_model(_sched()), r.sample_tokens(None))) if split else (lambda r: r.execute_model(_sched()))
     try:
-        plugin.STEPS.reset()
+        clock.STEPS.reset()
         # the fastest of a few: a shared machine only ever adds time
         base = min(_timed(lambda: step(plain)) for _ in range(5))
         stretched = min(_timed(lambda: step(slow)) for _ in range(5))
-        recorded = list(plugin.STEPS.times_ms)
-        prompt = list(plugin.STEPS.prompt)
+        recorded = list(clock.STEPS.times_ms)
+        prompt = list(clock.STEPS.prompt)
     finally:
-        plugin.STEPS.reset()
+        clock.STEPS.reset()
     # wide bounds: a loaded 2-core machine stretches single steps; without the spin the ratio is 1
     assert 1.3 <= stretched / base <= 1.9, (base, stretched)
     # every step recorded once, as the engine saw it: the spin inside, and the decode batch known as such
@@ -324,21 +363,23 @@ def test_step_times_skip_empty_steps_and_mark_prompt_steps():
     import types
 
     import eagle_fix.fix.plugin as plugin
+    import eagle_fix.fix.hooks as hooks
+    import eagle_fix.fix.clock as clock
 
     runner = _fake_runner(plugin, split=True)
     empty = types.SimpleNamespace(scheduled_new_reqs=[], num_scheduled_tokens={}, scheduled_spec_decode_tokens={},
                                   total_num_scheduled_tokens=0)
     try:
-        plugin.STEPS.reset()
+        clock.STEPS.reset()
         runner.execute_model(_sched(prompt=True))
         runner.sample_tokens(None)
         runner.execute_model(empty)  # nothing scheduled: no model ran, no step
         runner.sample_tokens(None)  # and nothing pending: not a step either
         runner.execute_model(_sched())
         runner.sample_tokens(None)
-        got = plugin.STEPS.as_dict()
+        got = clock.STEPS.as_dict()
     finally:
-        plugin.STEPS.reset()
+        clock.STEPS.reset()
     assert got["step_prompt"] == [True, False] and len(got["step_times_ms"]) == 2
     assert all(25 <= t < 1000 for t in got["step_times_ms"]), got
 
@@ -346,7 +387,7 @@ def test_step_times_skip_empty_steps_and_mark_prompt_steps():
 def test_carries_prompt_reads_the_scheduler_output():
     import types
 
-    from eagle_fix.fix.plugin import carries_prompt
+    from eagle_fix.fix.clock import carries_prompt
 
     assert carries_prompt(_sched(prompt=True)) is True
     assert carries_prompt(_sched()) is False
@@ -358,8 +399,10 @@ def test_carries_prompt_reads_the_scheduler_output():
 
 def test_the_step_times_are_bounded():
     import eagle_fix.fix.plugin as plugin
+    import eagle_fix.fix.hooks as hooks
+    import eagle_fix.fix.clock as clock
 
-    steps = plugin._Steps()
+    steps = clock._Steps()
     for _ in range(steps.LIMIT + 3):
         steps.add(0.001, False)
     assert len(steps.times_ms) == steps.LIMIT and steps.as_dict()["steps_dropped"] == 3
@@ -370,18 +413,22 @@ def test_the_step_times_are_bounded():
 @pytest.mark.parametrize("raw", ["-0.1", "abc", "nan", "inf", "5%"])
 def test_a_bad_slowdown_is_one_line_naming_the_variable(monkeypatch, raw):
     import eagle_fix.fix.plugin as plugin
+    import eagle_fix.fix.hooks as hooks
+    import eagle_fix.fix.clock as clock
 
-    monkeypatch.setenv(plugin.INJECT_SLOWDOWN_ENV, raw)
+    monkeypatch.setenv(clock.INJECT_SLOWDOWN_ENV, raw)
     with pytest.raises(ValueError) as exc:
-        plugin.inject_slowdown()
+        clock.inject_slowdown()
     assert str(exc.value).startswith(f"EAGLE_FIX_INJECT_SLOWDOWN={raw!r} ") and "\n" not in str(exc.value)
 
 
 def test_the_slowdown_knob_parses(monkeypatch):
     import eagle_fix.fix.plugin as plugin
+    import eagle_fix.fix.hooks as hooks
+    import eagle_fix.fix.clock as clock
 
-    monkeypatch.delenv(plugin.INJECT_SLOWDOWN_ENV, raising=False)
-    assert plugin.inject_slowdown() == 0.0
+    monkeypatch.delenv(clock.INJECT_SLOWDOWN_ENV, raising=False)
+    assert clock.inject_slowdown() == 0.0
     for raw, want in (("0.05", 0.05), (" 0 ", 0.0), ("1e-2", 0.01), ("", 0.0)):
-        monkeypatch.setenv(plugin.INJECT_SLOWDOWN_ENV, raw)
-        assert plugin.inject_slowdown() == want
+        monkeypatch.setenv(clock.INJECT_SLOWDOWN_ENV, raw)
+        assert clock.inject_slowdown() == want

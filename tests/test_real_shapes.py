@@ -23,7 +23,7 @@ import sys
 import pytest
 
 from conftest import ROOT
-from eagle_fix.machine import host as machine
+from eagle_fix.machine.roofline import model_shape, point_work
 from eagle_fix.pairs import profiles as models
 from eagle_fix.fix.checkpoint import read_config
 from eagle_fix.core.errors import EagleFixError
@@ -60,23 +60,22 @@ def test_reduced_depth_needs_distinct_aux_layers():
 
 def test_engine_spec_passes_hf_overrides_to_the_target_only():
     from eagle_fix.sweep.plan import Point, RunArgs, resolve
-    from eagle_fix.sweep.loop import engine_spec
 
     run = resolve(RunArgs(profile="cpu-8b-l8", contexts=(3072, 4096)))
-    spec = engine_spec(run, Point(4096, "compile", "eagle3", "on"))
+    spec = run.engine_spec(Point(4096, "compile", "eagle3", "on"))
     kw = spec.llm_kwargs()
     assert kw["hf_overrides"] == {"num_hidden_layers": 8}
     assert kw["load_format"] == "dummy" and kw["max_model_len"] == 4096 and kw["enforce_eager"] is False
     assert kw["speculative_config"] == models.get_profile("cpu-8b-l8").speculative_config()
     assert spec.env()["VLLM_CPU_KVCACHE_SPACE"] == "1"
-    full = engine_spec(resolve(RunArgs(profile="cpu-8b", contexts=(3072,))), Point(3072, "eager", "baseline", None))
+    full = resolve(RunArgs(profile="cpu-8b", contexts=(3072,))).engine_spec(Point(3072, "eager", "baseline", None))
     assert "hf_overrides" not in full.llm_kwargs() and "speculative_config" not in full.llm_kwargs()
 
 
 def test_8b_byte_counts_by_hand():
     """The work model against hand-counted Llama-3.1-8B / EAGLE3-8B sizes."""
     rt, rd = models.real_shape_configs()
-    t, d = machine.model_shape(read_config(rt, "target")), machine.model_shape(read_config(rd, "draft"))
+    t, d = model_shape(read_config(rt, "target")), model_shape(read_config(rd, "draft"))
     layer = 4096 * 4096 * 2 + 2 * 4096 * 1024 + 3 * 4096 * 14336  # q, o + k, v + gate/up/down
     assert t["params"] == 32 * layer + 2 * 128256 * 4096 + (2 * 32 + 1) * 4096 == 8_030_261_248
     assert t["kv_bytes_per_token"] == 2 * 32 * 8 * 128 * 2 == 131072  # bf16 K and V of 32 layers, 8 KV heads
@@ -84,7 +83,7 @@ def test_8b_byte_counts_by_hand():
     assert d["params"] == draft_layer + 3 * 4096 * 4096 + 32000 * 4096 + 4 * 4096 == 424_689_664  # 4 norms: hidden, input, post-attention, final
     assert d["embedding_params"] == 0  # shares the target's
     assert d["kv_bytes_per_token"] == 4096
-    l8 = machine.model_shape(models.get_profile("cpu-8b-l8").target_config())
+    l8 = model_shape(models.get_profile("cpu-8b-l8").target_config())
     assert l8["params"] == 8 * layer + 2 * 128256 * 4096 + (2 * 8 + 1) * 4096
     assert l8["kv_bytes_per_token"] == 32768
 
@@ -100,8 +99,8 @@ def test_roofline_of_a_reduced_depth_counts_its_layers():
         rec = {"limits": limits, "arm": "baseline", "context_len": 4096, "batch_size": 1, "num_speculative_tokens": None,
                "ttft_s": 100.0, "decode_throughput_tok_s": 0.1}  # shares below 100%: above it they are withheld
         sweep._roofline(rec, run)
-        work = machine.point_work({**read_config(run.profile.target, "target"), "num_hidden_layers": layers}, None,
-                                  context_len=4096)
+        work = point_work({**read_config(run.profile.target, "target"), "num_hidden_layers": layers}, None,
+                          context_len=4096)
         assert rec["decode_pct_of_bandwidth"] == pytest.approx(0.1 * work["target_bytes_per_step"] / 10e9 * 100)
         assert rec["prefill_pct_of_peak_flops"] == pytest.approx(work["prefill_flops"] / 100.0 / 1e12 * 100)
 
@@ -198,8 +197,8 @@ def test_fix_ab_at_real_shapes_under_compile(compiled_ab):
     for r in (on, up):
         assert r["kv_cache_capacity_tokens"] >= CONTEXT and r["peak_host_memory_bytes"] > 0
         if r["limits"]:
-            work = machine.point_work({**read_config(models.real_shape_configs()[0], "target"), "num_hidden_layers": layers},
-                                      read_config(models.real_shape_configs()[1], "draft"), context_len=CONTEXT)
+            work = point_work({**read_config(models.real_shape_configs()[0], "target"), "num_hidden_layers": layers},
+                              read_config(models.real_shape_configs()[1], "draft"), context_len=CONTEXT)
             expect = r["decode_throughput_tok_s"] / r["acceptance_length"] * work["eagle3_bytes_per_verified_step"] \
                 / (r["limits"]["bandwidth_gbs"] * 1e9) * 100
             assert r["decode_pct_of_bandwidth"] == pytest.approx(expect)

@@ -131,3 +131,26 @@ def test_records_say_their_limits_were_cached_and_how_old_they_were():
     assert (lim["cached"], lim["age_s"]) == (True, 7200)
     assert sweep.limits_with_age({"cached": False}, now=now)["age_s"] is None
     assert sweep.limits_with_age(None) is None
+
+
+def test_a_point_is_matched_to_its_record_the_same_way_everywhere(monkeypatch):
+    """One matcher (record.is_point) for asv's tracked numbers and the dashboard's labels: an EAGLE3 record
+    from before the fix A/B (no `fix`) is the fix-on point in both, never the off or upstream one; a
+    baseline record matches whatever fix is asked (it has none)."""
+    from eagle_fix.core import record
+    from eagle_fix.publish import labels
+    from eagle_fix.store import asv
+
+    monkeypatch.delenv("EAGLE_FIX_ASV_FIX", raising=False)
+    old = {"context_len": 8192, "mode": "eager", "arm": "eagle3", "status": "ok", "tpot_ms": 10.0}
+    base = {"context_len": 8192, "mode": "eager", "arm": "baseline", "fix": None, "status": "ok", "tpot_ms": 20.0}
+    assert record.is_point(old, context_len=8192, mode="eager", arm="eagle3", fix="on")
+    assert record.is_point(old, context_len=8192, mode="eager", arm="eagle3")
+    assert not record.is_point(old, context_len=8192, mode="eager", arm="eagle3", fix="off")
+    assert record.is_point(base, context_len=8192, mode="eager", arm="baseline", fix="off")
+    assert asv.point_value([old, base], "tpot_ms", context_len=8192, mode="eager") == 10.0
+    assert labels._point([old, base], context_len=8192, mode="eager", arm="eagle3", fix="on") is old
+    assert labels._point([old, base], context_len=8192, mode="eager", arm="eagle3", fix="off") is None
+    monkeypatch.setenv("EAGLE_FIX_ASV_FIX", "off")
+    with pytest.raises(asv.PointFailed, match="not in the sweep's records"):
+        asv.point_value([old, base], "tpot_ms", context_len=8192, mode="eager")

@@ -141,7 +141,7 @@ def test_doctor_verdicts_agree_with_the_fix_ab_measured_in_that_release(release)
 
 @pytest.mark.parametrize("base,new", ADJACENT)
 def test_adjacent_releases_were_compared_side_by_side(base, new):
-    from eagle_fix.gate.ab import read_ab
+    from eagle_fix.gate.ab_result import read_ab
 
     data = read_ab(RELEASES_DIR / f"ab-{base}-{new}.json")
     assert (data["base"]["versions"]["vllm"], data["new"]["versions"]["vllm"]) == (base, new)
@@ -160,7 +160,7 @@ def test_adjacent_releases_were_compared_side_by_side(base, new):
 
 
 def test_release_table_carries_the_change_against_the_previous_release():
-    from eagle_fix.publish.report import releases_table
+    from eagle_fix.publish.file_tables import releases_table
 
     table = releases_table(registry.table_files("releases", ROOT))
     rows = [line.split(" | ") for line in table.splitlines()[2:]]
@@ -176,11 +176,11 @@ def test_release_table_carries_the_change_against_the_previous_release():
 def test_asv_replay_refuses_another_release(tmp_path):
     """EAGLE_FIX_ASV_RECORDS in this environment (the pinned release) with an older release's records."""
     pytest.importorskip("vllm")
-    from eagle_fix.machine import host as machine
+    from eagle_fix.machine.fingerprint import fingerprint, versions
     from eagle_fix.store.asv import replay_records
     from eagle_fix.core.errors import EagleFixError
 
-    here = machine.versions()["vllm"]
+    here = versions()["vllm"]
     other = next(r for r in RELEASES if r != here)
     path = next(p for p in _record_files()[other] if not FIX_AB.search(p.name))
     with pytest.raises(EagleFixError, match=f"vLLM {other}, this environment has {here}"):
@@ -189,11 +189,11 @@ def test_asv_replay_refuses_another_release(tmp_path):
 
 def test_asv_replay_refuses_another_machine_and_keeps_this_ones(tmp_path):
     pytest.importorskip("vllm")
-    from eagle_fix.machine import host as machine
+    from eagle_fix.machine.fingerprint import fingerprint, versions
     from eagle_fix.store.asv import in_records, replay_records
     from eagle_fix.core.errors import EagleFixError
 
-    here, fid = machine.versions()["vllm"], machine.fingerprint()["id"]
+    here, fid = versions()["vllm"], fingerprint()["id"]
     recs = [r for r in _records(RELEASES[0]) if r["arm"] == "eagle3" and r["fix"] == "on" and r["context_len"] == 8192]
     mine = tmp_path / "mine.jsonl"
     mine.write_text("".join(json.dumps({**r, "vllm_version": here, "machine_id": fid}) + "\n" for r in recs))

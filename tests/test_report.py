@@ -8,7 +8,9 @@ import pytest
 
 from eagle_fix import cli
 from eagle_fix.core.errors import EagleFixError
-from eagle_fix.publish.report import fill_speedup, latest, markdown_table, write_report
+from eagle_fix.publish.frame import fill_speedup, latest
+from eagle_fix.publish.report import write_report
+from eagle_fix.publish.tables import markdown_table
 from eagle_fix.store.results import load_results
 
 DATA = Path(__file__).parent / "data"
@@ -186,7 +188,7 @@ def _two_machines(tmp_path):
 
 
 def test_plot_lines_never_join_two_machines_or_workloads(tmp_path):
-    from eagle_fix.publish.report import PLOTS, plot_figure, plot_series
+    from eagle_fix.publish.plots import PLOTS, plot_figure, plot_series
 
     df = fill_speedup(latest(load_results([_two_machines(tmp_path)])))
     series = plot_series(df, ("decode_throughput_tok_s",), ("eagle3", "baseline"))
@@ -213,7 +215,7 @@ def test_plot_lines_never_join_two_machines_or_workloads(tmp_path):
 
 
 def test_every_table_has_a_machine_column_and_no_duplicate_rows(tmp_path):
-    from eagle_fix.publish.report import acceptance_table, roofline_table, summary_table
+    from eagle_fix.publish.tables import acceptance_table, roofline_table, summary_table
 
     results = _two_machines(tmp_path)
     write_report([results], tmp_path / "out")
@@ -264,7 +266,7 @@ def test_asv_point_ignores_a_sidecar_whose_numbers_differ(tmp_path):
 
 
 def test_at_most_eight_lines_per_axes(tmp_path):
-    from eagle_fix.publish.report import MAX_SERIES, plot_figure, plot_series
+    from eagle_fix.publish.plots import MAX_SERIES, plot_figure, plot_series
 
     recs = []
     for release in ("0.27.1", "0.28.0", "0.31.0", "0.32.0"):
@@ -288,7 +290,7 @@ def test_summary_intervals_are_labelled_with_their_real_coverage():
     """With fewer than 6 samples the interval of the median is the samples' (min, max): its coverage
     is 1 - 2*0.5^n (75% at 3), and the heading says so instead of "95% ci"."""
     from eagle_fix.core import record, stats
-    from eagle_fix.publish.report import summary_table
+    from eagle_fix.publish.tables import summary_table
     from eagle_fix.store.results import records_frame
 
     def rec(ctx, samples):
@@ -308,7 +310,7 @@ def test_noise_table_shows_both_timings_cv_from_the_same_samples():
     """The noise table puts the wall-clock decode samples' CV beside the engine-step samples' CV of
     the same point, and labels the step interval with its real coverage."""
     from eagle_fix.core import record, stats
-    from eagle_fix.publish.report import noise_table
+    from eagle_fix.publish.tables import noise_table
     from eagle_fix.store.results import records_frame
 
     decode, step = [40.0, 50.0, 60.0, 50.0, 50.0], [10.0, 10.2, 9.8, 10.0, 10.0]
@@ -337,7 +339,7 @@ def test_compare_table_judges_two_record_files_as_compare_does(tmp_path):
     """Two record files of one point: a separated 5-vs-5 step_ms is the gate's regression, with its
     power; a file count other than two is one line naming the fix."""
     from eagle_fix.core import record
-    from eagle_fix.publish.report import render_table
+    from eagle_fix.publish.docs import render_table
 
     def write(name, steps):
         rec = record.new(profile="p", context_len=8192, mode="eager", arm="baseline", batch_size=1, output_len=64,

@@ -19,6 +19,8 @@ import pytest
 from conftest import ROOT, default_signals
 from eagle_fix.engine import lifecycle
 from eagle_fix.served import server as serve
+from eagle_fix.served import client
+from eagle_fix.pairs import tokenizer
 from eagle_fix.core.errors import EagleFixError
 from eagle_fix.pairs.profiles import tiny_pair
 
@@ -33,13 +35,13 @@ def test_shipped_tokenizer_round_trips_every_id():
 
     tok = Tokenizer.from_file(str(TARGET / "tokenizer.json"))
     ids = list(range(512))
-    assert tok.encode(serve.ids_to_text(ids)).ids == ids
+    assert tok.encode(tokenizer.ids_to_text(ids)).ids == ids
     assert tok.get_vocab_size() == 512
     from eagle_fix.core.workload import make_prompts
 
     prompt = make_prompts(2048, 1, vocab_size=512, seed=3)[0]
-    assert tok.encode(serve.ids_to_text(prompt)).ids == prompt
-    assert tok.decode(prompt[:5]).replace(" ", "") == serve.ids_to_text(prompt[:5])
+    assert tok.encode(tokenizer.ids_to_text(prompt)).ids == prompt
+    assert tok.decode(prompt[:5]).replace(" ", "") == tokenizer.ids_to_text(prompt[:5])
     assert tok.encode("0a 0b").ids == tok.encode("0a0b").ids == [10, 11]
 
 
@@ -50,7 +52,7 @@ def test_shipped_tokenizer_through_transformers_adds_nothing():
 
     tok = AutoTokenizer.from_pretrained(str(TARGET))
     ids = [5, 0, 511, 17]
-    assert tok(serve.ids_to_text(ids)).input_ids == ids
+    assert tok(tokenizer.ids_to_text(ids)).input_ids == ids
     assert len(tok) == 512
 
 
@@ -59,7 +61,7 @@ def test_prompt_text_fits_vllms_characters_per_token_bound():
     the words are short enough that a prompt of the whole context passes."""
     ids = list(range(512)) * 16
     longest = max(len(w) for w in json.loads((TARGET / "tokenizer.json").read_text())["model"]["vocab"])
-    assert len(serve.ids_to_text(ids)) <= longest * len(ids)
+    assert len(tokenizer.ids_to_text(ids)) <= longest * len(ids)
 
 
 def test_unknown_word_is_an_error_not_a_silent_id():
@@ -74,13 +76,13 @@ def test_unknown_word_is_an_error_not_a_silent_id():
 
 def test_shipped_files_are_what_the_generator_writes(tmp_path):
     (tmp_path / "config.json").write_text((TARGET / "config.json").read_text())
-    for f in serve.write_tokenizer(tmp_path):
+    for f in tokenizer.write_tokenizer(tmp_path):
         assert f.read_text() == (TARGET / f.name).read_text(), f"{f.name}: run eagle-fix map --write-tokenizer {TARGET}"
 
 
 def test_offline_engine_still_skips_the_tokenizer():
     """The offline engine feeds token ids and never loads the tokenizer that now ships beside it."""
-    from eagle_fix.engine.process import EngineSpec
+    from eagle_fix.engine.spec import EngineSpec
 
     kw = EngineSpec(target=str(TARGET), draft=str(DRAFT), mode="eager", fix="on", max_model_len=4096).llm_kwargs()
     assert kw["skip_tokenizer_init"] is True
@@ -90,7 +92,7 @@ def test_offline_engine_still_skips_the_tokenizer():
 
 
 def _spec(draft=True, **kw):
-    from eagle_fix.engine.process import EngineSpec
+    from eagle_fix.engine.spec import EngineSpec
 
     return EngineSpec(target=str(TARGET), draft=str(DRAFT) if draft else None, mode="eager",
                       fix="on" if draft else None, max_model_len=2048, kv_cache_gib=1.0, max_num_seqs=2, **kw)
@@ -149,17 +151,17 @@ def test_busy_port_refused_before_any_server_starts(tmp_path):
 
 
 def test_bench_args_parse_with_vllms_client_parser(tmp_path):
-    data = serve.write_prompts(tmp_path / "p.jsonl", [[1, 2, 3], [4, 5]])
+    data = client.write_prompts(tmp_path / "p.jsonl", [[1, 2, 3], [4, 5]])
     assert [json.loads(line)["prompt"] for line in data.read_text().splitlines()] == ["010203", "0405"]
-    argv = serve.bench_args("http://127.0.0.1:9", str(TARGET), data, num_prompts=2, output_len=8,
+    argv = client.bench_args("http://127.0.0.1:9", str(TARGET), data, num_prompts=2, output_len=8,
                             max_concurrency=2, request_rate=None, seed=7)
-    ns = serve.parse_bench_args(argv)
+    ns = client.parse_bench_args(argv)
     assert ns.dataset_name == "custom" and ns.skip_chat_template and ns.disable_shuffle
     assert ns.max_concurrency == 2 and ns.request_rate == float("inf") and ns.temperature == 0 and ns.ignore_eos
-    rate = serve.parse_bench_args(serve.bench_args("http://x", "m", data, num_prompts=2, output_len=8,
+    rate = client.parse_bench_args(client.bench_args("http://x", "m", data, num_prompts=2, output_len=8,
                                                    max_concurrency=None, request_rate=0.5, seed=7))
     assert rate.request_rate == 0.5 and rate.max_concurrency is None
-    assert serve.bench_command(argv).startswith("vllm bench serve --backend openai")
+    assert client.bench_command(argv).startswith("vllm bench serve --backend openai")
 
 
 # ----------------------------------------------------------------------------- the real server
@@ -185,8 +187,8 @@ def test_server_answers_and_counts_the_drafter(server, tmp_path):
 
     assert server.healthy()
     assert server.reset_drafter_stats() is None
-    data = serve.write_prompts(tmp_path / "p.jsonl", make_prompts(1024, 2, vocab_size=512, seed=11))
-    res = serve.run_bench(serve.bench_args(server.base_url, str(TARGET), data, num_prompts=2, output_len=16,
+    data = client.write_prompts(tmp_path / "p.jsonl", make_prompts(1024, 2, vocab_size=512, seed=11))
+    res = client.run_bench(client.bench_args(server.base_url, str(TARGET), data, num_prompts=2, output_len=16,
                                            max_concurrency=2, request_rate=None, seed=1), 600)
     assert res["completed"] == 2 and res["failed"] == 0
     assert res["total_input_tokens"] == 2 * 1024  # the words are the workload's ids, nothing added
@@ -242,8 +244,8 @@ def test_server_tpot_from_metrics_deltas():
                 f'vllm:request_time_per_output_token_seconds_count{{engine="0",model_name="m"}} {count}\n'
                 f'vllm:request_time_per_output_token_seconds_bucket{{engine="0",le="0.01",model_name="m"}} {count}\n')
 
-    before, after = serve.parse_metrics(text(0.5, 10)), serve.parse_metrics(text(0.58, 14))
+    before, after = client.parse_metrics(text(0.5, 10)), client.parse_metrics(text(0.58, 14))
     assert before["vllm:request_time_per_output_token_seconds_count"] == 10
-    assert serve.server_tpot_ms(before, after) == pytest.approx(20.0)
-    assert serve.server_tpot_ms(before, before) is None  # no request finished
-    assert serve.server_tpot_ms(None, after) is None
+    assert client.server_tpot_ms(before, after) == pytest.approx(20.0)
+    assert client.server_tpot_ms(before, before) is None  # no request finished
+    assert client.server_tpot_ms(None, after) is None

@@ -1,5 +1,5 @@
-"""eagle_fix.core.stats: hand-computed values, brute-force enumerations, and scipy cross-checks (when
-scipy is installed; the project's venv does not have it, so those tests skip there)."""
+"""eagle_fix.core.stats and eagle_fix.core.significance: hand-computed values, brute-force enumerations, and scipy
+cross-checks (when scipy is installed; the project's venv does not have it, so those tests skip there)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import random
 
 import pytest
 
+from eagle_fix.core import significance as sig
 from eagle_fix.core import stats as s
 
 Z95 = 1.959963984540054
@@ -171,18 +172,18 @@ def _brute_mw_p(a, b):
 def test_mann_whitney_exact_5v5_separated():
     a = [1.0, 2.0, 3.0, 4.0, 5.0]
     b = [6.0, 7.0, 8.0, 9.0, 10.0]
-    assert s.mann_whitney_p(a, b) == pytest.approx(2 / 252)
-    assert s.mann_whitney_p(b, a) == pytest.approx(2 / 252)
-    assert s.mann_whitney_p(a[:3], b[:3]) == pytest.approx(0.1)  # 2/20: 3v3 can never reach 0.01
-    assert s.mann_whitney_p(a[:4], b[:4]) == pytest.approx(2 / 70)
+    assert sig.mann_whitney_p(a, b) == pytest.approx(2 / 252)
+    assert sig.mann_whitney_p(b, a) == pytest.approx(2 / 252)
+    assert sig.mann_whitney_p(a[:3], b[:3]) == pytest.approx(0.1)  # 2/20: 3v3 can never reach 0.01
+    assert sig.mann_whitney_p(a[:4], b[:4]) == pytest.approx(2 / 70)
 
 
 def test_mann_whitney_small_cases():
-    assert s.mann_whitney_p([1.0], [2.0, 3.0]) is None
-    assert s.mann_whitney_p([1.0, 2.0], []) is None
-    assert s.mann_whitney_p([1.0, 1.0, 1.0], [1.0, 1.0]) == 1.0
+    assert sig.mann_whitney_p([1.0], [2.0, 3.0]) is None
+    assert sig.mann_whitney_p([1.0, 2.0], []) is None
+    assert sig.mann_whitney_p([1.0, 1.0, 1.0], [1.0, 1.0]) == 1.0
     # one swap at the boundary: U = 1 -> P(U <= 1) = 2/252, two-sided 4/252
-    assert s.mann_whitney_p([1, 2, 3, 4, 6], [5, 7, 8, 9, 10]) == pytest.approx(4 / 252)
+    assert sig.mann_whitney_p([1, 2, 3, 4, 6], [5, 7, 8, 9, 10]) == pytest.approx(4 / 252)
 
 
 def test_mann_whitney_matches_brute_force():
@@ -191,23 +192,23 @@ def test_mann_whitney_matches_brute_force():
         m, n = rng.randint(2, 6), rng.randint(2, 6)
         a = [rng.random() for _ in range(m)]
         b = [rng.random() + rng.choice([0, 0.3]) for _ in range(n)]
-        assert s.mann_whitney_p(a, b) == pytest.approx(_brute_mw_p(a, b))
+        assert sig.mann_whitney_p(a, b) == pytest.approx(_brute_mw_p(a, b))
     for _ in range(25):  # ties: the exact conditional distribution
         m, n = rng.randint(2, 6), rng.randint(2, 6)
         a = [rng.randint(0, 3) for _ in range(m)]
         b = [rng.randint(1, 4) for _ in range(n)]
         if len(set(a + b)) == 1:
             continue
-        assert s.mann_whitney_p(a, b) == pytest.approx(_brute_mw_p(a, b))
+        assert sig.mann_whitney_p(a, b) == pytest.approx(_brute_mw_p(a, b))
 
 
 def test_mann_whitney_large_samples_normal_approx():
     rng = random.Random(3)
     a = [rng.gauss(0, 1) for _ in range(60)]
     b = [rng.gauss(0.8, 1) for _ in range(60)]
-    p = s.mann_whitney_p(a, b)
+    p = sig.mann_whitney_p(a, b)
     assert p < 1e-3
-    same = s.mann_whitney_p(a, [x + 1e-9 for x in a])
+    same = sig.mann_whitney_p(a, [x + 1e-9 for x in a])
     assert same > 0.5
 
 
@@ -217,23 +218,23 @@ def test_mann_whitney_large_samples_normal_approx():
 def test_two_proportion_by_hand():
     # 45/100 vs 30/100: pooled 0.375, se = sqrt(0.375 * 0.625 * (1/100 + 1/100)) = 0.0684653,
     # z = 0.15 / 0.0684653 = 2.19089, two-sided p = 2 * (1 - Phi(2.19089)) = 0.028460
-    assert s.two_proportion_p(45, 100, 30, 100) == pytest.approx(0.028460, abs=2e-6)
-    assert s.two_proportion_p(30, 100, 45, 100) == pytest.approx(0.028460, abs=2e-6)
+    assert sig.two_proportion_p(45, 100, 30, 100) == pytest.approx(0.028460, abs=2e-6)
+    assert sig.two_proportion_p(30, 100, 45, 100) == pytest.approx(0.028460, abs=2e-6)
     # unequal n: 20/50 vs 50/200: pooled 0.28, se = sqrt(.28*.72*(1/50+1/200)) = 0.0709930,
     # z = 0.15/0.0709930 = 2.11289, p = 0.034607
-    assert s.two_proportion_p(20, 50, 50, 200) == pytest.approx(0.034607, abs=2e-5)
+    assert sig.two_proportion_p(20, 50, 50, 200) == pytest.approx(0.034607, abs=2e-5)
 
 
 def test_two_proportion_edges():
-    assert s.two_proportion_p(0, 10, 0, 20) == 1.0
-    assert s.two_proportion_p(10, 10, 20, 20) == 1.0
-    assert s.two_proportion_p(5, 10, 10, 20) == 1.0
-    assert s.two_proportion_p(1, 0, 1, 2) is None
-    assert s.two_proportion_p(0, 10, 10, 10) < 1e-4
+    assert sig.two_proportion_p(0, 10, 0, 20) == 1.0
+    assert sig.two_proportion_p(10, 10, 20, 20) == 1.0
+    assert sig.two_proportion_p(5, 10, 10, 20) == 1.0
+    assert sig.two_proportion_p(1, 0, 1, 2) is None
+    assert sig.two_proportion_p(0, 10, 10, 10) < 1e-4
     # float successes are allowed
-    assert s.two_proportion_p(33.5, 100, 20.25, 100) == pytest.approx(_z_test(33.5, 100, 20.25, 100))
+    assert sig.two_proportion_p(33.5, 100, 20.25, 100) == pytest.approx(_z_test(33.5, 100, 20.25, 100))
     with pytest.raises(ValueError):
-        s.two_proportion_p(11, 10, 1, 10)
+        sig.two_proportion_p(11, 10, 1, 10)
 
 
 def _z_test(x1, n1, x2, n2):
@@ -245,33 +246,33 @@ def _z_test(x1, n1, x2, n2):
 def test_acceptance_change_p_uses_draft_as_unit_without_rounding():
     k = 3
     # 250 of 300 drafts' tokens vs 200: x = accepted / k as floats, n = drafts
-    p = s.acceptance_change_p(100, 250, 100, 200, k)
+    p = sig.acceptance_change_p(100, 250, 100, 200, k)
     assert p == pytest.approx(_z_test(250 / 3, 100, 200 / 3, 100))
     assert p != pytest.approx(_z_test(83, 100, 67, 100))  # not rounded
     assert p != pytest.approx(_z_test(250, 300, 200, 300))  # not tokens as the unit
-    assert s.acceptance_change_p(100, [90, 80, 80], 100, [80, 70, 50], k) == pytest.approx(p)
-    assert s.acceptance_change_p(0, 0, 100, 200, k) is None
-    assert s.acceptance_change_p(64, [64, 64, 64], 32, [32, 32, 32], k) == 1.0
+    assert sig.acceptance_change_p(100, [90, 80, 80], 100, [80, 70, 50], k) == pytest.approx(p)
+    assert sig.acceptance_change_p(0, 0, 100, 200, k) is None
+    assert sig.acceptance_change_p(64, [64, 64, 64], 32, [32, 32, 32], k) == 1.0
 
 
 def test_drafts_to_detect():
     # by hand: p1 = 0.5, p2 = 0.4333, pbar = 0.4667; z_.995 = 2.5758, z_.8 = 0.8416:
     # (2.5758 * 0.70553 + 0.8416 * 0.70396)^2 / 0.06667^2 = 1306.6 -> 1307
-    n = s.drafts_to_detect(-0.2, 2.5, 3)
+    n = sig.drafts_to_detect(-0.2, 2.5, 3)
     assert n == 1307
-    assert s.drafts_to_detect(0.2, 2.5, 3) == 1307  # symmetric around p = 1/2
+    assert sig.drafts_to_detect(0.2, 2.5, 3) == 1307  # symmetric around p = 1/2
     # at that size the expected counts are significant at alpha; at a quarter of it they are not
     acc1, acc2 = 1.5, 1.3  # accepted per draft at L = 2.5 and 2.3
-    assert s.acceptance_change_p(n, acc1 * n, n, acc2 * n, 3) < 0.01
+    assert sig.acceptance_change_p(n, acc1 * n, n, acc2 * n, 3) < 0.01
     q = n // 4
-    assert s.acceptance_change_p(q, acc1 * q, q, acc2 * q, 3) > 0.01
+    assert sig.acceptance_change_p(q, acc1 * q, q, acc2 * q, 3) > 0.01
     # smaller changes need more drafts; a looser alpha fewer
-    assert s.drafts_to_detect(-0.1, 2.5, 3) > n
-    assert s.drafts_to_detect(-0.2, 2.5, 3, alpha=0.05) < n
+    assert sig.drafts_to_detect(-0.1, 2.5, 3) > n
+    assert sig.drafts_to_detect(-0.2, 2.5, 3, alpha=0.05) < n
     with pytest.raises(ValueError):
-        s.drafts_to_detect(0.5, 3.8, 3)  # beyond 1 + k
+        sig.drafts_to_detect(0.5, 3.8, 3)  # beyond 1 + k
     with pytest.raises(ValueError):
-        s.drafts_to_detect(0.0, 2.5, 3)
+        sig.drafts_to_detect(0.0, 2.5, 3)
 
 
 # ----------------------------------------------------------------------------- ratios / judge
@@ -294,31 +295,31 @@ BASE5 = [100.0, 101.0, 99.0, 100.5, 99.5]
 
 def test_judge_identical_is_within_noise():
     for hib in (True, False):
-        r = s.judge(BASE5, list(BASE5), higher_is_better=hib, threshold=0.05)
+        r = sig.judge(BASE5, list(BASE5), higher_is_better=hib, threshold=0.05)
         assert r["verdict"] == "within noise"
         assert r["change"] == 0.0
         assert r["p"] == pytest.approx(1.0)
-    r = s.judge([7.0] * 5, [7.0] * 5, higher_is_better=True, threshold=0.05)
+    r = sig.judge([7.0] * 5, [7.0] * 5, higher_is_better=True, threshold=0.05)
     assert r["verdict"] == "within noise" and r["p"] == 1.0
 
 
 def test_judge_separated_5v5():
     drop = [x * 0.9 for x in BASE5]
-    r = s.judge(BASE5, drop, higher_is_better=True, threshold=0.05)  # throughput dropped 10%
+    r = sig.judge(BASE5, drop, higher_is_better=True, threshold=0.05)  # throughput dropped 10%
     assert r["verdict"] == "regression"
     assert r["change"] == pytest.approx(-0.1)
     assert r["p"] == pytest.approx(2 / 252)
     assert "mann-whitney" in r["test"].lower()
     lo, hi = r["ci95"]
     assert lo <= -0.1 <= hi < 0
-    r = s.judge(BASE5, drop, higher_is_better=False, threshold=0.05)  # time dropped 10%
+    r = sig.judge(BASE5, drop, higher_is_better=False, threshold=0.05)  # time dropped 10%
     assert r["verdict"] == "improved"
     rise = [x * 1.2 for x in BASE5]
-    assert s.judge(BASE5, rise, higher_is_better=False, threshold=0.05)["verdict"] == "regression"
-    assert s.judge(BASE5, rise, higher_is_better=True, threshold=0.05)["verdict"] == "improved"
+    assert sig.judge(BASE5, rise, higher_is_better=False, threshold=0.05)["verdict"] == "regression"
+    assert sig.judge(BASE5, rise, higher_is_better=True, threshold=0.05)["verdict"] == "improved"
     # significant, but smaller than the threshold: not a regression
     small = [x * 0.97 for x in BASE5]
-    r = s.judge(BASE5, small, higher_is_better=True, threshold=0.05)
+    r = sig.judge(BASE5, small, higher_is_better=True, threshold=0.05)
     assert r["p"] < 0.01 and abs(r["change"]) < 0.05
     assert r["verdict"] == "within noise"
 
@@ -326,7 +327,7 @@ def test_judge_separated_5v5():
 def test_judge_big_but_noisy_change_is_within_noise():
     base = [100.0, 60.0, 140.0, 90.0, 110.0]
     new = [70.0, 130.0, 50.0, 120.0, 80.0]
-    r = s.judge(base, new, higher_is_better=True, threshold=0.05)
+    r = sig.judge(base, new, higher_is_better=True, threshold=0.05)
     assert r["change"] == pytest.approx(-0.2)
     assert r["p"] > 0.1
     assert r["verdict"] == "within noise"
@@ -335,12 +336,12 @@ def test_judge_big_but_noisy_change_is_within_noise():
 
 
 def test_judge_too_few_samples_is_inconclusive():
-    r = s.judge([100.0], [50.0], higher_is_better=True, threshold=0.05)
+    r = sig.judge([100.0], [50.0], higher_is_better=True, threshold=0.05)
     assert r["verdict"] == "inconclusive"
     assert r["p"] is None and r["ci95"] is None
     assert r["change"] == pytest.approx(-0.5)
-    assert s.judge([], [1.0, 2.0], higher_is_better=True, threshold=0.05)["verdict"] == "inconclusive"
-    assert s.judge([1.0, None], [1.0, 2.0], higher_is_better=True, threshold=0.05)["verdict"] == "inconclusive"
+    assert sig.judge([], [1.0, 2.0], higher_is_better=True, threshold=0.05)["verdict"] == "inconclusive"
+    assert sig.judge([1.0, None], [1.0, 2.0], higher_is_better=True, threshold=0.05)["verdict"] == "inconclusive"
 
 
 def test_judge_below_the_test_floor_is_inconclusive_and_names_the_size():
@@ -348,17 +349,17 @@ def test_judge_below_the_test_floor_is_inconclusive_and_names_the_size():
     samples were a "regression" although Mann-Whitney cannot go below p = 0.1 there (2 vs 2:
     1/3). Below the size at which the test can reach alpha nothing is claimed."""
     base, new = [100.0, 101.0, 99.0], [90.0, 91.0, 89.0]
-    r = s.judge(base, new, higher_is_better=True, threshold=0.05)
+    r = sig.judge(base, new, higher_is_better=True, threshold=0.05)
     assert r["verdict"] == "inconclusive"
     assert r["p"] == pytest.approx(0.1)  # reported, but 3v3 can never go below 0.1
     assert r["needed"] == 5 and "cannot reach p < 0.01" in r["test"] and r["detectable"] is None
     assert r["coverage"] == pytest.approx(0.9)  # the full range of the 9 pairwise ratios
     overlapping = [90.0, 91.0, 100.5]
-    assert s.judge(base, overlapping, higher_is_better=True, threshold=0.05)["verdict"] == "inconclusive"
-    r = s.judge([100.0, 101.0], [79.0, 79.8], higher_is_better=True, threshold=0.05)
+    assert sig.judge(base, overlapping, higher_is_better=True, threshold=0.05)["verdict"] == "inconclusive"
+    r = sig.judge([100.0, 101.0], [79.0, 79.8], higher_is_better=True, threshold=0.05)
     assert (r["verdict"], r["p"], r["needed"]) == ("inconclusive", pytest.approx(1 / 3), 5)
     # 4 vs 4 reaches 2/70 only: a looser alpha makes it enough
-    r = s.judge([100.0, 101.0, 99.0, 100.5], [90.0, 91.0, 89.0, 90.5], higher_is_better=True, threshold=0.05,
+    r = sig.judge([100.0, 101.0, 99.0, 100.5], [90.0, 91.0, 89.0, 90.5], higher_is_better=True, threshold=0.05,
                 alpha=0.05)
     assert (r["verdict"], r["needed"]) == ("regression", None)
 
@@ -369,25 +370,25 @@ def test_small_samples_never_say_regression(n):
     for _ in range(200):
         base = [rng.lognormvariate(0, 0.2) for _ in range(n)]
         new = [rng.lognormvariate(rng.choice([0, -0.5, -2]), 0.2) for _ in range(n)]
-        assert s.judge(base, new, higher_is_better=True, threshold=0.05)["verdict"] == "inconclusive"
-        assert s.judge(base, new, higher_is_better=True, threshold=0.05, paired=True)["verdict"] == "inconclusive"
+        assert sig.judge(base, new, higher_is_better=True, threshold=0.05)["verdict"] == "inconclusive"
+        assert sig.judge(base, new, higher_is_better=True, threshold=0.05, paired=True)["verdict"] == "inconclusive"
 
 
 def test_floors_and_sizes_needed():
-    assert s.mann_whitney_floor(5, 5) == pytest.approx(2 / 252)
-    assert s.mann_whitney_floor(2, 2) == pytest.approx(1 / 3)
-    assert s.mann_whitney_floor(3, 3) == pytest.approx(0.1)
-    assert s.mann_whitney_floor(0, 5) == 1.0
-    assert s.sign_test_floor(8) == pytest.approx(2 / 256) and s.sign_test_floor(5) == pytest.approx(1 / 16)
-    assert (s.samples_needed(0.01), s.samples_needed(0.05)) == (5, 4)
-    assert (s.pairs_needed(0.01), s.pairs_needed(0.05)) == (8, 6)
+    assert sig.mann_whitney_floor(5, 5) == pytest.approx(2 / 252)
+    assert sig.mann_whitney_floor(2, 2) == pytest.approx(1 / 3)
+    assert sig.mann_whitney_floor(3, 3) == pytest.approx(0.1)
+    assert sig.mann_whitney_floor(0, 5) == 1.0
+    assert sig.sign_test_floor(8) == pytest.approx(2 / 256) and sig.sign_test_floor(5) == pytest.approx(1 / 16)
+    assert (sig.samples_needed(0.01), sig.samples_needed(0.05)) == (5, 4)
+    assert (sig.pairs_needed(0.01), sig.pairs_needed(0.05)) == (8, 6)
     for alpha in (0.001, 0.01, 0.05, 0.1):
-        n = s.samples_needed(alpha)
-        assert s.mann_whitney_floor(n, n) < alpha <= s.mann_whitney_floor(n - 1, n - 1)
-        k = s.pairs_needed(alpha)
-        assert s.sign_test_floor(k) < alpha <= s.sign_test_floor(k - 1)
+        n = sig.samples_needed(alpha)
+        assert sig.mann_whitney_floor(n, n) < alpha <= sig.mann_whitney_floor(n - 1, n - 1)
+        k = sig.pairs_needed(alpha)
+        assert sig.sign_test_floor(k) < alpha <= sig.sign_test_floor(k - 1)
     with pytest.raises(ValueError):
-        s.samples_needed(0.0)
+        sig.samples_needed(0.0)
 
 
 def test_interval_label_says_its_real_coverage():
@@ -409,14 +410,14 @@ def test_detectable_shift_is_the_smallest_shift_the_test_calls(higher_is_better,
     rng = random.Random(m * 100 + n)
     base = [rng.lognormvariate(3, 0.15) for _ in range(m)]
     new = [rng.lognormvariate(3.05, 0.15) for _ in range(n)]
-    d = s.detectable_shift(base, new, higher_is_better=higher_is_better, alpha=alpha)
+    d = sig.detectable_shift(base, new, higher_is_better=higher_is_better, alpha=alpha)
     assert d is not None and d > 0
     moved = [v * s.median(base) / s.median(new) for v in new]
-    assert s.mann_whitney_p(base, _worse(moved, d * (1 + 1e-9) + 1e-12, higher_is_better)) < alpha
-    assert s.mann_whitney_p(base, _worse(moved, d * (1 - 1e-6), higher_is_better)) >= alpha
+    assert sig.mann_whitney_p(base, _worse(moved, d * (1 + 1e-9) + 1e-12, higher_is_better)) < alpha
+    assert sig.mann_whitney_p(base, _worse(moved, d * (1 - 1e-6), higher_is_better)) >= alpha
     # the verdict at that shift (beyond the threshold) is a regression, and the judge reports it
     shifted = _worse(moved, d * 1.001, higher_is_better)
-    r = s.judge(base, shifted, higher_is_better=higher_is_better, threshold=min(0.01, d / 2), alpha=alpha)
+    r = sig.judge(base, shifted, higher_is_better=higher_is_better, threshold=min(0.01, d / 2), alpha=alpha)
     assert r["verdict"] == "regression"
     assert r["detectable"] == pytest.approx(max(d, min(0.01, d / 2)), rel=1e-6)
 
@@ -424,13 +425,13 @@ def test_detectable_shift_is_the_smallest_shift_the_test_calls(higher_is_better,
 def test_detectable_shift_5v5_is_one_minus_min_over_max():
     """5 vs 5 at 0.01 needs full separation: the smallest throughput drop caught is 1 - min/max."""
     base = [45.0, 51.3, 51.6, 53.6, 56.1]
-    assert s.detectable_shift(base, base, higher_is_better=True, alpha=0.01) == pytest.approx(1 - 45.0 / 56.1)
-    assert s.detectable_shift(base, base, higher_is_better=False, alpha=0.01) == pytest.approx(56.1 / 45.0 - 1)
-    assert s.detectable_shift(base[:3], base[:3], higher_is_better=True, alpha=0.01) is None
-    r = s.judge(base, base, higher_is_better=True, threshold=0.05)
+    assert sig.detectable_shift(base, base, higher_is_better=True, alpha=0.01) == pytest.approx(1 - 45.0 / 56.1)
+    assert sig.detectable_shift(base, base, higher_is_better=False, alpha=0.01) == pytest.approx(56.1 / 45.0 - 1)
+    assert sig.detectable_shift(base[:3], base[:3], higher_is_better=True, alpha=0.01) is None
+    r = sig.judge(base, base, higher_is_better=True, threshold=0.05)
     assert r["detectable"] == pytest.approx(1 - 45.0 / 56.1)
     tight = [100.0, 100.1, 99.9, 100.05, 99.95]
-    assert s.judge(tight, tight, higher_is_better=True, threshold=0.05)["detectable"] == 0.05  # the threshold binds
+    assert sig.judge(tight, tight, higher_is_better=True, threshold=0.05)["detectable"] == 0.05  # the threshold binds
 
 
 @pytest.mark.parametrize("higher_is_better", [True, False])
@@ -439,7 +440,7 @@ def test_paired_detectable_shift_by_brute_force(higher_is_better):
     base = [rng.uniform(9, 11) for _ in range(10)]
     new = [b * rng.uniform(0.97, 1.05) for b in base]
     alpha = 0.05
-    d = s.detectable_shift(base, new, higher_is_better=higher_is_better, alpha=alpha, paired=True)
+    d = sig.detectable_shift(base, new, higher_is_better=higher_is_better, alpha=alpha, paired=True)
     ratios = s.paired_ratios(base, new)
     med = s.median(ratios)
 
@@ -449,45 +450,45 @@ def test_paired_detectable_shift_by_brute_force(higher_is_better):
         return 2 * sum(math.comb(above + below, i) for i in range(min(above, below) + 1)) / 2 ** (above + below)
 
     assert sign_p(d + 1e-9) < alpha <= sign_p(d - 1e-6)
-    assert s.detectable_shift(base[:5], new[:5], higher_is_better=True, alpha=alpha, paired=True) is None
+    assert sig.detectable_shift(base[:5], new[:5], higher_is_better=True, alpha=alpha, paired=True) is None
 
 
 def test_acceptance_detectable_drop_by_brute_force():
-    drop = s.acceptance_detectable_drop(128, 384, 128, 3, 0.01)  # 4.0 over 128 drafts (the 8K profile)
+    drop = sig.acceptance_detectable_drop(128, 384, 128, 3, 0.01)  # 4.0 over 128 drafts (the 8K profile)
     assert 0 < drop < 0.5
     x1 = 384 / 3
-    assert s.two_proportion_p(x1, 128, (384 - 3 * 128 * drop / 3 - 1e-6) / 3, 128) < 0.01
-    assert s.two_proportion_p(x1, 128, (384 - 3 * 128 * drop / 3 * 0.999) / 3, 128) >= 0.01
-    assert s.acceptance_detectable_drop(1, 1, 1, 3, 0.01) is None  # one draft a side: nothing is significant
+    assert sig.two_proportion_p(x1, 128, (384 - 3 * 128 * drop / 3 - 1e-6) / 3, 128) < 0.01
+    assert sig.two_proportion_p(x1, 128, (384 - 3 * 128 * drop / 3 * 0.999) / 3, 128) >= 0.01
+    assert sig.acceptance_detectable_drop(1, 1, 1, 3, 0.01) is None  # one draft a side: nothing is significant
 
 
 def test_judge_paired():
     base = [100.0, 120.0, 90.0, 110.0, 95.0, 105.0, 130.0, 80.0]  # drifting machine
     factors = [0.85, 0.86, 0.84, 0.85, 0.855, 0.845, 0.86, 0.84]
     new = [b * f for b, f in zip(base, factors)]
-    r = s.judge(base, new, higher_is_better=True, threshold=0.05, paired=True)
+    r = sig.judge(base, new, higher_is_better=True, threshold=0.05, paired=True)
     assert r["verdict"] == "regression"
     assert r["change"] == pytest.approx(0.85 - 1, abs=0.006)
     assert r["coverage"] == pytest.approx(1 - 2 / 256)
     assert r["ci95"] == pytest.approx([0.84 - 1, 0.86 - 1])
     assert r["p"] == pytest.approx(2 / 256)  # sign test: all 8 below 1
     # the same numbers as times: they got faster
-    assert s.judge(base, new, higher_is_better=False, threshold=0.05, paired=True)["verdict"] == "improved"
+    assert sig.judge(base, new, higher_is_better=False, threshold=0.05, paired=True)["verdict"] == "improved"
     # times that got slower by ~15%
     slower = [b / f for b, f in zip(base, factors)]
-    assert s.judge(base, slower, higher_is_better=False, threshold=0.05, paired=True)["verdict"] == "regression"
+    assert sig.judge(base, slower, higher_is_better=False, threshold=0.05, paired=True)["verdict"] == "regression"
     # the interval straddles 1: within noise
     mixed = [b * f for b, f in zip(base, [0.9, 1.1, 0.95, 1.05, 1.0, 0.97, 1.03, 0.99])]
-    assert s.judge(base, mixed, higher_is_better=True, threshold=0.05, paired=True)["verdict"] == "within noise"
+    assert sig.judge(base, mixed, higher_is_better=True, threshold=0.05, paired=True)["verdict"] == "within noise"
     # too few pairs
-    r = s.judge(base[:2], new[:2], higher_is_better=True, threshold=0.05, paired=True)
+    r = sig.judge(base[:2], new[:2], higher_is_better=True, threshold=0.05, paired=True)
     assert r["verdict"] == "inconclusive"
 
 
 def test_judge_paired_small_band_is_within_noise():
     base = [100.0] * 8
     new = [97.0, 97.5, 96.5, 97.2, 96.8, 97.1, 96.9, 97.3]  # a real 3% drop, inside a 5% band
-    r = s.judge(base, new, higher_is_better=True, threshold=0.05, paired=True)
+    r = sig.judge(base, new, higher_is_better=True, threshold=0.05, paired=True)
     assert r["verdict"] == "within noise"
 
 
@@ -515,19 +516,19 @@ def test_cross_check_against_scipy():
         a = [rng.random() for _ in range(m)]
         b = [rng.random() + rng.choice([0, 0.4]) for _ in range(n)]
         ref = st.mannwhitneyu(a, b, alternative="two-sided", method="exact").pvalue
-        assert s.mann_whitney_p(a, b) == pytest.approx(ref, rel=1e-9)
+        assert sig.mann_whitney_p(a, b) == pytest.approx(ref, rel=1e-9)
     a = [rng.gauss(0, 1) for _ in range(70)]
     b = [round(rng.gauss(0.3, 1), 1) for _ in range(80)]  # ties too
     ref = st.mannwhitneyu(a, b, alternative="two-sided", method="asymptotic", use_continuity=True).pvalue
-    assert s.mann_whitney_p(a, b) == pytest.approx(ref, rel=1e-9)
+    assert sig.mann_whitney_p(a, b) == pytest.approx(ref, rel=1e-9)
     # pooled two-proportion z-test == chi-square on the 2x2 table without continuity correction
     for x1, n1, x2, n2 in [(45, 100, 30, 100), (20, 50, 50, 200), (3, 40, 9, 41)]:
         chi = st.chi2_contingency([[x1, n1 - x1], [x2, n2 - x2]], correction=False)
-        assert s.two_proportion_p(x1, n1, x2, n2) == pytest.approx(chi.pvalue, rel=1e-9)
+        assert sig.two_proportion_p(x1, n1, x2, n2) == pytest.approx(chi.pvalue, rel=1e-9)
 
 
 def test_judge_zero_base_median_is_inconclusive_without_a_size():
-    r = s.judge([0.0, 0.0, 0.0, 0.0, 0.0], [1.0, 2.0, 3.0, 4.0, 5.0], higher_is_better=False, threshold=0.05)
+    r = sig.judge([0.0, 0.0, 0.0, 0.0, 0.0], [1.0, 2.0, 3.0, 4.0, 5.0], higher_is_better=False, threshold=0.05)
     assert (r["verdict"], r["needed"], r["detectable"]) == ("inconclusive", None, None)
     from eagle_fix.gate import verdict
 

@@ -15,15 +15,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from eagle_fix.core import stats
 from eagle_fix.core.errors import EagleFixError
 
 # 1: the first records (no schema key, one sample per point).
 # 2: `schema`, `samples`/`ci95`, acceptance counts, `machine`, relative `engine_log`.
 SCHEMA_VERSION = 2
 
-MODES = ("eager", "compile")
+ENGINE_MODES = ("eager", "compile")  # how the engine runs: enforce_eager, or torch.compile
 ARMS = ("eagle3", "baseline")
-FIXES = ("on", "off", "upstream")
+FIX_ARMS = ("on", "off", "upstream")  # the fix A/B arms of the EAGLE3 arm (the plugin modes they map to: eagle_fix.engine.spec)
 
 # What makes two records the same point: matched by --resume, compare, ab, the report and asv.
 IDENTITY = ("profile", "context_len", "mode", "arm", "fix", "batch_size", "output_len", "num_speculative_tokens")
@@ -107,7 +108,7 @@ METRICS: tuple[Metric, ...] = (
     Metric("peak_host_memory_bytes", "peak host memory", "bytes", False, True, "track_peak_host_memory", "bytes",
            asv_title="peak host memory", asv_doc="Peak resident memory of the engine's process tree."),
     Metric("kv_cache_capacity_tokens", "KV cache capacity", "tokens", True, False),
-    # %-of-roofline against the limits measured in the same run (eagle_fix.machine.host); asv tracks the
+    # %-of-roofline against the limits measured in the same run (eagle_fix.machine.roofline); asv tracks the
     # share left unused
     Metric("decode_pct_of_bandwidth", "decode % of bandwidth", "%", True, True,
            "track_decode_bandwidth_unused_pct", "%", _unused_pct,
@@ -182,7 +183,7 @@ FIELDS = (
     "synthetic_acceptance", "env", "sol_decode_tok_s_baseline", "sol_decode_tok_s_eagle3",
     "load_avg_1m", "load_avg_mean", "load_avg_max", "other_busy_cores", "machine_name", "engine_log", "timestamp",
     # where the engine's processes ran: the frontend and engine core moved off the workers' cores
-    # (eagle_fix.machine.host.pin_off_workers), or why not
+    # (eagle_fix.machine.pinning.pin_off_workers), or why not
     "pinning",
     "roofline_flags",
     # memory: what peak_gpu_memory_bytes covers (process | device) or why it is null; the worker's own
@@ -231,8 +232,6 @@ def upgrade(rec: dict[str, Any]) -> dict[str, Any]:
         # schema 1 kept the rates; the counts behind them are rate x drafts
         out["accepted_per_position"] = [round(x * out["num_drafts"]) for x in rec["per_position_acceptance"]]
     if out["num_drafts"] and out["accepted_per_position"] and not (out["ci95"] or {}).get("acceptance_length"):
-        from eagle_fix.core import stats
-
         acc = stats.acceptance_interval(out["num_drafts"], out["accepted_per_position"])
         out["ci95"] = {**(out["ci95"] or {}), "acceptance_length": acc["ci95"],
                        "per_position_acceptance": acc["per_position_ci95"]}
@@ -240,7 +239,7 @@ def upgrade(rec: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _plain(value: Any) -> Any:
+def plain(value: Any) -> Any:
     """NaN (a missing number once it passed through pandas) is None; 8192.0 is 8192."""
     if isinstance(value, float):
         if math.isnan(value):
@@ -252,7 +251,21 @@ def _plain(value: Any) -> Any:
 
 def key(rec: dict[str, Any]) -> tuple:
     """The point's identity as a tuple (for matching)."""
-    return tuple(_plain(rec.get(k)) for k in IDENTITY)
+    return tuple(plain(rec.get(k)) for k in IDENTITY)
+
+
+def fix_arm(rec: dict[str, Any]) -> str | None:
+    """A record's fix arm: the EAGLE3 arm's (`on` for a record made before the fix A/B, which ran with the
+    fix and says nothing), None on the baseline, which has none."""
+    return (rec.get("fix") or "on") if rec.get("arm") == "eagle3" else None
+
+
+def is_point(rec: dict[str, Any], *, context_len: int, mode: str, arm: str, fix: str | None = None) -> bool:
+    """Whether `rec` is the point (context, mode, arm) and, on the EAGLE3 arm, of fix arm `fix` (None:
+    `on`). The one matcher of a point to its record for asv, the dashboard and the report."""
+    want = (fix or "on") if arm == "eagle3" else None
+    return (plain(rec.get("context_len")), rec.get("mode"), rec.get("arm")) == (context_len, mode, arm) \
+        and fix_arm(rec) == want
 
 
 def describe(point_key: tuple) -> str:
@@ -263,7 +276,7 @@ def describe(point_key: tuple) -> str:
 
 
 def environment(rec: dict[str, Any]) -> tuple:
-    return tuple(_plain(rec.get(k)) for k in ENVIRONMENT)
+    return tuple(plain(rec.get(k)) for k in ENVIRONMENT)
 
 
 def speedup(rec: dict[str, Any], baseline: dict[str, Any] | None) -> float | None:
@@ -452,12 +465,11 @@ def worker_memory(rec: dict[str, Any], engine: dict[str, Any] | None, point: dic
     rec["memory_null_reasons"] = why or None
 
 
-def summarize(rec: dict[str, Any], result: dict[str, Any]) -> None:
+def summarize(rec: dict[str, Any], samples: dict[str, list[float]], acceptance: dict[str, Any]) -> None:
     """Headline numbers from the engine's raw samples: the median of each noisy metric with its
-    distribution-free 95% interval, acceptance with its count-based interval."""
-    from eagle_fix.core import stats
-
-    samples = {k: v for k, v in (result.get("samples") or {}).items() if v}
+    distribution-free 95% interval, acceptance (vLLM's counts and the drafter's, EAGLE3 only) with its
+    count-based interval."""
+    samples = {k: v for k, v in (samples or {}).items() if v}
     rec["samples"] = samples
     rec["repeats"] = len(samples.get("decode_wall_s") or [])
     rec["ttft_repeats"] = len(samples.get("ttft_s") or [])
@@ -468,8 +480,8 @@ def summarize(rec: dict[str, Any], result: dict[str, Any]) -> None:
             ci[column] = stats.median_ci(values)
     for k in ("num_drafts", "num_draft_tokens", "num_accepted_tokens", "accepted_per_position", "acceptance_length",
               "per_position_acceptance", "drafter_steps", "drafter_proposals", "drafter_coverage", "max_seq_len_drafted"):
-        if k in result:
-            rec[k] = result[k]
+        if k in acceptance:
+            rec[k] = acceptance[k]
     if rec.get("num_drafts") and rec.get("accepted_per_position"):
         acc = stats.acceptance_interval(rec["num_drafts"], rec["accepted_per_position"])
         ci["acceptance_length"] = acc["ci95"]

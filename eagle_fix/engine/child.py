@@ -1,21 +1,29 @@
-"""The engine's own process: start one `vllm.LLM` from an EngineSpec, then answer the parent's JSON
-commands with measurements (eagle_fix.engine.measure). Started by eagle_fix.engine.process.EngineProcess as
-`python -m eagle_fix.engine.child SPEC_JSON REPLY_FD LIFELINE_FD`; the parent's side never imports this."""
+"""The engine's own process: start one `vllm.LLM` from an EngineSpec, check the eagle-fix plugin runs in it,
+then answer the parent's commands (eagle_fix.engine.protocol) with measurements (eagle_fix.engine.measure).
+Started by eagle_fix.engine.offline.EngineProcess as `python -m eagle_fix.engine.child SPEC_JSON REPLY_FD
+LIFELINE_FD`; the parent's side never imports this."""
 
 from __future__ import annotations
 
 import json
 import os
-import signal
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from eagle_fix.engine.process import (
-    PARENT_PID_ENV, EngineSpec, log_tail, report_child_exits, signal_name, watch_parent,
+from eagle_fix.engine.lifecycle import signal_name
+from eagle_fix.engine.logs import log_tail, report_child_exits
+from eagle_fix.engine.measure import (
+    compile_seconds, drafter_stats, engine_settings, measure_point, worker_memory_once,
 )
-from eagle_fix.machine.host import pin_off_workers
+from eagle_fix.engine.memory import cudagraph_pool_bytes
+from eagle_fix.engine.process import ENGINE_LOG_ENV, child_startup, in_spawned_vllm_process
+from eagle_fix.engine.protocol import PointCommand
+from eagle_fix.engine.spec import EngineSpec
+from eagle_fix.engine.worker import plugin_missing
+from eagle_fix.fix.plugin import registered_mode
+from eagle_fix.machine.pinning import pin_off_workers
 
 
 def _dead_processes(llm: Any) -> str | None:
@@ -38,32 +46,29 @@ def _dead_processes(llm: Any) -> str | None:
 
 
 def child_main(spec_json: str, reply_fd: int, lifeline_fd: int | None = None) -> int:
-    # Signals were blocked by the parent around the fork (see EngineProcess._start): not for us.
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, (signal.SIGTERM, signal.SIGINT, signal.SIGHUP))
-    parent = os.environ.get(PARENT_PID_ENV)
-    watch_parent(lifeline_fd, int(parent) if parent else None)
-    report_child_exits()
-    spec = EngineSpec(**json.loads(spec_json))
+    child_startup(lifeline_fd)
+    spec = EngineSpec.from_json(spec_json)
     replies = os.fdopen(reply_fd, "w", buffering=1)
 
     def reply(obj: dict[str, Any]) -> None:
         replies.write(json.dumps(obj) + "\n")
         replies.flush()
 
-    from eagle_fix.engine.measure import (
-        compile_seconds, drafter_stats, engine_settings, measure_point, worker_memory_once,
-    )
-    from eagle_fix.engine.memory import cudagraph_pool_bytes
-
     llm = None
     try:
         t0 = time.perf_counter()
+        # vLLM and torch only here, in the engine's own process: the parent never imports them
         import torch
         import vllm
         from vllm import LLM, SamplingParams
         from vllm.inputs import TokensPrompt
 
         llm = LLM(**spec.llm_kwargs())
+        stats = drafter_stats(llm)
+        missing = plugin_missing(llm.collective_rpc("eagle_fix_drafter_stats"), registered_mode())
+        if missing:
+            reply({"event": "error", "fatal": True, "error": f"engine start refused: {missing}"})
+            return 1
         config = llm.llm_engine.vllm_config
         vocab = config.model_config.get_vocab_size()
         # Warm-up: first-call costs (allocators, compiled graphs for small shapes) out of every point.
@@ -73,8 +78,8 @@ def child_main(spec_json: str, reply_fd: int, lifeline_fd: int | None = None) ->
         # once the workers have bound their compute threads: the rest off their cores
         pinning = pin_off_workers(os.getpid())
         cache = config.cache_config
-        stats = drafter_stats(llm) if spec.draft else {}
-        log_lines = log_tail(Path(os.environ["EAGLE_FIX_ENGINE_LOG"]), 2_000_000) if os.environ.get("EAGLE_FIX_ENGINE_LOG") else []
+        log = os.environ.get(ENGINE_LOG_ENV)
+        log_lines = log_tail(Path(log), 2_000_000) if log else []
         reply({
             "event": "ready",
             "startup_s": startup_s,
@@ -82,10 +87,10 @@ def child_main(spec_json: str, reply_fd: int, lifeline_fd: int | None = None) ->
             "vllm_version": vllm.__version__,
             "torch_version": torch.__version__,
             "model_runner": "v2" if getattr(config, "use_v2_model_runner", False) else "v1",
-            "model_runner_class": stats.get("model_runner_class"),
-            "plugin_actions": stats.get("plugin_actions"),
+            "model_runner_class": stats.get("model_runner_class") if spec.draft else None,
+            "plugin_actions": stats.get("plugin_actions") if spec.draft else None,
             "vocab_size": vocab,
-            "compile_s": compile_seconds(os.environ.get("EAGLE_FIX_ENGINE_LOG")),
+            "compile_s": compile_seconds(log),
             **engine_settings(config, worker_memory_once(llm)),
             "vllm_cudagraph_pool_bytes": cudagraph_pool_bytes(log_lines),
             "pinning": pinning,
@@ -97,11 +102,12 @@ def child_main(spec_json: str, reply_fd: int, lifeline_fd: int | None = None) ->
         return 1
 
     for raw in sys.stdin:
-        cmd = json.loads(raw)
-        if cmd.get("op") == "exit":
+        message = json.loads(raw)
+        if message.get("op") == "exit":
             break
         try:
-            reply(measure_point(llm, spec, cmd, vocab, SamplingParams, TokensPrompt))
+            result = measure_point(llm, spec, PointCommand.from_message(message), vocab, SamplingParams, TokensPrompt)
+            reply(result.message())
         except Exception as exc:
             # The engine core may be dead (EngineDeadError): say so, with the exit code of what died
             # (vLLM's own message names none); the parent restarts it.
@@ -111,9 +117,9 @@ def child_main(spec_json: str, reply_fd: int, lifeline_fd: int | None = None) ->
     return 0
 
 
-if __name__ == "__mp_main__" and os.environ.get(PARENT_PID_ENV):
+if in_spawned_vllm_process(__name__):
     # This module is the engine child's __main__, so multiprocessing's spawn runs it again, under
-    # this name, in every process vLLM starts (EngineCore, workers): report how their children die.
+    # `__mp_main__`, in every process vLLM starts (EngineCore, workers): report how their children die.
     report_child_exits()
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import threading
 from typing import Any
 
@@ -211,10 +212,9 @@ def live_members(pgid: int) -> list[int]:
     return group_members(pgid)
 
 
-def kill_group(proc: "subprocess.Popen", settle_s: float = 0.0) -> None:
+def kill_group(proc: subprocess.Popen, settle_s: float = 0.0) -> None:
     """SIGKILL the process group `proc` leads (vLLM's engine core and workers with it), reap `proc`,
     then wait up to `settle_s` for the rest of the group to be gone; forget the group (unregister)."""
-    import subprocess
     import time
 
     try:

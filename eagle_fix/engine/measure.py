@@ -8,7 +8,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from eagle_fix.engine.process import EngineSpec, log_tail
+from eagle_fix.core.workload import make_prompts
+from eagle_fix.engine.logs import log_tail
+from eagle_fix.engine.protocol import PointCommand, PointReply
+from eagle_fix.engine.spec import EngineSpec
+from eagle_fix.engine.worker import combine_workers, merge_drafter_stats
 
 
 def spec_counters(llm: Any) -> dict[str, Any]:
@@ -47,17 +51,8 @@ def compile_seconds(log_path: str | None) -> float | None:
 
 
 def drafter_stats(llm: Any) -> dict[str, Any]:
-    """Counters of the drafter's real work, summed over the engine's workers."""
-    per_worker = llm.collective_rpc("eagle_fix_drafter_stats")
-    total: dict[str, Any] = dict(per_worker[0]) if per_worker else {}
-    # a counter whose hook is missing on a worker is None there (unknown), and so is the sum
-    for other in per_worker[1:]:
-        for key in ("spec_steps", "fits_steps", "proposals"):
-            total[key] = None if total.get(key) is None or other.get(key) is None else total[key] + other[key]
-        mine, theirs = total.get("max_seq_len_drafted"), other.get("max_seq_len_drafted")
-        total["max_seq_len_drafted"] = None if mine is None or theirs is None else max(mine, theirs)
-        total["missing_hooks"] = list(dict.fromkeys((total.get("missing_hooks") or []) + (other.get("missing_hooks") or [])))
-    return total
+    """Counters of the drafter's real work, merged over the engine's workers."""
+    return merge_drafter_stats(llm.collective_rpc("eagle_fix_drafter_stats"))
 
 
 def decode_step_ms(stats: dict[str, Any]) -> float | None:
@@ -100,10 +95,8 @@ def _enum_name(value: Any) -> str | None:
 
 
 def worker_memory_once(llm: Any) -> dict[str, Any]:
-    """The worker's memory figures now (eagle_fix.engine.memory.WorkerExtension), or why there are none: an
+    """The worker's memory figures now (eagle_fix.engine.worker.WorkerExtension), or why there are none: an
     engine without the extension must still measure its points."""
-    from eagle_fix.engine.memory import combine_workers
-
     try:
         return combine_workers(llm.collective_rpc("eagle_fix_memory"))
     except Exception as exc:  # noqa: BLE001 -- an RPC the worker lacks is a recorded reason, not a failed point
@@ -143,7 +136,8 @@ def _decode_span(outputs: list) -> float | None:
     return (max(lasts) - min(firsts)) if firsts and lasts and max(lasts) > min(firsts) else None
 
 
-def measure_point(llm: Any, spec: EngineSpec, cmd: dict[str, Any], vocab: int, SamplingParams: Any, TokensPrompt: Any) -> dict[str, Any]:
+def measure_point(llm: Any, spec: EngineSpec, cmd: PointCommand, vocab: int, SamplingParams: Any,
+                  TokensPrompt: Any) -> PointReply:
     """TTFT `ttft_repeats` times (each a full prefill: the prefix cache is emptied first), then the
     decode `repeats` times on the warm engine (the prefix cache serves the prefill). Returns raw
     samples; medians and intervals are the parent's (eagle_fix.sweep.loop) business.
@@ -151,12 +145,11 @@ def measure_point(llm: Any, spec: EngineSpec, cmd: dict[str, Any], vocab: int, S
     The acceptance counts and the drafter's counters are taken around the first decode only: under
     greedy sampling every repeat replays the same drafts, so pooling them would count one
     experiment several times."""
-    from eagle_fix.core.workload import make_prompts
-
-    prompt_len, batch, output_len = int(cmd["prompt_len"]), int(cmd["batch_size"]), int(cmd["output_len"])
+    prompt_len, batch, output_len = int(cmd.prompt_len), int(cmd.batch_size), int(cmd.output_len)
     # ttft_repeats 0 (eagle-fix ab's later rounds): the prompt is cached already; decode only
-    repeats, ttft_repeats = max(1, int(cmd.get("repeats", 1))), max(0, int(cmd.get("ttft_repeats", 1)))
-    prompts = [TokensPrompt(prompt_token_ids=p) for p in make_prompts(prompt_len, batch, vocab_size=vocab, seed=int(cmd.get("seed", 0)))]
+    repeats, ttft_repeats = max(1, int(cmd.repeats)), max(0, int(cmd.ttft_repeats))
+    prompts = [TokensPrompt(prompt_token_ids=p)
+               for p in make_prompts(prompt_len, batch, vocab_size=vocab, seed=int(cmd.seed))]
     one = SamplingParams(temperature=0, max_tokens=1, ignore_eos=True)
     full = SamplingParams(temperature=0, max_tokens=output_len, ignore_eos=True)
 
@@ -174,7 +167,7 @@ def measure_point(llm: Any, spec: EngineSpec, cmd: dict[str, Any], vocab: int, S
 
     samples: dict[str, list[float]] = {"ttft_s": ttft, "decode_throughput_tok_s": [], "tpot_ms": [],
                                        "output_throughput_tok_s": [], "decode_wall_s": [], "step_ms": []}
-    result: dict[str, Any] = {"event": "point", "prompt_len": prompt_len, "samples": samples}
+    result = PointReply(prompt_len=prompt_len, samples=samples)
     for i in range(repeats):
         counted = spec.draft is not None and i == 0
         if counted:
@@ -199,14 +192,15 @@ def measure_point(llm: Any, spec: EngineSpec, cmd: dict[str, Any], vocab: int, S
             samples["decode_throughput_tok_s"].append((n_out - batch) / decode_s)
             samples["tpot_ms"].append(1000.0 * decode_s / max(1, output_len - 1))
         if i == 0:
-            result["output_tokens"] = n_out
-            result["output_token_ids_head"] = list(outputs[0].outputs[0].token_ids[:16])
+            result.output_tokens = n_out
+            result.output_token_ids_head = list(outputs[0].outputs[0].token_ids[:16])
         if counted:
-            result.update(_acceptance(llm, before))
+            for key, value in _acceptance(llm, before).items():
+                setattr(result, key, value)
     memory = worker_memory_once(llm)
     if reset_error:
         memory = {**memory, "reset_error": reset_error}
-    result["worker_memory"] = memory
+    result.worker_memory = memory
     return result
 
 

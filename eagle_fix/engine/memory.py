@@ -21,16 +21,7 @@ import threading
 import time
 from typing import Any
 
-from eagle_fix.machine.device import device_info, gpu_process_bytes, gpu_used_bytes, nvml_device, nvml_error
-
-try:  # the worker extension adds the drafter counters' RPCs next to the memory ones
-    from eagle_fix.fix.plugin import DrafterStatsExtension as _DrafterStats
-except Exception:  # noqa: BLE001 -- a plugin that cannot import still leaves memory measurable
-    _DrafterStats = object  # type: ignore[assignment,misc]
-
-# `LLM(worker_extension_cls=...)` of every engine: memory RPCs on both arms, drafter RPCs too.
-WORKER_EXTENSION = "eagle_fix.engine.memory.WorkerExtension"
-
+from eagle_fix.machine.device import gpu_process_bytes, gpu_used_bytes, nvml_device, nvml_error
 
 class MemorySampler:
     """Background thread sampling GPU memory (NVML) and the RSS of a process tree (psutil).
@@ -287,26 +278,6 @@ class WorkerMemoryExtension:
 
     def eagle_fix_memory(self) -> dict[str, Any]:
         return worker_memory(self)
-
-
-class WorkerExtension(_DrafterStats, WorkerMemoryExtension):  # type: ignore[misc,valid-type]
-    """The worker extension every engine gets: the drafter's counters and the memory figures."""
-
-
-def combine_workers(per_worker: list[dict[str, Any]]) -> dict[str, Any]:
-    """The engine's figures from its workers' (tensor parallel: sums of bytes, the first worker's
-    labels); `workers` keeps each one."""
-    if not per_worker:
-        return {}
-    first = per_worker[0]
-    out = {k: v for k, v in first.items() if k not in ("pid",)}
-    for key, value in first.items():
-        if key.endswith("_bytes") or key.endswith("_blocks"):
-            values = [w.get(key) for w in per_worker]
-            out[key] = None if any(v is None for v in values) else sum(values)
-    if len(per_worker) > 1:
-        out["workers"] = per_worker
-    return out
 
 
 # --------------------------------------------------------------------------- from the log

@@ -285,7 +285,7 @@ def _judge(*, method: str, runner: str, target_len: int, ckpt_mpe: int | None, e
     if not cache_covers:
         problems.append(
             f"draft rotary cache has {eff_mpe} positions but the target serves {target_len}"
-            + ("" if cache_only else f" (RoPE type not cache-only: raising it would change the draft)")
+            + ("" if cache_only else " (RoPE type not cache-only: raising it would change the draft)")
         )
     if runner == "v1" and eff_mml is not None and eff_mml < target_len:
         # The V1 runner skips drafting when max_seq_len + k > the draft's max_model_len.

@@ -48,10 +48,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from eagle_fix.core import record, stats
-from eagle_fix.gate import verdict
 from eagle_fix.core.errors import EagleFixError, parse_positive_int
-from eagle_fix.sweep.plan import RunArgs, csv, plan, point_timeout, prompt_len, refuse_injected_delay, resolve
+from eagle_fix.engine import lifecycle
+from eagle_fix.engine.lifecycle import Interrupted
+from eagle_fix.engine.offline import CHILD_MODULE, EngineDied, EngineProcess
+from eagle_fix.engine.protocol import PointReply
+from eagle_fix.fix.checkpoint import read_config
+from eagle_fix.gate import verdict
+from eagle_fix.gate.ab_result import PAIRED, format_ab, summary, verdicts
+from eagle_fix.machine import device
+from eagle_fix.machine.fingerprint import fingerprint, git_commit
+from eagle_fix.machine.roofline import model_shape
+from eagle_fix.pairs.profiles import default_profile
+from eagle_fix.sweep.plan import RunArgs, csv, plan, point_timeout, refuse_injected_delay, resolve
+from eagle_fix.sweep.loop import groups
 
 # 2: the verdicts follow eagle_fix.gate.verdict (sign test at alpha, power per row); `alpha` and
 # `min_detectable` recorded. Files of schema 1 kept the verdicts of a 95%-interval rule.
@@ -71,7 +81,6 @@ ORDER = "abba"
 # can run slower than the other on identical sides (docs/statistics.md).
 START_ORDER = ("base", "new")
 # Metrics judged on the paired rounds: (record column, higher is better).
-PAIRED = tuple((m, record.METRIC[m].higher_is_better) for m in verdict.PAIRED)
 DEFAULT_THRESHOLD = verdict.DEFAULT_THRESHOLD
 DEFAULT_ALPHA = verdict.DEFAULT_ALPHA
 DEFAULT_ROUNDS = verdict.DEFAULT_ROUNDS
@@ -137,8 +146,20 @@ def _env_pairs(values: list[str] | None, flag: str) -> dict[str, str]:
     return out
 
 
-_PROBE = ("import json, eagle_fix.machine.host as m, eagle_fix.fix.plugin as p; p.inject_delay_s(); "
-          "print(json.dumps({'versions': m.versions(), 'machine_id': m.fingerprint()['id']}))")
+# Runs in the side's own interpreter, whose eagle-fix may be another checkout's (a merge base): what it has,
+# and the module its engine child runs as (a checkout from before the stage sub-packages has eagle_fix.child).
+_PROBE = """
+import json
+try:
+    from eagle_fix.engine.offline import CHILD_MODULE
+    from eagle_fix.fix.clock import inject_delay_s
+    from eagle_fix.machine.fingerprint import fingerprint, versions
+except ImportError:
+    import eagle_fix.machine as m, eagle_fix.plugin as p
+    CHILD_MODULE, inject_delay_s, fingerprint, versions = "eagle_fix.child", p.inject_delay_s, m.fingerprint, m.versions
+inject_delay_s()
+print(json.dumps({"versions": versions(), "machine_id": fingerprint()["id"], "child_module": CHILD_MODULE}))
+"""
 
 
 def _side_info(python: str, env: dict[str, str], flag: str) -> dict[str, Any]:
@@ -174,9 +195,6 @@ def engine_need_bytes(run: Any, spec: Any) -> int | None:
     """What one engine of `spec` holds on the GPU, roughly: weights (target, and draft on the
     EAGLE3 arm) from the configs, the KV budget, and an allowance for the rest; None when the
     configs cannot say."""
-    from eagle_fix.fix.checkpoint import read_config
-    from eagle_fix.machine.host import model_shape
-
     try:
         weights = model_shape(run.profile.target_config())["weight_bytes"]
         if spec.draft is not None:
@@ -226,27 +244,18 @@ def round_order(r: int) -> tuple[str, str]:
 
 def run_ab(args: ABArgs) -> dict[str, Any]:
     """Measure every point on both sides in alternating rounds; returns the whole result (every pair)."""
-    from eagle_fix.machine import host as machine
-    from eagle_fix.engine.process import EngineDied, EngineProcess
-    from eagle_fix.engine.lifecycle import Interrupted
-    from eagle_fix.sweep.loop import engine_spec, groups
-
-    from eagle_fix.engine import lifecycle
-
     lifecycle.install_signal_handlers()  # engines never outlive the command, on both sides
-    from eagle_fix.machine.device import gpu_total_bytes
-
     run = resolve(args.run)
     if args.run.output_len is None and DEFAULT_SAMPLE_TOKENS and run.output_len > DEFAULT_SAMPLE_TOKENS:
         # the calibrated sample length; a profile whose own is shorter keeps its own
         run = resolve(dataclasses.replace(args.run, output_len=DEFAULT_SAMPLE_TOKENS))
     sides = {"base": _side_info(args.base_python, args.base_env, "--base-python"),
              "new": _side_info(args.new_python, args.new_env, "--new-python")}
-    fp = machine.fingerprint()
+    fp = fingerprint()
     log_dir = (args.out.parent / f"{args.out.stem}-logs") if args.out else Path("runs") / "ab-logs"
     result: dict[str, Any] = {
         "schema": SCHEMA, "kind": "eagle-fix ab", "machine": fp, "machine_id": fp["id"],
-        "git_commit": machine.git_commit(), "base": sides["base"], "new": sides["new"],
+        "git_commit": git_commit(), "base": sides["base"], "new": sides["new"],
         # --rounds, or None: each point's mode's default; every point records the rounds and blocks it ran
         "rounds": args.rounds, "blocks": args.blocks, "output_len": run.output_len,
         "threshold": args.threshold, "alpha": args.alpha, "min_detectable": verdict.MIN_DETECTABLE,
@@ -261,10 +270,10 @@ def run_ab(args: ABArgs) -> dict[str, Any]:
         "start_order": list(START_ORDER),
     }
     started = time.monotonic()
-    total, total_error = gpu_total_bytes() if run.profile.device == "cuda" else (None, None)
+    total, total_error = device.gpu_total_bytes() if run.profile.device == "cuda" else (None, None)
     try:
         for group in groups(plan(run)):
-            spec = engine_spec(run, group[0])
+            spec = run.engine_spec(group[0])
             share = sharing_plan(run.profile.device, engine_need_bytes(run, spec), total, total_error)
             if share.get("gpu_memory_utilization"):
                 spec = dataclasses.replace(spec, gpu_memory_utilization=share["gpu_memory_utilization"])
@@ -279,9 +288,9 @@ def run_ab(args: ABArgs) -> dict[str, Any]:
             try:
                 if share["sharing"] != "one-at-a-time":
                     for side in start_order:
-                        engines[side] = _start(spec, log_dir, side, group[0], sides, EngineProcess, EngineDied)
+                        engines[side] = _start(spec, log_dir, side, group[0], sides)
                 for p in group:
-                    entry = _measure(run, p, engines, args, spec, log_dir, sides, EngineProcess, EngineDied,
+                    entry = _measure(run, p, engines, args, spec, log_dir, sides,
                                      sharing=share["sharing"], start_order=start_order)
                     if share["sharing"] != result["sharing"]:
                         entry["sharing"], entry["sharing_reason"] = share["sharing"], share["reason"]
@@ -294,20 +303,26 @@ def run_ab(args: ABArgs) -> dict[str, Any]:
     except Interrupted as exc:
         raise Interrupted(f"{exc}: {len(result['points'])} points measured, nothing written", exc.signum) from None
     result["finished"] = _now()
-    result["summary"] = _summary(result, strict=args.strict)
+    result["summary"] = summary(result, strict=args.strict)
     return result
 
 
-def _start(spec, log_dir: Path, side: str, p, sides, EngineProcess, EngineDied, suffix: str = "") -> Any:
+def _start(spec, log_dir: Path, side: str, p, sides, suffix: str = "") -> Any:
     """One side's engine, or the EngineDied that says why it could not start."""
     log = log_dir / f"{side}-{p.mode}-{p.arm}-{p.fix or 'none'}-{int(time.time())}{suffix}.log"
     try:
-        return EngineProcess(spec, log, python=sides[side]["python"], env=sides[side]["env"])
+        return _engine(spec, log, sides[side])
     except EngineDied as exc:
         return exc
 
 
-def _measure(run, p, engines, args: ABArgs, spec, log_dir, sides, EngineProcess, EngineDied,
+def _engine(spec, log: Path, side: dict[str, Any]) -> EngineProcess:
+    """A side's engine, run by the side's interpreter as its own checkout's engine child."""
+    return EngineProcess(spec, log, python=side["python"], env=side["env"],
+                         child_module=side.get("child_module") or CHILD_MODULE)
+
+
+def _measure(run, p, engines, args: ABArgs, spec, log_dir, sides,
              sharing: str = "paused", start_order: list[str] | None = None) -> dict[str, Any]:
     """One point: `rounds` rounds, each measuring both sides in round_order(r) (the pair keeps its
     `order`; the ratio is new / base whichever went first), in `blocks` blocks: each block after the
@@ -335,8 +350,8 @@ def _measure(run, p, engines, args: ABArgs, spec, log_dir, sides, EngineProcess,
             block += 1
             if not alone:
                 start_order[:] = start_order[::-1]
-                _restart(engines, start_order, lambda side: _start(spec, log_dir, side, p, sides, EngineProcess,
-                                                                   EngineDied, suffix=f"-block{block}"))
+                _restart(engines, start_order, lambda side: _start(spec, log_dir, side, p, sides,
+                                                                   suffix=f"-block{block}"))
                 for side in ("base", "new"):
                     if entry["status"].get(side) != "failed" and isinstance(engines[side], Exception):
                         unusable(side)
@@ -348,14 +363,13 @@ def _measure(run, p, engines, args: ABArgs, spec, log_dir, sides, EngineProcess,
             if entry["status"].get(side) == "failed":
                 continue
             if alone:
-                _one_engine_up(engines, side, lambda: _start(spec, log_dir, side, p, sides, EngineProcess, EngineDied))
+                _one_engine_up(engines, side, lambda: _start(spec, log_dir, side, p, sides))
                 if isinstance(engines[side], Exception):
                     unusable(side)
                     continue
             # a fresh engine has no cached prompt: it pays its prefill in a TTFT run first
             fresh = r == 0 or fresh_block or alone
-            cmd = {"op": "point", "prompt_len": prompt_len(p.context_len, run), "batch_size": run.args.batch_size,
-                   "output_len": run.output_len, "seed": run.args.seed, "repeats": 1, "ttft_repeats": 1 if fresh else 0}
+            cmd = run.command(p, repeats=1, ttft_repeats=1 if fresh else 0)
             _measure_alone(engines, side)
             try:
                 res = engines[side].run_point(cmd, timeout_s=point_timeout(run, p))
@@ -363,7 +377,7 @@ def _measure(run, p, engines, args: ABArgs, spec, log_dir, sides, EngineProcess,
                 entry["status"][side], entry["error"][side] = "failed", str(exc).splitlines()[0][:500]
                 log = log_dir / f"{side}-{p.mode}-{p.arm}-{p.fix or 'none'}-{int(time.time())}-restart.log"
                 try:  # the next point gets a fresh engine
-                    engines[side] = EngineProcess(spec, log, python=sides[side]["python"], env=sides[side]["env"])
+                    engines[side] = _engine(spec, log, sides[side])
                 except EngineDied as again:
                     engines[side] = again
                 continue
@@ -374,7 +388,7 @@ def _measure(run, p, engines, args: ABArgs, spec, log_dir, sides, EngineProcess,
     entry["pinning"] = {side: (getattr(e, "ready", None) or {}).get("pinning") for side, e in engines.items()
                         if e is not None and not isinstance(e, Exception)}
     synthetic = run.profile.synthetic_acceptance_length is not None
-    entry["verdicts"] = _verdicts(entry, args.threshold, k=identity["num_speculative_tokens"], alpha=args.alpha,
+    entry["verdicts"] = verdicts(entry, args.threshold, k=identity["num_speculative_tokens"], alpha=args.alpha,
                                   synthetic=synthetic)
     return entry
 
@@ -408,142 +422,17 @@ def _one_engine_up(engines: dict[str, Any], side: str, start: Any) -> None:
         engines[side] = start()
 
 
-def _pair_numbers(res: dict[str, Any]) -> dict[str, Any]:
-    s = res.get("samples") or {}
+def _pair_numbers(res: PointReply) -> dict[str, Any]:
+    """What one side's measurement of one round keeps: the first sample of each paired metric, the TTFT
+    where it paid one, and the acceptance counts."""
+    s = res.samples or {}
     out = {m: (s.get(m) or [None])[0] for m, _ in PAIRED}
     if s.get("ttft_s"):
         out["ttft_s"] = s["ttft_s"][0]
     for k in ("num_drafts", "num_accepted_tokens", "acceptance_length", "drafter_coverage", "output_token_ids_head"):
-        if k in res:
-            out[k] = res[k]
+        if getattr(res, k) is not None:
+            out[k] = getattr(res, k)
     return out
-
-
-def _verdicts(entry: dict[str, Any], threshold: float, *, k: int | None,
-              alpha: float = DEFAULT_ALPHA, synthetic: bool = False) -> dict[str, Any]:
-    """Every metric of one point, judged by eagle_fix.gate.verdict on the rounds both sides measured;
-    `synthetic`: the profile set acceptance (vLLM's synthetic sampler), so it is shown, not judged."""
-    status = entry["status"]
-    failed = verdict.status(status["base"] == "ok", status["new"] == "ok")
-    if failed is not None:
-        return {"status": {"verdict": failed.verdict}}
-    pairs = [p for p in entry["pairs"] if "base" in p and "new" in p]
-    out: dict[str, Any] = {}
-    for metric, _ in PAIRED:
-        if pairs and not any(p["base"].get(metric) is not None or p["new"].get(metric) is not None for p in pairs):
-            continue  # measured by neither side (an engine or checkout without it): no row, as in compare
-        b = [p["base"][metric] for p in pairs if p["base"].get(metric) and p["new"].get(metric)]
-        n = [p["new"][metric] for p in pairs if p["base"].get(metric) and p["new"].get(metric)]
-        v = verdict.noisy(b, n, metric=metric, threshold=threshold, alpha=alpha, paired=True)
-        out[metric] = {**v.detail, "verdict": v.verdict, "change": v.change, "evidence": v.evidence,
-                       "power": v.power, "base_median": stats.median(b), "new_median": stats.median(n),
-                       "ratios": stats.paired_ratios(b, n)}
-        # what each start order gave on its own: on identical sides the two should straddle 1
-        by_start = ratios_by_start_order(pairs, metric)
-        if by_start:
-            out[metric]["median_ratio_by_start_order"] = {f"{first}_started_first": stats.median(rs)
-                                                          for first, rs in by_start.items()}
-    first = entry["pairs"][0] if entry["pairs"] else {}
-    fb, fn = first.get("base") or {}, first.get("new") or {}
-    if synthetic and fb.get("acceptance_length") is not None:
-        v = verdict.synthetic_acceptance()
-        out["acceptance_length"] = {"verdict": v.verdict, "base": fb["acceptance_length"],
-                                    "new": fn.get("acceptance_length"), "evidence": v.evidence, "power": v.power}
-    elif fb.get("num_drafts") and fn.get("num_drafts"):
-        v = verdict.acceptance(fb["num_drafts"], fb["num_accepted_tokens"], fn["num_drafts"], fn["num_accepted_tokens"],
-                               base_length=fb["acceptance_length"], new_length=fn["acceptance_length"], k=k or 1,
-                               alpha=alpha)
-        out["acceptance_length"] = {"verdict": v.verdict, "p": v.detail.get("p"), "base": fb["acceptance_length"],
-                                    "new": fn["acceptance_length"], "evidence": v.evidence, "power": v.power}
-    cb, cn = fb.get("drafter_coverage"), fn.get("drafter_coverage")
-    if (synthetic or (fb.get("num_drafts") and fn.get("num_drafts"))) and cb is not None and cn is not None:
-        v = verdict.exact(cb, cn, higher_is_better=True)
-        out["drafter_coverage"] = {"verdict": v.verdict, "base": cb, "new": cn, "power": v.power}
-    return out
-
-
-def ratios_by_start_order(pairs: list[dict[str, Any]], metric: str,
-                          file_order: list[str] | None = None) -> dict[str, list[float]]:
-    """The paired ratios new/base of `metric`, by which side's engine was started first ("base" or
-    "new"): each pair's own `start_order`, else `file_order` (files before blocks had one per file)."""
-    out: dict[str, list[float]] = {}
-    for p in pairs:
-        b, n = (p.get("base") or {}).get(metric), (p.get("new") or {}).get(metric)
-        first = (p.get("start_order") or file_order or [None])[0]
-        if b and n and first:
-            out.setdefault(first, []).append(n / b)
-    return out
-
-
-def _summary(result: dict[str, Any], *, strict: bool) -> dict[str, Any]:
-    bad = verdict.failing(strict)
-    counts: dict[str, int] = {}
-    failing = []
-    for entry in result["points"]:
-        for metric, v in entry["verdicts"].items():
-            counts[v["verdict"]] = counts.get(v["verdict"], 0) + 1
-            if v["verdict"] in bad:
-                failing.append(f"{record.describe(record.key(entry['identity']))} {metric}: {v['verdict']}")
-    return {"counts": counts, "failing": failing, "exit_code": 1 if failing else 0}
-
-
-def _as_verdict(v: dict[str, Any]) -> verdict.Verdict:
-    """A stored verdict back as eagle_fix.gate.verdict's (files of schema 1 lack the power fields)."""
-    return verdict.Verdict(v["verdict"], v.get("change"), v.get("evidence", ""), v.get("power", ""),
-                           v.get("detectable"), speed="base_median" in v and "power" in v)
-
-
-def format_ab(result: dict[str, Any], *, strict: bool = False) -> str:
-    """The table of eagle_fix.gate.verdict (medians of the rounds, the median ratio's change), and a summary."""
-    rows = []
-    judged = []
-    for entry in result["points"]:
-        d = entry["identity"]
-        for metric, v in entry["verdicts"].items():
-            if "base_median" in v:
-                b, n = verdict.number_cell(v["base_median"]), verdict.number_cell(v["new_median"])
-                evidence = v.get("evidence")
-                if evidence is None:  # a file of schema 1: its interval, labelled with its real coverage
-                    ci = v.get("ci95")
-                    evidence = (f"[{ci[0]:+.1%}, {ci[1]:+.1%}] {stats.interval_label(v.get('coverage'))}"
-                                if ci else "")
-            else:
-                b, n = verdict.number_cell(v.get("base")), verdict.number_cell(v.get("new"))
-                evidence = v.get("evidence") or (f"p={v['p']:.3g}" if v.get("p") is not None else "")
-            judged.append(_as_verdict(v))
-            rows.append((d, metric, b, n, verdict.change_cell(v.get("change")), evidence,
-                         verdict.verdict_cell(v["verdict"], v.get("power", ""), strict=strict)))
-    lines = verdict.table(rows)
-    vb, vn = result["base"]["versions"].get("vllm"), result["new"]["versions"].get("vllm")
-    lines.append(f"base: {result['base']['python']} (vLLM {vb}) {result['base']['env'] or ''}".rstrip())
-    lines.append(f"new:  {result['new']['python']} (vLLM {vn}) {result['new']['env'] or ''}".rstrip())
-    blind = verdict.power_line(judged, result.get("min_detectable", verdict.MIN_DETECTABLE))
-    if blind:
-        lines.append(blind)
-    verdicts = [v["verdict"] for e in result["points"] for v in e["verdicts"].values()]
-    lines.append(verdict.summary_line(
-        len(result["points"]), verdicts, threshold=result["threshold"], alpha=result.get("alpha", DEFAULT_ALPHA),
-        strict=strict, what=f"points x {rounds_label(result)} on {result['machine']['name']}"))
-    lines += [f"failing: {f}" for f in result["summary"]["failing"]]
-    return "\n".join(lines)
-
-
-def point_rounds(result: dict[str, Any], entry: dict[str, Any]) -> tuple[int, int]:
-    """(rounds, blocks) one point ran: its own (schema 5), else the file's."""
-    rounds = entry.get("rounds") or result["rounds"]
-    return rounds, entry.get("blocks") or min(result.get("blocks", 1), rounds)
-
-
-def rounds_label(result: dict[str, Any]) -> str:
-    """The rounds (and blocks) the file's points ran, in words: "64 rounds in 2 blocks", or per mode."""
-    by_mode: dict[str, tuple[int, int]] = {}
-    for entry in result["points"]:
-        by_mode.setdefault(entry["identity"]["mode"], point_rounds(result, entry))
-    if not by_mode:
-        return f"{result['rounds']} rounds" if result.get("rounds") else "default rounds"
-    text = verdict.rounds_text({m: r for m, (r, _) in by_mode.items()})
-    blocks = sorted({b for _, b in by_mode.values()})
-    return text + (f" in {'/'.join(map(str, blocks))} blocks" if blocks != [1] else "")
 
 
 def _progress(entry: dict[str, Any], started: float) -> None:
@@ -558,23 +447,12 @@ def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def read_ab(path: str | os.PathLike) -> dict[str, Any]:
-    """A committed `eagle-fix ab` result, or a one-line error."""
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as exc:
-        raise EagleFixError(f"{path}: not a readable eagle-fix ab file ({exc})", exit_code=2) from None
-    if data.get("kind") != "eagle-fix ab":
-        raise EagleFixError(f"{path}: not an eagle-fix ab file (kind {data.get('kind')!r})", exit_code=2)
-    return data
-
-
 def add_cli_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--base-python", required=True, help="interpreter of the base environment (e.g. .venv/bin/python)")
     parser.add_argument("--new-python", required=True, help="interpreter of the new environment")
     parser.add_argument("--base-env", action="append", metavar="K=V", help="environment variable for the base side")
     parser.add_argument("--new-env", action="append", metavar="K=V", help="environment variable for the new side")
-    parser.add_argument("--profile", default="cpu-quick", help="profile (default %(default)s)")
+    parser.add_argument("--profile", default=default_profile("ab"), help="profile (default %(default)s)")
     parser.add_argument("--contexts", help="comma-separated contexts (default: the profile's)")
     parser.add_argument("--modes", default="eager,compile")
     parser.add_argument("--arms", default="eagle3,baseline")

@@ -12,10 +12,12 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from eagle_fix.core import stats
+from eagle_fix.pairs.profiles import PROFILES
+from eagle_fix.core import significance, stats
 from eagle_fix.gate import verdict
-from eagle_fix.gate.ab import point_rounds, ratios_by_start_order, read_ab
-from eagle_fix.fix.plugin import INJECT_SLOWDOWN_ENV
+from eagle_fix.gate.ab_result import point_rounds, ratios_by_start_order, read_ab
+from eagle_fix.fix.clock import INJECT_SLOWDOWN_ENV
+from eagle_fix.machine.fingerprint import fingerprint
 
 GATE = Path("results") / "calibration" / "gate"
 
@@ -72,9 +74,7 @@ def trials(folder: str | Path = GATE) -> list[dict[str, Any]]:
 def off_defaults(t: dict[str, Any]) -> str | None:
     """None when a trial ran with `ab`'s defaults (rounds, blocks, sample length for its profile,
     threshold, alpha, pinned engines), else what differs: only such trials calibrate the defaults."""
-    from eagle_fix.pairs import profiles as models
-
-    profile = models.PROFILES.get(t["identity"]["profile"])
+    profile = PROFILES.get(t["identity"]["profile"])
     length = min(profile.output_len, verdict.DEFAULT_SAMPLE_TOKENS or profile.output_len) if profile else None
     want = {"rounds": verdict.default_rounds(t["identity"]["mode"]), "blocks": verdict.DEFAULT_BLOCKS, "threshold": verdict.DEFAULT_THRESHOLD,
             "alpha": verdict.DEFAULT_ALPHA}
@@ -230,7 +230,7 @@ def resampled(ts: list[dict[str, Any]], rounds: tuple[int, ...] = (16, 32, 48, 6
             hits = 0
             for _ in range(draws):
                 new = [rng.choice(pool) * (1 + s) for _ in range(n)]
-                j = stats.judge([1.0] * n, new, higher_is_better=False, threshold=threshold, alpha=alpha, paired=True)
+                j = significance.judge([1.0] * n, new, higher_is_better=False, threshold=threshold, alpha=alpha, paired=True)
                 hits += j["verdict"] == "regression"
             row[s] = hits / draws
         out.append(row)
@@ -344,12 +344,10 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
     import sys
 
-    from eagle_fix.machine import host as machine
-
     parser = argparse.ArgumentParser(prog="python -m eagle_fix.gate.calibration")
     parser.add_argument("--resume-check", metavar="FOLDER", required=True)
     args = parser.parse_args(argv)
-    why = resume_check(args.resume_check, machine.fingerprint()["name"])
+    why = resume_check(args.resume_check, fingerprint()["name"])
     if why:
         print(f"calibrate: {why}", file=sys.stderr)
         return 2

@@ -4,7 +4,7 @@ Both commands judge the same kinds of numbers: a point's status, noisy speed met
 (compare: two runs' repeats, unpaired; ab: alternating rounds, paired), acceptance on vLLM's counts,
 and exact fields. The rules, the threshold and the level (alpha), what each row could have seen,
 and the text table live here, so the two commands cannot drift apart. The statistics themselves are
-in eagle_fix.stats.
+in eagle_fix.core.stats and eagle_fix.core.significance.
 """
 
 from __future__ import annotations
@@ -13,13 +13,13 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from eagle_fix.core import record, stats
+from eagle_fix.core import record, significance, stats
 
 # The threshold and the paired rounds of `eagle-fix ab` are the settings the gate's calibration ran
 # with (results/calibration/gate/, docs/statistics.md), which says how often they raised a false alarm
 # and how often they caught MIN_DETECTABLE; tests/test_calibration.py fails when these drift from the
 # committed trials. The threshold sits above how far identical sides' median ratios wander; the sign
-# test could speak from 8 rounds (stats.pairs_needed), but on this noise 8 rounds catch little.
+# test could speak from 8 rounds (significance.pairs_needed), but on this noise 8 rounds catch little.
 DEFAULT_THRESHOLD = 0.03
 DEFAULT_ALPHA = 0.01
 DEFAULT_ROUNDS = 64
@@ -102,13 +102,13 @@ def acceptance(drafts_base: int, accepted_base, drafts_new: int, accepted_new, *
                new_length: float, k: int, alpha: float = DEFAULT_ALPHA) -> Verdict:
     """Acceptance length on vLLM's counts (two-proportion test, the draft as the unit, p < alpha).
     Under greedy sampling acceptance is exact, so no threshold applies."""
-    p = stats.acceptance_change_p(drafts_base, accepted_base, drafts_new, accepted_new, k)
+    p = significance.acceptance_change_p(drafts_base, accepted_base, drafts_new, accepted_new, k)
     moved = new_length != base_length
     if p is not None and p < alpha and moved:
         verdict = "improved" if new_length > base_length else "regression"
     else:
         verdict = "within noise" if moved else "same"
-    drop = stats.acceptance_detectable_drop(drafts_base, accepted_base, drafts_new, k, alpha)
+    drop = significance.acceptance_detectable_drop(drafts_base, accepted_base, drafts_new, k, alpha)
     power = f"could detect a drop >= {drop:.2g} tokens" if drop is not None else "could detect no drop"
     return Verdict(verdict, relative_change(base_length, new_length), f"p={p:.3g} (counts)" if p is not None else "", power,
                    detail={"p": p, "alpha": alpha, "detectable_drop": drop})
@@ -116,7 +116,7 @@ def acceptance(drafts_base: int, accepted_base, drafts_new: int, accepted_new, *
 
 def noisy(base: list, new: list, *, metric: str, threshold: float = DEFAULT_THRESHOLD,
           alpha: float = DEFAULT_ALPHA, paired: bool = False, busy: str | None = None) -> Verdict:
-    """A speed metric on its samples (stats.judge): beyond the threshold and p < alpha, or no claim.
+    """A speed metric on its samples (significance.judge): beyond the threshold and p < alpha, or no claim.
     `busy` (why the machine was not quiet) makes it inconclusive whatever the samples say."""
     m = record.METRIC[metric]
     if metric not in SAMPLED:
@@ -124,12 +124,12 @@ def noisy(base: list, new: list, *, metric: str, threshold: float = DEFAULT_THRE
     if busy:  # other work on the machine moves speed more than code does: not evidence either way
         return Verdict("inconclusive", evidence=busy, power="sees nothing on a busy machine", speed=True)
     unit = "rounds" if paired else "samples a side"
-    if not paired and (len(stats._clean(base)) < 2 or len(stats._clean(new)) < 2):
-        needed = stats.samples_needed(alpha)
+    if not paired and (len(stats.clean(base)) < 2 or len(stats.clean(new)) < 2):
+        needed = significance.samples_needed(alpha)
         return Verdict("inconclusive", evidence=f"samples {len(base)} vs {len(new)}",
                        power=f"needs >= {needed} {unit}", speed=True,
                        detail={"alpha": alpha, "needed": needed, "detectable": None})
-    j = stats.judge(base, new, higher_is_better=m.higher_is_better, threshold=threshold, alpha=alpha, paired=paired)
+    j = significance.judge(base, new, higher_is_better=m.higher_is_better, threshold=threshold, alpha=alpha, paired=paired)
     parts = []
     if j.get("p") is not None:
         parts.append(f"p={j['p']:.3g}")

@@ -1,16 +1,14 @@
-"""Which target/draft pair a run uses (shipped tiny pair, real-shape configs, user checkpoints)
-and the checks that reject a bad pair in one line before any engine starts."""
+"""Which target/draft pair a run uses (shipped tiny pair, real-shape configs, user checkpoints) and with which
+engine knobs: the named profiles of the sweep and of `eagle-fix map`, so a run names its setup in one word."""
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import pathlib
-import struct
 from typing import Any
 
-from eagle_fix.fix.checkpoint import draft_method, read_config
+from eagle_fix.fix.checkpoint import read_config
 from eagle_fix.core.errors import EagleFixError
 
 DATA = pathlib.Path(__file__).resolve().parents[1] / "data"
@@ -51,9 +49,11 @@ class Profile:
     # e.g. (("num_hidden_layers", 8),) for a reduced depth. The draft's config is never overridden.
     hf_overrides: tuple[tuple[str, Any], ...] = ()
     # CUDA: vLLM `kv_cache_memory_bytes`. None sizes it from what the sweep's longest sequences need
-    # (eagle_fix.machine.host.kv_budget_bytes), so the engine's memory follows the points, not a share of
+    # (eagle_fix.machine.roofline.kv_budget_bytes), so the engine's memory follows the points, not a share of
     # the device (with a share, every point and arm reads the same reserved figure).
     kv_cache_memory_bytes: int | None = None
+    # vLLM `max_num_batched_tokens` (the prefill chunk); None: vLLM's default.
+    max_num_batched_tokens: int | None = None
     # A compiled engine's vLLM CompilationMode and CUDAGraphMode by name; None: vLLM's defaults.
     # `--compilation-mode` / `--cudagraph-mode` override them per run.
     compilation_mode: str | None = None
@@ -95,7 +95,7 @@ class Profile:
                                 f"--profile cpu-8b (the same configs, dummy weights, the standard sampler)")
         if self.device == "cuda":
             try:
-                import torch
+                import torch  # lazy: importing the profiles (eagle-fix --help, doctor) must not load torch
 
                 cuda = torch.cuda.is_available()
             except ImportError:
@@ -123,7 +123,7 @@ def synthetic_sampler_refusal() -> str | None:
     it (CUDA/ROCm, or a CPU with Triton-CPU); on the CPU platform without Triton, vLLM swaps in C++
     kernels (vllm.utils.cpu_triton_utils) that assert `Synthetic acceptance not supported with CPU
     sampling` in the engine's worker at the first verified step."""
-    try:
+    try:  # lazy: only this question needs vLLM, and importing it takes seconds
         from vllm.platforms import current_platform
         from vllm.triton_utils import HAS_TRITON
     except Exception:  # noqa: BLE001 (no vLLM here: nothing to judge)
@@ -189,10 +189,22 @@ def get_profile(name: str, *, target=None, draft=None) -> Profile:
     return dataclasses.replace(prof, **changes) if changes else prof
 
 
-def default_profile_name(*, models_named: bool = False) -> str:
-    """CUDA present: the real-shape dummy run (or `gpu` for named checkpoints); else `cpu`."""
+# The profile a command runs when none is named, one per purpose: the sweep, the asv suite and its dashboard
+# take the machine's (default_profile); the release matrix and `eagle-fix ab` the quick one (an A/B is many
+# rounds of one point); `eagle-fix map` its quick served grid.
+DEFAULT_PROFILES = {"matrix": "cpu-quick", "ab": "cpu-quick", "map": "cpu-map-quick"}
+PURPOSES = ("run", "dashboard", *DEFAULT_PROFILES)
+
+
+def default_profile(purpose: str = "run", *, models_named: bool = False) -> str:
+    """The default profile of `purpose`. For a run and its dashboard: with CUDA, the real-shape dummy run (or
+    `gpu` for named checkpoints); else `cpu`."""
+    if purpose not in PURPOSES:
+        raise ValueError(f"no default profile for {purpose!r}: one of {', '.join(PURPOSES)}")
+    if purpose in DEFAULT_PROFILES:
+        return DEFAULT_PROFILES[purpose]
     try:
-        import torch
+        import torch  # lazy: importing the profiles (eagle-fix --help, doctor) must not load torch
 
         cuda = torch.cuda.is_available()
     except ImportError:
@@ -200,142 +212,6 @@ def default_profile_name(*, models_named: bool = False) -> str:
     if cuda:
         return "gpu" if models_named else "gpu-dummy"
     return "cpu"
-
-
-# ---------------------------------------------------------------- validation
-
-def _read_header(path: pathlib.Path) -> dict:
-    """The safetensors header (names, dtypes, shapes), checking the file holds every byte it
-    declares: catches truncated downloads without loading any tensor."""
-    fix = "re-download or re-save it (for the tiny pair: `eagle-fix train-tiny`)"
-    try:
-        size = path.stat().st_size
-        with path.open("rb") as f:
-            raw = f.read(8)
-            if len(raw) < 8:
-                raise ValueError("shorter than its 8-byte header length")
-            (n,) = struct.unpack("<Q", raw)
-            if n > size - 8 or n > 100 * 2**20:
-                raise ValueError(f"header length {n} exceeds the file ({size} bytes)")
-            header = json.loads(f.read(n))
-    except (OSError, ValueError, UnicodeDecodeError) as exc:
-        raise EagleFixError(f"{path} is corrupted or truncated ({exc}): {fix}")
-    if not isinstance(header, dict):
-        raise EagleFixError(f"{path} has a malformed header: {fix}")
-    end = 0
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        try:
-            end = max(end, int(info["data_offsets"][1]))
-        except (TypeError, KeyError, IndexError, ValueError):
-            raise EagleFixError(f"{path} has a malformed header entry {name!r}: {fix}")
-    if 8 + n + end > size:
-        raise EagleFixError(f"{path} is truncated ({size} bytes, header declares {8 + n + end}): {fix}")
-    return {k: v for k, v in header.items() if k != "__metadata__"}
-
-
-def _tensors(folder: pathlib.Path, role: str) -> dict[str, tuple[list[int], pathlib.Path]]:
-    files = sorted(folder.glob("*.safetensors"))
-    if not files:
-        raise EagleFixError(f"{folder} has no *.safetensors weight file: save the {role} with "
-                            f"safe_serialization=True, or run with load_format dummy")
-    out = {}
-    for f in files:
-        for name, info in _read_header(f).items():
-            out[name] = (list(info.get("shape", [])), f)
-    return out
-
-
-def _find(tensors: dict, suffix: str):
-    for name, val in tensors.items():
-        if name == suffix or name.endswith("." + suffix):
-            return name, val
-    return None, None
-
-
-def _expect(tensors: dict, suffix: str, shape: list[int], folder: pathlib.Path, role: str, why: str) -> None:
-    name, val = _find(tensors, suffix)
-    if name is None:
-        return  # optional / shared tensors: vLLM fills them in or reports its own error
-    got, f = val
-    if got != shape:
-        raise EagleFixError(f"{f}: tensor {name} has shape {got} but config.json says {shape} ({why}): "
-                            f"the {role}'s weights and config.json do not belong together")
-
-
-def validate_pair(target_dir, draft_dir, *, load_format: str = "auto") -> None:
-    """Raise EagleFixError (one line: the file and the fix) for a pair the engine would fail
-    on, or silently mis-measure, before spending an engine start on it."""
-    target_dir, draft_dir = pathlib.Path(target_dir), pathlib.Path(draft_dir)
-    tcfg = read_config(target_dir, "target")
-    dcfg = read_config(draft_dir, "draft")
-    tpath, dpath = target_dir / "config.json", draft_dir / "config.json"
-    kind = draft_method(dcfg)
-    if kind is None:
-        raise EagleFixError(f"{dpath}: architectures {dcfg.get('architectures')} is not an EAGLE/EAGLE3 draft: "
-                            f"pass an EAGLE3 draft folder (e.g. LlamaForCausalLMEagle3) as the draft")
-    if draft_method(tcfg) is not None:
-        raise EagleFixError(f"{tpath} describes an EAGLE draft: pass the base model as target and the draft as draft")
-    inner = dcfg.get("transformer_layer_config") or {}
-    for key in ("vocab_size", "hidden_size", "num_hidden_layers"):
-        if not isinstance(tcfg.get(key), int):
-            raise EagleFixError(f"{tpath} lacks an integer {key!r}: restore the target's original config.json")
-    tv = tcfg["vocab_size"]
-    dv = dcfg.get("vocab_size", inner.get("vocab_size"))
-    if dv is not None and dv != tv:
-        raise EagleFixError(f"{dpath}: draft vocab_size {dv} != target vocab_size {tv} ({tpath}): "
-                            f"the draft was trained for another target's vocabulary; use the matching draft")
-    dvs = dcfg.get("draft_vocab_size", tv)
-    if not isinstance(dvs, int) or not 0 < dvs <= tv:
-        raise EagleFixError(f"{dpath}: draft_vocab_size {dvs!r} must be an integer in 1..{tv} (the target's vocab)")
-    if load_format == "dummy":
-        return
-
-    H, L = tcfg["hidden_size"], tcfg["num_hidden_layers"]
-    heads = tcfg.get("num_attention_heads", 1)
-    hd = tcfg.get("head_dim") or H // heads
-    tt = _tensors(target_dir, "target")
-    _expect(tt, "embed_tokens.weight", [tv, H], target_dir, "target", "vocab_size x hidden_size")
-    if not tcfg.get("tie_word_embeddings", False):
-        _expect(tt, "lm_head.weight", [tv, H], target_dir, "target", "vocab_size x hidden_size")
-    _expect(tt, "layers.0.self_attn.q_proj.weight", [heads * hd, H], target_dir, "target",
-            "num_attention_heads*head_dim x hidden_size")
-    if _find(tt, f"layers.{L - 1}.self_attn.q_proj.weight")[0] is None and _find(tt, "layers.0.self_attn.q_proj.weight")[0]:
-        raise EagleFixError(f"{target_dir}: no weights for layer {L - 1} but config.json says num_hidden_layers={L}: "
-                            f"the weights and config.json do not belong together")
-
-    dt = _tensors(draft_dir, "draft")
-    dH = inner.get("hidden_size", dcfg.get("hidden_size", H))
-    dheads = inner.get("num_attention_heads", dcfg.get("num_attention_heads", heads))
-    dhd = inner.get("head_dim", dcfg.get("head_dim")) or dH // dheads
-    tH = dcfg.get("target_hidden_size", H)
-    if kind == "eagle3":
-        eagle = dcfg.get("eagle_config") or {}
-        ids = eagle.get("eagle_aux_hidden_state_layer_ids") or dcfg.get("eagle_aux_hidden_state_layer_ids")
-        n_aux = len(ids) if ids else 3
-        if ids and len(set(ids)) != len(ids):
-            raise EagleFixError(f"{dpath}: eagle_aux_hidden_state_layer_ids {ids} repeats a layer: "
-                                f"list distinct target layers (< {L})")
-        if ids and not all(isinstance(i, int) and 0 <= i <= L for i in ids):
-            raise EagleFixError(f"{dpath}: eagle_aux_hidden_state_layer_ids {ids} outside the target's 0..{L}")
-        if not ids and len({2, L // 2, L - 3}) < 3:
-            raise EagleFixError(f"{dpath}: vLLM's default aux layers (2, {L // 2}, {L - 3}) repeat for a "
-                                f"{L}-layer target: set eagle_config.eagle_aux_hidden_state_layer_ids")
-        _expect(dt, "fc.weight", [dH, n_aux * tH], draft_dir, "draft", "hidden_size x aux_layers*target_hidden")
-        qin = 2 * dH
-    else:
-        qin = dH
-    _expect(dt, "midlayer.self_attn.q_proj.weight", [dheads * dhd, qin], draft_dir, "draft",
-            "num_attention_heads*head_dim x input width")
-    _expect(dt, "lm_head.weight", [dvs, dH], draft_dir, "draft", "draft_vocab_size x hidden_size")
-    name, val = _find(dt, "d2t")
-    if name is not None and val[0] != [dvs]:
-        raise EagleFixError(f"{val[1]}: d2t has shape {val[0]} but draft_vocab_size is {dvs} ({dpath}): "
-                            f"the draft's vocabulary mapping and config.json do not belong together")
-    if name is None and dvs != tv:
-        raise EagleFixError(f"{draft_dir}: draft_vocab_size {dvs} != target vocab {tv} but no d2t tensor maps "
-                            f"draft ids to target ids: ship the draft's d2t")
 
 
 # ---------------------------------------------------------------- served-mode grids (eagle-fix map)

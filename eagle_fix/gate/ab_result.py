@@ -1,0 +1,156 @@
+"""An `eagle-fix ab` result: each point's verdicts from its paired rounds (eagle_fix.gate.verdict's rules),
+the file's summary and exit code, its table, and reading a committed file back (the calibration and the
+report read them)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from eagle_fix.core import record, stats
+from eagle_fix.core.errors import EagleFixError
+from eagle_fix.gate import verdict
+
+# Metrics judged on the paired rounds: (record column, higher is better).
+PAIRED = tuple((m, record.METRIC[m].higher_is_better) for m in verdict.PAIRED)
+DEFAULT_ALPHA = verdict.DEFAULT_ALPHA
+
+
+def verdicts(entry: dict[str, Any], threshold: float, *, k: int | None,
+              alpha: float = DEFAULT_ALPHA, synthetic: bool = False) -> dict[str, Any]:
+    """Every metric of one point, judged by eagle_fix.gate.verdict on the rounds both sides measured;
+    `synthetic`: the profile set acceptance (vLLM's synthetic sampler), so it is shown, not judged."""
+    status = entry["status"]
+    failed = verdict.status(status["base"] == "ok", status["new"] == "ok")
+    if failed is not None:
+        return {"status": {"verdict": failed.verdict}}
+    pairs = [p for p in entry["pairs"] if "base" in p and "new" in p]
+    out: dict[str, Any] = {}
+    for metric, _ in PAIRED:
+        if pairs and not any(p["base"].get(metric) is not None or p["new"].get(metric) is not None for p in pairs):
+            continue  # measured by neither side (an engine or checkout without it): no row, as in compare
+        b = [p["base"][metric] for p in pairs if p["base"].get(metric) and p["new"].get(metric)]
+        n = [p["new"][metric] for p in pairs if p["base"].get(metric) and p["new"].get(metric)]
+        v = verdict.noisy(b, n, metric=metric, threshold=threshold, alpha=alpha, paired=True)
+        out[metric] = {**v.detail, "verdict": v.verdict, "change": v.change, "evidence": v.evidence,
+                       "power": v.power, "base_median": stats.median(b), "new_median": stats.median(n),
+                       "ratios": stats.paired_ratios(b, n)}
+        # what each start order gave on its own: on identical sides the two should straddle 1
+        by_start = ratios_by_start_order(pairs, metric)
+        if by_start:
+            out[metric]["median_ratio_by_start_order"] = {f"{first}_started_first": stats.median(rs)
+                                                          for first, rs in by_start.items()}
+    first = entry["pairs"][0] if entry["pairs"] else {}
+    fb, fn = first.get("base") or {}, first.get("new") or {}
+    if synthetic and fb.get("acceptance_length") is not None:
+        v = verdict.synthetic_acceptance()
+        out["acceptance_length"] = {"verdict": v.verdict, "base": fb["acceptance_length"],
+                                    "new": fn.get("acceptance_length"), "evidence": v.evidence, "power": v.power}
+    elif fb.get("num_drafts") and fn.get("num_drafts"):
+        v = verdict.acceptance(fb["num_drafts"], fb["num_accepted_tokens"], fn["num_drafts"], fn["num_accepted_tokens"],
+                               base_length=fb["acceptance_length"], new_length=fn["acceptance_length"], k=k or 1,
+                               alpha=alpha)
+        out["acceptance_length"] = {"verdict": v.verdict, "p": v.detail.get("p"), "base": fb["acceptance_length"],
+                                    "new": fn["acceptance_length"], "evidence": v.evidence, "power": v.power}
+    cb, cn = fb.get("drafter_coverage"), fn.get("drafter_coverage")
+    if (synthetic or (fb.get("num_drafts") and fn.get("num_drafts"))) and cb is not None and cn is not None:
+        v = verdict.exact(cb, cn, higher_is_better=True)
+        out["drafter_coverage"] = {"verdict": v.verdict, "base": cb, "new": cn, "power": v.power}
+    return out
+
+
+def ratios_by_start_order(pairs: list[dict[str, Any]], metric: str,
+                          file_order: list[str] | None = None) -> dict[str, list[float]]:
+    """The paired ratios new/base of `metric`, by which side's engine was started first ("base" or
+    "new"): each pair's own `start_order`, else `file_order` (files before blocks had one per file)."""
+    out: dict[str, list[float]] = {}
+    for p in pairs:
+        b, n = (p.get("base") or {}).get(metric), (p.get("new") or {}).get(metric)
+        first = (p.get("start_order") or file_order or [None])[0]
+        if b and n and first:
+            out.setdefault(first, []).append(n / b)
+    return out
+
+
+def summary(result: dict[str, Any], *, strict: bool) -> dict[str, Any]:
+    bad = verdict.failing(strict)
+    counts: dict[str, int] = {}
+    failing = []
+    for entry in result["points"]:
+        for metric, v in entry["verdicts"].items():
+            counts[v["verdict"]] = counts.get(v["verdict"], 0) + 1
+            if v["verdict"] in bad:
+                failing.append(f"{record.describe(record.key(entry['identity']))} {metric}: {v['verdict']}")
+    return {"counts": counts, "failing": failing, "exit_code": 1 if failing else 0}
+
+
+def _as_verdict(v: dict[str, Any]) -> verdict.Verdict:
+    """A stored verdict back as eagle_fix.gate.verdict's (files of schema 1 lack the power fields)."""
+    return verdict.Verdict(v["verdict"], v.get("change"), v.get("evidence", ""), v.get("power", ""),
+                           v.get("detectable"), speed="base_median" in v and "power" in v)
+
+
+def format_ab(result: dict[str, Any], *, strict: bool = False) -> str:
+    """The table of eagle_fix.gate.verdict (medians of the rounds, the median ratio's change), and a summary."""
+    rows = []
+    judged = []
+    for entry in result["points"]:
+        d = entry["identity"]
+        for metric, v in entry["verdicts"].items():
+            if "base_median" in v:
+                b, n = verdict.number_cell(v["base_median"]), verdict.number_cell(v["new_median"])
+                evidence = v.get("evidence")
+                if evidence is None:  # a file of schema 1: its interval, labelled with its real coverage
+                    ci = v.get("ci95")
+                    evidence = (f"[{ci[0]:+.1%}, {ci[1]:+.1%}] {stats.interval_label(v.get('coverage'))}"
+                                if ci else "")
+            else:
+                b, n = verdict.number_cell(v.get("base")), verdict.number_cell(v.get("new"))
+                evidence = v.get("evidence") or (f"p={v['p']:.3g}" if v.get("p") is not None else "")
+            judged.append(_as_verdict(v))
+            rows.append((d, metric, b, n, verdict.change_cell(v.get("change")), evidence,
+                         verdict.verdict_cell(v["verdict"], v.get("power", ""), strict=strict)))
+    lines = verdict.table(rows)
+    vb, vn = result["base"]["versions"].get("vllm"), result["new"]["versions"].get("vllm")
+    lines.append(f"base: {result['base']['python']} (vLLM {vb}) {result['base']['env'] or ''}".rstrip())
+    lines.append(f"new:  {result['new']['python']} (vLLM {vn}) {result['new']['env'] or ''}".rstrip())
+    blind = verdict.power_line(judged, result.get("min_detectable", verdict.MIN_DETECTABLE))
+    if blind:
+        lines.append(blind)
+    verdicts = [v["verdict"] for e in result["points"] for v in e["verdicts"].values()]
+    lines.append(verdict.summary_line(
+        len(result["points"]), verdicts, threshold=result["threshold"], alpha=result.get("alpha", DEFAULT_ALPHA),
+        strict=strict, what=f"points x {rounds_label(result)} on {result['machine']['name']}"))
+    lines += [f"failing: {f}" for f in result["summary"]["failing"]]
+    return "\n".join(lines)
+
+
+def point_rounds(result: dict[str, Any], entry: dict[str, Any]) -> tuple[int, int]:
+    """(rounds, blocks) one point ran: its own (schema 5), else the file's."""
+    rounds = entry.get("rounds") or result["rounds"]
+    return rounds, entry.get("blocks") or min(result.get("blocks", 1), rounds)
+
+
+def rounds_label(result: dict[str, Any]) -> str:
+    """The rounds (and blocks) the file's points ran, in words: "64 rounds in 2 blocks", or per mode."""
+    by_mode: dict[str, tuple[int, int]] = {}
+    for entry in result["points"]:
+        by_mode.setdefault(entry["identity"]["mode"], point_rounds(result, entry))
+    if not by_mode:
+        return f"{result['rounds']} rounds" if result.get("rounds") else "default rounds"
+    text = verdict.rounds_text({m: r for m, (r, _) in by_mode.items()})
+    blocks = sorted({b for _, b in by_mode.values()})
+    return text + (f" in {'/'.join(map(str, blocks))} blocks" if blocks != [1] else "")
+
+
+def read_ab(path: str | os.PathLike) -> dict[str, Any]:
+    """A committed `eagle-fix ab` result, or a one-line error."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise EagleFixError(f"{path}: not a readable eagle-fix ab file ({exc})", exit_code=2) from None
+    if data.get("kind") != "eagle-fix ab":
+        raise EagleFixError(f"{path}: not an eagle-fix ab file (kind {data.get('kind')!r})", exit_code=2)
+    return data

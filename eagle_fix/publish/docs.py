@@ -1,0 +1,88 @@
+"""The docs' generated tables, remade from the committed files each names, so no doc states a number by hand."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from eagle_fix.core.errors import EagleFixError
+from eagle_fix.gate import calibration
+from eagle_fix.publish.file_tables import (
+    ab_table, compare_table, cost_table, map_table, overhead_table, release_cost_table, release_fix_ab_table, releases_table,
+)
+from eagle_fix.publish.frame import select_rows
+from eagle_fix.publish.tables import (
+    acceptance_table, fix_ab_table, machines_table, noise_table, roofline_table, summary_table,
+)
+from eagle_fix.releases import registry as releases
+from eagle_fix.store.results import load_results
+
+# Every table in README.md and docs/*.md that holds measured numbers sits between
+#   <!-- eagle-fix report --table KIND SOURCE... [key=value...] -->  and  <!-- end table -->
+# and is regenerated from the committed files it names: `eagle-fix report --docs` rewrites them,
+# `eagle-fix report --docs --check` (a test) fails when one differs.
+BEGIN = "<!-- eagle-fix report --table "
+END = "<!-- end table -->"
+
+# Tables read from their files as they are (no records frame): ab files, cost, the release matrix.
+FILE_TABLES = {"ab": ab_table, "cost": cost_table, "overhead": overhead_table, "releases": releases_table,
+               "release-cost": release_cost_table, "release-fix-ab": release_fix_ab_table}
+FILE_TABLES["map"] = map_table  # eagle-fix map files (.ndjson)
+FILE_TABLES["compare"] = compare_table  # two `eagle-fix run` files, as `eagle-fix compare` judges them
+# the gate's calibration (scripts/calibrate.sh): a folder of ab trials or the files themselves
+FILE_TABLES["calibration"] = calibration.rates_table
+FILE_TABLES["noise-floor"] = calibration.floor_table
+FILE_TABLES["calibration-rounds"] = calibration.resampled_table
+FILE_TABLES["start-order"] = calibration.start_order_table
+FILE_TABLES["machine-noise"] = calibration.machine_noise_table
+FILE_TABLES["calibration-coverage"] = calibration.coverage_table
+# Tables of the records' newest rows (key=value arguments filter them).
+DOC_TABLES = {"machines": machines_table, "summary": summary_table, "fix-ab": fix_ab_table, "acceptance": acceptance_table,
+              "roofline": roofline_table, "noise": noise_table}
+
+
+def render_table(kind: str, args: list[str], *, root: Path = Path(".")) -> str:
+    """One named table from committed files (paths relative to root) and key=value filters. The word
+    @releases stands for the files of every release eagle_fix.releases.registry declares, so that adding a
+    release changes no table's list of files."""
+    paths = [p for a in args if "=" not in a
+             for p in (releases.table_files(kind, root) if a == "@releases" else [root / a])]
+    filters = [a for a in args if "=" in a]
+    if kind in FILE_TABLES:
+        return FILE_TABLES[kind](paths)
+    if kind not in DOC_TABLES:
+        raise EagleFixError(f"--table {kind}: unknown; choose one of {', '.join([*FILE_TABLES, *DOC_TABLES])}")
+    table = DOC_TABLES[kind](select_rows(load_results(paths), *filters))
+    if table is None:
+        raise EagleFixError(f"--table {kind}: the rows of {' '.join(args)} make no such table")
+    return table
+
+
+def doc_blocks(text: str):
+    """(start, end, kind, args) of each generated table block in a document."""
+    pos = 0
+    while (start := text.find(BEGIN, pos)) != -1:
+        head_end = text.index("-->", start)
+        words = text[start + len(BEGIN):head_end].split()
+        body_start = head_end + len("-->") + 1
+        end = text.index(END, body_start)
+        yield body_start, end, words[0], words[1:]
+        pos = end + len(END)
+
+
+def update_docs(root: Path = Path("."), *, check: bool = False) -> list[str]:
+    """Regenerate every table block in README.md and docs/*.md; with check, only report which differ."""
+    files = [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+    stale = []
+    for f in files:
+        text = f.read_text(encoding="utf-8")
+        out, last = [], 0
+        for start, end, kind, args in doc_blocks(text):
+            fresh = render_table(kind, args, root=root) + "\n"
+            if text[start:end] != fresh:
+                stale.append(f"{f.relative_to(root)}: table {kind} {' '.join(args)}")
+            out += [text[last:start], fresh]
+            last = end
+        out.append(text[last:])
+        if not check:
+            f.write_text("".join(out), encoding="utf-8")
+    return stale

