@@ -6,16 +6,27 @@ of steps the drafter skipped instead of its coverage. A failed point is a failed
 
 import os
 
-from .common import (ALL_CONTEXTS, CONTEXTS_ENV, MODES, NUM_SPECULATIVE_TOKENS, POSITIONS, REPO, SWEEP_TIMEOUT_S,
-                     VERSION, profile_contexts, profile_name, sweep_knobs)
+from .common import (
+    ALL_CONTEXTS,
+    CONTEXTS_ENV,
+    MODES,
+    NUM_SPECULATIVE_TOKENS,
+    POSITIONS,
+    REPO,
+    SWEEP_TIMEOUT_S,
+    VERSION,
+    profile_contexts,
+    profile_name,
+    sweep_knobs,
+)
 
 
 def _run_sweep():
     """The whole grid of the chosen profile, also written as JSON lines (eagle_fix.store.asv.run_out_path)."""
     from eagle_fix.engine import lifecycle
     from eagle_fix.store.asv import RECORDS_ENV, asv_fix, replay_records, run_out_path
-    from eagle_fix.sweep.plan import RunArgs
     from eagle_fix.sweep.loop import run_sweep
+    from eagle_fix.sweep.plan import RunArgs
 
     lifecycle.install_signal_handlers()
     lifecycle.exit_with_parent()  # `asv run` stopped: this process and its engines stop too
@@ -27,9 +38,18 @@ def _run_sweep():
     out.parent.mkdir(parents=True, exist_ok=True)
     if out.exists():  # same commit again (another vLLM, a retry): keep the earlier run's lines
         out.rename(out.with_name(f"{out.name}.{int(out.stat().st_mtime)}.old"))
-    records = run_sweep(RunArgs(profile=profile, contexts=profile_contexts(profile), modes=MODES,
-                                arms=("eagle3", "baseline"), fixes=(asv_fix(),),
-                                num_speculative_tokens=NUM_SPECULATIVE_TOKENS, out=out, **sweep_knobs()))
+    records = run_sweep(
+        RunArgs(
+            profile=profile,
+            contexts=profile_contexts(profile),
+            modes=MODES,
+            arms=("eagle3", "baseline"),
+            fixes=(asv_fix(),),
+            num_speculative_tokens=NUM_SPECULATIVE_TOKENS,
+            out=out,
+            **sweep_knobs(),
+        )
+    )
     return {"profile": profile, "contexts": profile_contexts(profile), "records": records, "out": str(out)}
 
 
@@ -49,23 +69,31 @@ class _SweepBase:
     def setup(self, cache, context_len, mode, *position):
         if context_len not in cache["contexts"]:
             limit = f" ({CONTEXTS_ENV}={os.environ[CONTEXTS_ENV]})" if os.environ.get(CONTEXTS_ENV) else ""
-            raise NotImplementedError(f"context {context_len} not measured: this run's contexts of profile "
-                                      f"{cache['profile']} are {','.join(map(str, cache['contexts']))}{limit}")
+            raise NotImplementedError(
+                f"context {context_len} not measured: this run's contexts of profile "
+                f"{cache['profile']} are {','.join(map(str, cache['contexts']))}{limit}"
+            )
         if cache.get("replayed"):
             from eagle_fix.store.asv import in_records
 
             if not in_records(cache["records"], context_len=context_len, mode=mode, arm=self.arm):
-                raise NotImplementedError(f"{context_len} {mode} {self.arm}: not in the replayed records {cache['out']}")
+                raise NotImplementedError(
+                    f"{context_len} {mode} {self.arm}: not in the replayed records {cache['out']}"
+                )
 
     def _value(self, cache, column, context_len, mode, position=None):
         from eagle_fix.store.asv import in_records, point_value
 
-        if column == "speedup" and cache.get("replayed") and \
-                not in_records(cache["records"], context_len=context_len, mode=mode, arm="baseline"):
+        if (
+            column == "speedup"
+            and cache.get("replayed")
+            and not in_records(cache["records"], context_len=context_len, mode=mode, arm="baseline")
+        ):
             return float("nan")  # asv's n/a: a replay of the EAGLE3 arm alone has no speedup (not a failure)
 
-        return point_value(cache["records"], column, context_len=context_len, mode=mode, arm=self.arm,
-                           position=position)
+        return point_value(
+            cache["records"], column, context_len=context_len, mode=mode, arm=self.arm, position=position
+        )
 
 
 def _track(column, arm="eagle3"):
@@ -135,4 +163,6 @@ class PerPosition(_SweepBase):
     track_per_position_rejection.unit = "rate"
     track_per_position_rejection.version = VERSION
     track_per_position_rejection.pretty_name = "EAGLE3: rejected share per draft position [rate, lower is better]"
-    track_per_position_rejection.pretty_source = "EAGLE3: 1 - vLLM's accepted_per_pos / drafts, per draft position 1..k. Lower is better."
+    track_per_position_rejection.pretty_source = (
+        "EAGLE3: 1 - vLLM's accepted_per_pos / drafts, per draft position 1..k. Lower is better."
+    )

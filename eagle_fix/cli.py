@@ -15,12 +15,24 @@ COMMANDS = (
     ("train-tiny", "eagle_fix.pairs.training", "train the tiny Llama target + EAGLE3 draft (CPU, seeded)"),
     ("run", "eagle_fix.sweep.cli", "run the benchmark sweep on the real engine, one JSON line per point"),
     ("report", "eagle_fix.publish.report", "tables and plots from asv results and run JSON lines"),
-    ("publish", "eagle_fix.publish.dashboard", "label this asv run's results, publish the dashboard (offline) and the report"),
+    (
+        "publish",
+        "eagle_fix.publish.dashboard",
+        "label this asv run's results, publish the dashboard (offline) and the report",
+    ),
     ("compare", "eagle_fix.gate.compare", "regression gate between two result sets (statistics on samples and counts)"),
     ("ab", "eagle_fix.gate.ab", "the same points in two environments, alternating rounds, paired verdicts"),
     ("machine", "eagle_fix.machine.cli", "the machine's fingerprint and measured limits (matmul, bandwidth)"),
-    ("map", "eagle_fix.served.map", "EAGLE3 vs no speculation under load: vLLM's OpenAI server and its bench client, context x concurrency"),
-    ("matrix", "eagle_fix.releases.cli", "the suite across vLLM releases (eagle_fix/releases/registry.py), one venv each (scripts/matrix.sh)"),
+    (
+        "map",
+        "eagle_fix.served.map",
+        "EAGLE3 vs no speculation under load: vLLM's OpenAI server and its bench client, context x concurrency",
+    ),
+    (
+        "matrix",
+        "eagle_fix.releases.cli",
+        "the suite across vLLM releases (eagle_fix/releases/registry.py), one venv each (scripts/matrix.sh)",
+    ),
 )
 
 

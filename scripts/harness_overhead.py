@@ -73,19 +73,34 @@ def main() -> int:
 
     import tempfile
 
-    from eagle_fix.engine.offline import EngineProcess
-    from eagle_fix.engine.memory import MemorySampler
     from eagle_fix.core import stats
-    from eagle_fix.sweep.plan import Point, RunArgs, prompt_len, resolve
+    from eagle_fix.engine.memory import MemorySampler
+    from eagle_fix.engine.offline import EngineProcess
     from eagle_fix.sweep.loop import engine_spec
+    from eagle_fix.sweep.plan import Point, RunArgs, prompt_len, resolve
 
-    run = resolve(RunArgs(profile="cpu-quick", contexts=(args.context,), modes=(args.mode,), arms=("eagle3",),
-                          output_len=args.output_len, progress=False))
+    run = resolve(
+        RunArgs(
+            profile="cpu-quick",
+            contexts=(args.context,),
+            modes=(args.mode,),
+            arms=("eagle3",),
+            output_len=args.output_len,
+            progress=False,
+        )
+    )
     spec = engine_spec(run, Point(args.context, args.mode, "eagle3", "on"))
     plen = prompt_len(args.context, run)
     # one decode per call; the prompt stays in the prefix cache after the warm-up's prefill
-    cmd = {"op": "point", "prompt_len": plen, "batch_size": 1, "output_len": args.output_len, "seed": 0,
-           "repeats": 1, "ttft_repeats": 0}
+    cmd = {
+        "op": "point",
+        "prompt_len": plen,
+        "batch_size": 1,
+        "output_len": args.output_len,
+        "seed": 0,
+        "repeats": 1,
+        "ttft_repeats": 0,
+    }
 
     sampler = MemorySampler()
     log = Path(tempfile.mkdtemp(prefix="eagle-fix-overhead-")) / "engine.log"
@@ -103,10 +118,20 @@ def main() -> int:
             b, w, ids = bare.measure()
             same = h["output_token_ids_head"] == ids
             rate = h["samples"]["decode_throughput_tok_s"][0]
-            rows.append({"harness": rate, "bare": b, "bare_wall": w,
-                         "acceptance_length": h.get("acceptance_length"), "same_tokens": same})
-            print(f"pair {i + 1}/{args.pairs}: harness {rate:.1f}  bare {b:.1f}  "
-                  f"(wall {w:.1f}) tok/s{'' if same else '  DIFFERENT TOKENS: not counted'}", flush=True)
+            rows.append(
+                {
+                    "harness": rate,
+                    "bare": b,
+                    "bare_wall": w,
+                    "acceptance_length": h.get("acceptance_length"),
+                    "same_tokens": same,
+                }
+            )
+            print(
+                f"pair {i + 1}/{args.pairs}: harness {rate:.1f}  bare {b:.1f}  "
+                f"(wall {w:.1f}) tok/s{'' if same else '  DIFFERENT TOKENS: not counted'}",
+                flush=True,
+            )
     finally:
         engine.close()
         sampler.close()
@@ -129,24 +154,34 @@ def main() -> int:
     else:
         half = (hi - lo) / 2
         room = max(goal - abs(summary["median"] - 1), 1e-4)
-        verdict = (f"undecided: the interval [{lo:+.1%}, {hi:+.1%}] straddles 1%; about "
-                   f"{int(len(ok) * (half / room) ** 2) + 1} pairs would narrow it to within 1% of the median")
+        verdict = (
+            f"undecided: the interval [{lo:+.1%}, {hi:+.1%}] straddles 1%; about "
+            f"{int(len(ok) * (half / room) ** 2) + 1} pairs would narrow it to within 1% of the median"
+        )
     result = {
         "command": " ".join(["scripts/harness_overhead.py", *sys.argv[1:]]),
-        "profile": "cpu-quick", "context": args.context, "output_len": args.output_len, "mode": args.mode,
+        "profile": "cpu-quick",
+        "context": args.context,
+        "output_len": args.output_len,
+        "mode": args.mode,
         "pairs": rows,
         "median_harness_tok_s": statistics.median(r["harness"] for r in ok),
         "median_bare_tok_s": statistics.median(r["bare"] for r in ok),
         "relative_difference": statistics.median(ratios),  # harness / bare - 1, median over pairs
         "relative_difference_wall": statistics.median(ratios_wall),
         "pair_spread": [min(ratios), max(ratios)],
-        "ci95": [lo, hi], "ci95_coverage": summary["coverage"], "goal": goal, "verdict": verdict,
+        "ci95": [lo, hi],
+        "ci95_coverage": summary["coverage"],
+        "goal": goal,
+        "verdict": verdict,
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
-    print(f"harness vs bare decode throughput: {result['relative_difference']:+.1%} (median of {len(ok)} pairs, "
-          f"95% interval {lo:+.1%} .. {hi:+.1%}); wall-time definition {result['relative_difference_wall']:+.1%}; "
-          f"1% goal {verdict} -> {args.out}")
+    print(
+        f"harness vs bare decode throughput: {result['relative_difference']:+.1%} (median of {len(ok)} pairs, "
+        f"95% interval {lo:+.1%} .. {hi:+.1%}); wall-time definition {result['relative_difference_wall']:+.1%}; "
+        f"1% goal {verdict} -> {args.out}"
+    )
     return 0
 
 

@@ -33,15 +33,21 @@ def main() -> None:
     a, b = torch.randn(512, 512), torch.randn(512, 512)
     src = torch.randn(64 * 2**20 // 4)
     dst = torch.empty_like(src)
-    from eagle_fix.machine.fingerprint import fingerprint
     from eagle_fix.core import stats
+    from eagle_fix.machine.fingerprint import fingerprint
 
-    result = {"machine": fingerprint()["name"], "seconds_each": seconds, "cpus": sorted(os.sched_getaffinity(0)),
-              "load_avg_1m_before": os.getloadavg()[0]}
-    for name, fn in (("matmul_512_x20_ms", lambda: [a @ b for _ in range(20)]), ("copy_64mib_ms", lambda: dst.copy_(src))):
+    result = {
+        "machine": fingerprint()["name"],
+        "seconds_each": seconds,
+        "cpus": sorted(os.sched_getaffinity(0)),
+        "load_avg_1m_before": os.getloadavg()[0],
+    }
+    for name, fn in (
+        ("matmul_512_x20_ms", lambda: [a @ b for _ in range(20)]),
+        ("copy_64mib_ms", lambda: dst.copy_(src)),
+    ):
         w = windows(fn, seconds)
-        result[name] = {"window_medians": [round(x, 3) for x in w],
-                        "cv": stats.cv(w), "min": min(w), "max": max(w)}
+        result[name] = {"window_medians": [round(x, 3) for x in w], "cv": stats.cv(w), "min": min(w), "max": max(w)}
     print(json.dumps(result, indent=1))
 
 

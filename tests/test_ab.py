@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -17,18 +16,39 @@ from eagle_fix.gate import ab, ab_result, verdict
 from eagle_fix.pairs import profiles as models
 
 
-
 def run_ab(*argv: str, timeout: int = 1800) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "eagle_fix.cli", "ab", *argv], capture_output=True, text=True,
-                          cwd=ROOT, timeout=timeout, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    return subprocess.run(
+        [sys.executable, "-m", "eagle_fix.cli", "ab", *argv],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=timeout,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        check=False,
+    )
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--base-python", "/nonexistent/python", "--new-python", sys.executable], r"--base-python /nonexistent/python: not an executable Python"),
-    (["--base-python", sys.executable, "--new-python", sys.executable, "--new-env", "NOEQUALS"], r"--new-env 'NOEQUALS': expected KEY=VALUE"),
-    (["--base-python", sys.executable, "--new-python", sys.executable, "--rounds", "0"], r"--rounds '0' must be positive"),
-    (["--base-python", sys.executable, "--new-python", sys.executable, "--modes", "fast"], r"--modes fast: unknown"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (
+            ["--base-python", "/nonexistent/python", "--new-python", sys.executable],
+            r"--base-python /nonexistent/python: not an executable Python",
+        ),
+        (
+            ["--base-python", sys.executable, "--new-python", sys.executable, "--new-env", "NOEQUALS"],
+            r"--new-env 'NOEQUALS': expected KEY=VALUE",
+        ),
+        (
+            ["--base-python", sys.executable, "--new-python", sys.executable, "--rounds", "0"],
+            r"--rounds '0' must be positive",
+        ),
+        (
+            ["--base-python", sys.executable, "--new-python", sys.executable, "--modes", "fast"],
+            r"--modes fast: unknown",
+        ),
+    ],
+)
 def test_bad_input_is_one_line(argv, message):
     import re
 
@@ -43,15 +63,33 @@ def test_a_python_without_eagle_fix_is_refused(tmp_path):
     import venv
 
     venv.EnvBuilder(with_pip=False).create(tmp_path / "bare")
-    out = run_ab("--base-python", str(tmp_path / "bare" / "bin" / "python"), "--new-python", sys.executable, timeout=300)
+    out = run_ab(
+        "--base-python", str(tmp_path / "bare" / "bin" / "python"), "--new-python", sys.executable, timeout=300
+    )
     assert out.returncode == 2 and "cannot import eagle_fix there" in out.stderr and "pip install -e ." in out.stderr
 
 
 def _entry(base, new, **extra):
-    pairs = [{"round": i, "base": {"tpot_ms": b, "decode_throughput_tok_s": 1000 / b},
-              "new": {"tpot_ms": n, "decode_throughput_tok_s": 1000 / n}} for i, (b, n) in enumerate(zip(base, new))]
-    return {"identity": {"context_len": 8192, "mode": "eager", "arm": "baseline", "fix": None,
-                         "num_speculative_tokens": None}, "status": {"base": "ok", "new": "ok"}, "pairs": pairs, **extra}
+    pairs = [
+        {
+            "round": i,
+            "base": {"tpot_ms": b, "decode_throughput_tok_s": 1000 / b},
+            "new": {"tpot_ms": n, "decode_throughput_tok_s": 1000 / n},
+        }
+        for i, (b, n) in enumerate(zip(base, new))
+    ]
+    return {
+        "identity": {
+            "context_len": 8192,
+            "mode": "eager",
+            "arm": "baseline",
+            "fix": None,
+            "num_speculative_tokens": None,
+        },
+        "status": {"base": "ok", "new": "ok"},
+        "pairs": pairs,
+        **extra,
+    }
 
 
 def test_paired_verdicts():
@@ -70,8 +108,12 @@ def test_synthetic_acceptance_is_shown_never_judged():
     from eagle_fix.gate import verdict
 
     entry = _entry([10.0] * 8, [10.0] * 8)
-    entry["pairs"][0]["base"].update(num_drafts=128, num_accepted_tokens=384, acceptance_length=4.0, drafter_coverage=1.0)
-    entry["pairs"][0]["new"].update(num_drafts=256, num_accepted_tokens=256, acceptance_length=2.0, drafter_coverage=1.0)
+    entry["pairs"][0]["base"].update(
+        num_drafts=128, num_accepted_tokens=384, acceptance_length=4.0, drafter_coverage=1.0
+    )
+    entry["pairs"][0]["new"].update(
+        num_drafts=256, num_accepted_tokens=256, acceptance_length=2.0, drafter_coverage=1.0
+    )
     measured = ab_result.verdicts(entry, 0.05, k=3)
     assert measured["acceptance_length"]["verdict"] == "regression"
     synthetic = ab_result.verdicts(entry, 0.05, k=3, synthetic=True)
@@ -96,10 +138,13 @@ def test_default_rounds_reach_the_level_and_each_row_states_its_power():
 
     assert ab.DEFAULT_ALPHA == verdict.DEFAULT_ALPHA and ab.DEFAULT_THRESHOLD == verdict.DEFAULT_THRESHOLD
     assert ab.DEFAULT_ROUNDS == verdict.DEFAULT_ROUNDS  # how many the calibration shows: tests/test_calibration.py
-    assert significance.sign_test_floor(8) < ab.DEFAULT_ALPHA <= significance.sign_test_floor(7)  # the least that can speak
+    assert (
+        significance.sign_test_floor(8) < ab.DEFAULT_ALPHA <= significance.sign_test_floor(7)
+    )  # the least that can speak
     noisy = [10.0, 12.0, 9.0, 11.0, 10.5, 9.5, 10.0, 11.5]
-    v = ab_result.verdicts(_entry(noisy, [b * r for b, r in zip(noisy, [1.1, 0.9, 1.05, 0.95, 1.2, 0.85, 1.0, 1.02])]),
-                     0.05, k=None)["tpot_ms"]
+    v = ab_result.verdicts(
+        _entry(noisy, [b * r for b, r in zip(noisy, [1.1, 0.9, 1.05, 0.95, 1.2, 0.85, 1.0, 1.02])]), 0.05, k=None
+    )["tpot_ms"]
     assert v["verdict"] == "within noise" and v["alpha"] == 0.01
     # all 8 ratios must land above 1 for the sign test: the largest (median / ratio) - 1
     assert v["detectable"] == pytest.approx(1.01 / 0.85 - 1)  # median ratio 1.01, smallest 0.85
@@ -115,18 +160,34 @@ def _fake_ab_args(tmp_path, monkeypatch, fake_engine, rounds, blocks=None, modes
 
     monkeypatch.setattr(ab, "EngineProcess", fake_engine)
     monkeypatch.setattr(lifecycle, "install_signal_handlers", lambda: None)
-    monkeypatch.setattr(ab, "_side_info", lambda python, env, flag: {
-        "python": python, "env": env, "versions": {"vllm": "0.0"}, "machine_id": "m"})
-    args = argparse.Namespace(base_python=sys.executable, new_python=sys.executable, base_env=["SIDE=base"],
-                              new_env=["SIDE=new"], profile="cpu-quick", contexts="8192", modes=modes,
-                              arms="eagle3", fix="on", output_len=None,
-                              rounds=None if rounds is None else str(rounds), threshold=0.05,
-                              strict=False, out=str(tmp_path / "ab.json"), blocks=blocks)
+    monkeypatch.setattr(
+        ab,
+        "_side_info",
+        lambda python, env, flag: {"python": python, "env": env, "versions": {"vllm": "0.0"}, "machine_id": "m"},
+    )
+    args = argparse.Namespace(
+        base_python=sys.executable,
+        new_python=sys.executable,
+        base_env=["SIDE=base"],
+        new_env=["SIDE=new"],
+        profile="cpu-quick",
+        contexts="8192",
+        modes=modes,
+        arms="eagle3",
+        fix="on",
+        output_len=None,
+        rounds=None if rounds is None else str(rounds),
+        threshold=0.05,
+        strict=False,
+        out=str(tmp_path / "ab.json"),
+        blocks=blocks,
+    )
     return ab.ABArgs.from_cli_args(args)
 
 
-def _fake_run_ab(tmp_path, monkeypatch, factor, rounds=None, second_penalty=0.0, log=None,
-                 started=None, blocks=None, modes="eager"):
+def _fake_run_ab(
+    tmp_path, monkeypatch, factor, rounds=None, second_penalty=0.0, log=None, started=None, blocks=None, modes="eager"
+):
     """run_ab end to end with fake engines: base decodes at 10 ms a token, new at factor x that; the
     second measurement of a round is `second_penalty` slower (an order effect); `log` collects the
     sides in the order they were measured, `started` the order their engines started."""
@@ -145,9 +206,14 @@ def _fake_run_ab(tmp_path, monkeypatch, factor, rounds=None, second_penalty=0.0,
             measured.append(self.side)
             second = len(measured) % 2 == 0  # both sides are measured once per round
             tpot = 10.0 * self.slow * (1 + 0.01 * (self.calls % 3)) * (1 + second_penalty * second)
-            return PointReply(prompt_len=cmd.prompt_len, samples={"tpot_ms": [tpot], "decode_throughput_tok_s": [1000.0 / tpot],
-                                                                  "ttft_s": [1.0]},
-                              num_drafts=128, num_accepted_tokens=384, acceptance_length=4.0, drafter_coverage=1.0)
+            return PointReply(
+                prompt_len=cmd.prompt_len,
+                samples={"tpot_ms": [tpot], "decode_throughput_tok_s": [1000.0 / tpot], "ttft_s": [1.0]},
+                num_drafts=128,
+                num_accepted_tokens=384,
+                acceptance_length=4.0,
+                drafter_coverage=1.0,
+            )
 
         def pause(self):
             pass
@@ -173,8 +239,18 @@ def test_the_file_records_its_threshold_alpha_and_power(tmp_path, monkeypatch):
     assert tpot["p"] == pytest.approx(2 / 2**ab.DEFAULT_ROUNDS, abs=1e-12) and tpot["detectable"] is not None
     json.dumps(result)  # what --out writes
     text = ab_result.format_ab(result)
-    assert text.splitlines()[0].split() == ["context", "mode", "arm", "fix", "metric", "base", "new", "change",
-                                            "evidence", "verdict"]
+    assert text.splitlines()[0].split() == [
+        "context",
+        "mode",
+        "arm",
+        "fix",
+        "metric",
+        "base",
+        "new",
+        "change",
+        "evidence",
+        "verdict",
+    ]
     assert "REGRESSION, could detect >= " in text and "(threshold 5%, alpha 0.01" in text
     assert "failing: cpu-quick 8192 eager eagle3 fix on tpot_ms: regression" in text
 
@@ -202,10 +278,16 @@ def test_each_block_restarts_the_engines_in_the_opposite_order_and_records_it(tm
     assert started == ["base", "new", "new", "base"]
     [point] = result["points"]
     assert [(p["block"], p["start_order"]) for p in point["pairs"]] == [
-        (0, ["base", "new"]), (0, ["base", "new"]), (1, ["new", "base"]), (1, ["new", "base"])]
+        (0, ["base", "new"]),
+        (0, ["base", "new"]),
+        (1, ["new", "base"]),
+        (1, ["new", "base"]),
+    ]
     # each start order's own median ratio is kept, for reading an A/A
-    assert set(point["verdicts"]["tpot_ms"]["median_ratio_by_start_order"]) == {"base_started_first",
-                                                                                "new_started_first"}
+    assert set(point["verdicts"]["tpot_ms"]["median_ratio_by_start_order"]) == {
+        "base_started_first",
+        "new_started_first",
+    }
 
 
 def test_blocks_split_the_rounds_evenly():
@@ -215,8 +297,7 @@ def test_blocks_split_the_rounds_evenly():
 
 
 def test_round_order_is_abba():
-    assert [ab.round_order(r) for r in range(4)] == [("base", "new"), ("new", "base"), ("base", "new"),
-                                                     ("new", "base")]
+    assert [ab.round_order(r) for r in range(4)] == [("base", "new"), ("new", "base"), ("base", "new"), ("new", "base")]
     firsts = [ab.round_order(r)[0] for r in range(ab.DEFAULT_ROUNDS)]
     assert firsts.count("base") == firsts.count("new")  # the default rounds balance exactly
 
@@ -250,8 +331,12 @@ def test_a_comparison_that_cannot_see_the_minimum_says_so_in_one_line(tmp_path, 
     assert result["summary"]["exit_code"] == 0
     text = ab_result.format_ab(result)
     blind = [line for line in text.splitlines() if line.startswith("power:")]
-    assert blind == ["power: 2 of 2 speed rows could not detect a 5% slowdown, the gate's stated minimum: "
-                     "2 could detect nothing (needs >= 8 rounds)"]
+    assert blind == [
+        (
+            "power: 2 of 2 speed rows could not detect a 5% slowdown, the gate's stated minimum: "
+            "2 could detect nothing (needs >= 8 rounds)"
+        )
+    ]
 
 
 @pytest.mark.engine
@@ -260,8 +345,20 @@ def test_identical_sides_pass_and_an_injected_slowdown_is_caught(tmp_path):
     two wild rounds out of 16, where the least that can speak, 8, tolerates none) and a slowdown far
     above the calibrated minimum, so that a noisy CI machine cannot make it flaky. What the default
     rounds catch at the stated minimum is the committed calibration's (tests/test_calibration.py)."""
-    common = ["--base-python", sys.executable, "--new-python", sys.executable, "--profile", "cpu-quick",
-              "--modes", "eager", "--arms", "eagle3", "--rounds", "16"]
+    common = [
+        "--base-python",
+        sys.executable,
+        "--new-python",
+        sys.executable,
+        "--profile",
+        "cpu-quick",
+        "--modes",
+        "eager",
+        "--arms",
+        "eagle3",
+        "--rounds",
+        "16",
+    ]
     same = run_ab(*common, "--out", str(tmp_path / "aa.json"))
     assert same.returncode == 0, same.stdout + same.stderr[-3000:]
     aa_doc = json.loads((tmp_path / "aa.json").read_text())
@@ -274,7 +371,9 @@ def test_identical_sides_pass_and_an_injected_slowdown_is_caught(tmp_path):
     pairs = aa_doc["points"][0]["pairs"]
     assert len({tuple(p["start_order"]) for p in pairs}) == min(ab.DEFAULT_BLOCKS, 2)
     # one block: the restarts were checked above, and each block costs two engine starts
-    slow = run_ab(*common, "--blocks", "1", "--new-env", "EAGLE_FIX_INJECT_SLOWDOWN=0.5", "--out", str(tmp_path / "s.json"))
+    slow = run_ab(
+        *common, "--blocks", "1", "--new-env", "EAGLE_FIX_INJECT_SLOWDOWN=0.5", "--out", str(tmp_path / "s.json")
+    )
     assert slow.returncode == 1, slow.stdout + slow.stderr[-3000:]
     result = json.loads((tmp_path / "s.json").read_text())
     assert result["new"]["env"] == {"EAGLE_FIX_INJECT_SLOWDOWN": "0.5"}
@@ -317,9 +416,14 @@ def _cuda_run_ab(tmp_path, monkeypatch, total):
 
         def run_point(self, cmd, timeout_s):
             events.append(("point", self.side, cmd.ttft_repeats, frozenset(up)))
-            return PointReply(prompt_len=cmd.prompt_len, samples={"tpot_ms": [10.0], "decode_throughput_tok_s": [100.0],
-                                                                  "ttft_s": [1.0]},
-                              num_drafts=128, num_accepted_tokens=384, acceptance_length=4.0, drafter_coverage=1.0)
+            return PointReply(
+                prompt_len=cmd.prompt_len,
+                samples={"tpot_ms": [10.0], "decode_throughput_tok_s": [100.0], "ttft_s": [1.0]},
+                num_drafts=128,
+                num_accepted_tokens=384,
+                acceptance_length=4.0,
+                drafter_coverage=1.0,
+            )
 
         def pause(self):
             pass

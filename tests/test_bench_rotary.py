@@ -12,8 +12,8 @@ pytest.importorskip("vllm", reason="vLLM (the cpu extra) is not installed")
 # yuhuili/EAGLE3-LLaMA3.1-Instruct-8B's draft layer: head 128, 32 query / 8 KV heads, theta 5e5.
 HEAD, Q_HEADS, KV_HEADS = 128, 32, 8
 ROPE = {"rope_type": "default", "rope_theta": 500000.0}
-DRAFT_MAX_POSITION = 2048      # the checkpoint's max_position_embeddings
-FIXED_MAX_POSITION = 131072    # what the fix sizes the cache to: the target's max_model_len
+DRAFT_MAX_POSITION = 2048  # the checkpoint's max_position_embeddings
+FIXED_MAX_POSITION = 131072  # what the fix sizes the cache to: the target's max_model_len
 
 
 @pytest.fixture(scope="module")
@@ -42,8 +42,10 @@ def test_rotary_forward(benchmark, vllm_config, max_position, num_tokens):
     key = torch.randn(num_tokens, KV_HEADS * HEAD, generator=gen)
     cache = rope.cos_sin_cache
     benchmark.extra_info.update(
-        max_position=max_position, num_tokens=num_tokens,
-        cos_sin_cache_shape=list(cache.shape), cos_sin_cache_bytes=cache.numel() * cache.element_size(),
+        max_position=max_position,
+        num_tokens=num_tokens,
+        cos_sin_cache_shape=list(cache.shape),
+        cos_sin_cache_bytes=cache.numel() * cache.element_size(),
     )
     q, k = benchmark(rope, positions, query, key)
     assert q.shape == query.shape and k.shape == key.shape

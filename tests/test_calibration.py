@@ -73,7 +73,7 @@ def test_the_start_order_table_splits_the_rounds_by_which_engine_started_first()
 def test_a_trial_slowed_on_the_base_side_is_refused(tmp_path):
     import json
 
-    src = sorted(GATE.glob("*.json"))[0]
+    src = min(GATE.glob("*.json"))
     data = json.loads(src.read_text())
     data["base"]["env"] = {"EAGLE_FIX_INJECT_SLOWDOWN": "0.05"}
     bad = tmp_path / "bad.json"
@@ -85,7 +85,7 @@ def test_a_trial_slowed_on_the_base_side_is_refused(tmp_path):
 def _copy_on(tmp_path, name: str, machine: str) -> Path:
     import json
 
-    data = json.loads(sorted(GATE.glob("0-*.json"))[0].read_text())
+    data = json.loads(min(GATE.glob("0-*.json")).read_text())
     data["machine"]["name"] = machine
     out = tmp_path / name
     out.write_text(json.dumps(data))
@@ -131,7 +131,7 @@ def _trial_copy(folder: Path, name: str, *, alarm: bool = False, **top) -> None:
     """A committed trial written as another one: its file name (slowdown-trial), its verdict, fields."""
     import json
 
-    data = json.loads(sorted(GATE.glob("0-*.json"))[0].read_text())
+    data = json.loads(min(GATE.glob("0-*.json")).read_text())
     slowdown = name.split("-")[0]
     data["new"]["env"] = {} if slowdown == "0" else {"EAGLE_FIX_INJECT_SLOWDOWN": slowdown}
     data["summary"]["exit_code"] = 1 if alarm else 0
@@ -151,7 +151,8 @@ def test_coverage_says_per_goal_point_how_far_the_calibration_got(tmp_path):
     [met] = [r for r in rows if r["machine"]]
     assert (met["aa"], met["false_alarms"], met["slow"], met["caught"], met["status"]) == (10, 0, 10, 9, "met")
     assert {(r["context_len"], r["mode"], r["arm"]) for r in rows if r["status"] == "not started"} == (
-        set(calibration.GOAL_POINTS) - {(point["context_len"], point["mode"], point["arm"])})
+        set(calibration.GOAL_POINTS) - {(point["context_len"], point["mode"], point["arm"])}
+    )
 
     _trial_copy(tmp_path / "gate-met", "0.05-11")  # a second miss: 9 of 11 is under 90%
     [r] = [r for r in calibration.coverage([tmp_path]) if r["machine"]]
@@ -164,7 +165,10 @@ def test_coverage_says_per_goal_point_how_far_the_calibration_got(tmp_path):
     [r] = [r for r in short if r["machine"]]
     assert (r["aa"], r["false_alarms"], r["other_slowdowns"], r["status"]) == (1, 1, [0.02], "missed: 1 false alarm")
     table = docs.render_table("calibration-coverage", [str(tmp_path / "gate-short")], root=ROOT)
-    assert "| missed: 1 false alarm | `gate-short/` |" in table and table.count("| not started |") == len(calibration.GOAL_POINTS) - 1
+    assert (
+        "| missed: 1 false alarm | `gate-short/` |" in table
+        and table.count("| not started |") == len(calibration.GOAL_POINTS) - 1
+    )
 
 
 def test_the_committed_coverage_lists_every_goal_point():
@@ -179,7 +183,9 @@ def test_each_modes_default_rounds_are_held_to_a_met_calibration():
     rows = calibration.coverage([ROOT / "results" / "calibration"])
     for mode in {"eager", *verdict.ROUNDS_BY_MODE}:
         met = [r for r in rows if r["mode"] == mode and r["status"] == "met"]
-        assert met, f"no committed calibration meets the goal at {mode}'s default of {verdict.default_rounds(mode)} rounds"
+        assert met, (
+            f"no committed calibration meets the goal at {mode}'s default of {verdict.default_rounds(mode)} rounds"
+        )
 
 
 def test_the_rounds_model_judges_resampled_ratios_by_the_gates_rule():

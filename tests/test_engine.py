@@ -31,8 +31,22 @@ REFERENCE = json.loads((ROOT / "tests" / "data" / "reference_acceptance.json").r
 MARGIN = REFERENCE["margin"]
 
 
-AB_ARGS = ["--profile", "cpu-quick", "--contexts", ",".join(map(str, CONTEXTS)), "--modes", "eager,compile",
-           "--arms", "eagle3,baseline", "--fix", "on,off,upstream", "--output-len", "32", "--repeats", "2"]
+AB_ARGS = [
+    "--profile",
+    "cpu-quick",
+    "--contexts",
+    ",".join(map(str, CONTEXTS)),
+    "--modes",
+    "eager,compile",
+    "--arms",
+    "eagle3,baseline",
+    "--fix",
+    "on,off,upstream",
+    "--output-len",
+    "32",
+    "--repeats",
+    "2",
+]
 
 
 @pytest.fixture(scope="session")
@@ -40,9 +54,15 @@ def ab_run(tmp_path_factory):
     """`eagle-fix run` of the fix A/B, as a user runs it (the command committed results/runs/fix-ab/ come
     from, at CI's contexts)."""
     out = tmp_path_factory.mktemp("engine") / "ab.jsonl"
-    proc = subprocess.run([sys.executable, "-m", "eagle_fix.cli", "run", *AB_ARGS, "--out", str(out), "--no-progress"],
-                          capture_output=True, text=True, cwd=ROOT, timeout=3600,
-                          env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    proc = subprocess.run(
+        [sys.executable, "-m", "eagle_fix.cli", "run", *AB_ARGS, "--out", str(out), "--no-progress"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=3600,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        check=False,
+    )
     return proc, out
 
 
@@ -63,7 +83,9 @@ def test_a_sweep_with_failed_points_exits_nonzero_after_writing_every_line(ab_ru
     assert proc.returncode == 1, proc.stderr[-3000:]
     err = proc.stderr
     assert f"{2 * len(CONTEXTS) * 4} points ({len(PAST)} failed) in {out}" in err
-    assert re.search(r"failed: 4096 compile eagle3 off: .*killed by SIG\w+; index out of bounds: 0 <= \w+ < 2048", err), err
+    assert re.search(
+        r"failed: 4096 compile eagle3 off: .*killed by SIG\w+; index out of bounds: 0 <= \w+ < 2048", err
+    ), err
 
 
 def point(ab, ctx, mode, fix, arm="eagle3"):
@@ -144,8 +166,18 @@ def test_baseline_and_speedup(ab, mode):
 def test_records_carry_the_measurement_context(ab):
     ctx = PAST[-1]
     r = point(ab, ctx, "eager", "on")
-    for key in ("output_throughput_tok_s", "decode_throughput_tok_s", "ttft_s", "kv_cache_capacity_tokens",
-                "peak_host_memory_bytes", "startup_s", "vllm_version", "torch_version", "model_runner", "device"):
+    for key in (
+        "output_throughput_tok_s",
+        "decode_throughput_tok_s",
+        "ttft_s",
+        "kv_cache_capacity_tokens",
+        "peak_host_memory_bytes",
+        "startup_s",
+        "vllm_version",
+        "torch_version",
+        "model_runner",
+        "device",
+    ):
         assert r[key] is not None, key
     assert r["kv_cache_capacity_tokens"] >= ctx
     assert r["peak_gpu_memory_bytes"] is None  # no GPU here: not faked
@@ -183,10 +215,37 @@ def test_the_cpu_worker_reports_its_own_memory_and_settings(tmp_path):
     from eagle_fix.core import record
 
     out = tmp_path / "memory.jsonl"
-    proc = subprocess.run([sys.executable, "-m", "eagle_fix.cli", "run", "--profile", "cpu-quick", "--contexts", "1024",
-                           "--modes", "eager", "--arms", "eagle3", "--fix", "on", "--output-len", "32", "--repeats", "1",
-                           "--out", str(out), "--no-progress"],
-                          capture_output=True, text=True, cwd=ROOT, timeout=1800, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "eagle_fix.cli",
+            "run",
+            "--profile",
+            "cpu-quick",
+            "--contexts",
+            "1024",
+            "--modes",
+            "eager",
+            "--arms",
+            "eagle3",
+            "--fix",
+            "on",
+            "--output-len",
+            "32",
+            "--repeats",
+            "1",
+            "--out",
+            str(out),
+            "--no-progress",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=1800,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     [r] = record.read(out)
     assert r["status"] == "ok", r["error"]

@@ -63,12 +63,37 @@ class Run:
         self.out = tmp / "run.jsonl"
         self.log_dir = tmp / "run-logs"
         self.stderr_path = tmp / "stderr.txt"
-        cmd = [sys.executable, "-m", "eagle_fix.cli", "run", "--profile", "cpu-quick", "--contexts", contexts,
-               "--modes", "eager", "--arms", "baseline", "--output-len", "32", "--repeats", "1", "--out", str(self.out),
-               "--no-progress", *extra]
-        self._stderr = open(self.stderr_path, "wb")
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=self._stderr,
-                                     start_new_session=True, preexec_fn=_default_signals)
+        cmd = [
+            sys.executable,
+            "-m",
+            "eagle_fix.cli",
+            "run",
+            "--profile",
+            "cpu-quick",
+            "--contexts",
+            contexts,
+            "--modes",
+            "eager",
+            "--arms",
+            "baseline",
+            "--output-len",
+            "32",
+            "--repeats",
+            "1",
+            "--out",
+            str(self.out),
+            "--no-progress",
+            *extra,
+        ]
+        self._stderr = open(self.stderr_path, "wb")  # noqa: SIM115 -- held by the run, closed in its cleanup
+        self.proc = subprocess.Popen(
+            cmd,
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=self._stderr,
+            start_new_session=True,
+            preexec_fn=_default_signals,  # noqa: PLW1509 -- no threads yet; signals as from a terminal
+        )
         self.pgids: set[int] = set()  # every engine group seen, for the cleanup
 
     # ---- what it started
@@ -129,7 +154,8 @@ class Run:
             for log in self.log_dir.glob("*.log") if self.log_dir.is_dir() else []:
                 text = log.read_text(errors="replace")
                 if f"engine ready (pid {engine_pid}," in text and any(
-                        "[eagle-fix]" in line and " point " in line and prompt in line for line in text.splitlines()):
+                    "[eagle-fix]" in line and " point " in line and prompt in line for line in text.splitlines()
+                ):
                     return
             time.sleep(0.05)
         raise AssertionError(f"point {context} not sent to engine {engine_pid} within {timeout} s\n{self.stderr()}")
@@ -210,6 +236,7 @@ def interrupt_line(stderr: str, signame: str) -> str:
 
 
 # --------------------------------------------------------------------------- engine tests
+
 
 @pytest.fixture(scope="module")
 def shared_run(tmp_path_factory):
@@ -329,26 +356,30 @@ def test_sigkill_of_the_run_leaves_no_engine_process(tmp_path):
         gone = time.monotonic() - t0
         _note("SIGKILL of the run -> no engine process", gone)
         assert gone < 30
-        assert not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-                       for pid in [eng.pid, *tree])
+        assert not any(
+            psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE for pid in [eng.pid, *tree]
+        )
     finally:
         run.cleanup()
 
 
 # --------------------------------------------------------------------------- without the engine
 
+
 def test_unwritable_engine_log_is_a_one_line_error_before_any_start():
+    from eagle_fix.core.errors import EagleFixError
     from eagle_fix.engine import lifecycle
     from eagle_fix.engine.offline import EngineProcess
     from eagle_fix.engine.spec import EngineSpec
-    from eagle_fix.core.errors import EagleFixError
 
     spec = EngineSpec(target="/nonexistent", draft=None, mode="eager", fix=None, max_model_len=4096)
     before, installed = lifecycle.groups(), lifecycle.handlers_installed()
     try:
         # /dev/full: every write fails with ENOSPC, as on a full disk.
-        for path, why in ((Path("/dev/full"), "No space left on device"),
-                          (Path("/dev/null/logs/engine.log"), "Not a directory")):
+        for path, why in (
+            (Path("/dev/full"), "No space left on device"),
+            (Path("/dev/null/logs/engine.log"), "Not a directory"),
+        ):
             with pytest.raises(EagleFixError) as err:
                 EngineProcess(spec, path)
             msg = str(err.value)
@@ -361,9 +392,32 @@ def test_unwritable_engine_log_is_a_one_line_error_before_any_start():
 
 def test_cli_unwritable_log_dir_is_one_line(tmp_path):
     out = tmp_path / "run.jsonl"
-    proc = subprocess.run([sys.executable, "-m", "eagle_fix.cli", "run", "--profile", "cpu-quick", "--contexts", "4096",
-                           "--modes", "eager", "--arms", "baseline", "--out", str(out), "--log-dir", "/dev/null/logs",
-                           "--no-progress"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "eagle_fix.cli",
+            "run",
+            "--profile",
+            "cpu-quick",
+            "--contexts",
+            "4096",
+            "--modes",
+            "eager",
+            "--arms",
+            "baseline",
+            "--out",
+            str(out),
+            "--log-dir",
+            "/dev/null/logs",
+            "--no-progress",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 1, proc.stderr
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert lines[-1].startswith("eagle-fix run: error: cannot write the engine log /dev/null/logs/"), proc.stderr
@@ -374,13 +428,23 @@ def test_cli_unwritable_log_dir_is_one_line(tmp_path):
 def test_killed_cause_names_the_signal():
     from eagle_fix.engine.logs import killed_cause
 
-    log = ["(EngineCore pid=1) ERROR 11-30 16:41:25 [multiproc_executor.py:315] Worker proc VllmWorker-0 died "
-           "unexpectedly (exit code: -9), shutting down executor.", "Traceback (most recent call last):",
-           "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue."]
+    log = [
+        (
+            "(EngineCore pid=1) ERROR 11-30 16:41:25 [multiproc_executor.py:315] Worker proc VllmWorker-0 died "
+            "unexpectedly (exit code: -9), shutting down executor."
+        ),
+        "Traceback (most recent call last):",
+        "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue.",
+    ]
     assert killed_cause(log) == "worker VllmWorker-0 killed by SIGKILL"
-    assert killed_cause(["Worker proc VllmWorker-0 died unexpectedly (exit code: -11), shutting down"]) == \
-        "worker VllmWorker-0 killed by SIGSEGV"
-    assert killed_cause(["Worker proc VllmWorker-0 died unexpectedly (exit code: 1), x"]) == "worker VllmWorker-0 exited with code 1"
+    assert (
+        killed_cause(["Worker proc VllmWorker-0 died unexpectedly (exit code: -11), shutting down"])
+        == "worker VllmWorker-0 killed by SIGSEGV"
+    )
+    assert (
+        killed_cause(["Worker proc VllmWorker-0 died unexpectedly (exit code: 1), x"])
+        == "worker VllmWorker-0 exited with code 1"
+    )
     assert killed_cause(["nothing here"]) is None
 
 
@@ -423,8 +487,9 @@ _HANDLER_SCRIPT = textwrap.dedent("""
 
 @pytest.mark.parametrize("sig,code", [(signal.SIGTERM, 143), (signal.SIGINT, 130), (signal.SIGHUP, 129)])
 def test_signal_kills_registered_groups_and_raises(sig, code):
-    proc = subprocess.Popen([sys.executable, "-c", _HANDLER_SCRIPT], cwd=ROOT, stdout=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _HANDLER_SCRIPT], cwd=ROOT, stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
     pgid = None
     try:
         pgid = int(proc.stdout.readline())
@@ -470,8 +535,9 @@ _WATCH_SCRIPT = textwrap.dedent("""
 
 def test_engine_child_kills_its_group_when_the_parent_is_killed():
     """The lifeline without vLLM: SIGKILL the parent; the child's whole group is gone within ~1 s."""
-    proc = subprocess.Popen([sys.executable, "-c", _WATCH_SCRIPT], cwd=ROOT, stdout=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _WATCH_SCRIPT], cwd=ROOT, stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
     pgid = None
     try:
         pgid = int(proc.stdout.readline())
@@ -485,20 +551,29 @@ def test_engine_child_kills_its_group_when_the_parent_is_killed():
 
 def test_asv_benchmark_process_stops_when_asv_run_is_gone(tmp_path):
     """`asv run` killed leaves its benchmark process reparented: exit_with_parent() makes that a SIGTERM."""
-    child = ("import sys, time; from eagle_fix.engine import lifecycle; lifecycle.install_signal_handlers(); "
-             "lifecycle.exit_with_parent(poll_s=0.2); print('up', flush=True)\n"
-             "try:\n    time.sleep(60)\nexcept lifecycle.Interrupted as exc:\n    sys.exit(exc.exit_code)")
-    parent = ("import subprocess, sys, time; p = subprocess.Popen([sys.executable, '-c', sys.argv[1]]); "
-              "print(p.pid, flush=True); time.sleep(60)")
-    proc = subprocess.Popen([sys.executable, "-c", parent, child], stdout=subprocess.PIPE, text=True, cwd=ROOT,
-                            start_new_session=True)
+    child = (
+        "import sys, time; from eagle_fix.engine import lifecycle; lifecycle.install_signal_handlers(); "
+        "lifecycle.exit_with_parent(poll_s=0.2); print('up', flush=True)\n"
+        "try:\n    time.sleep(60)\nexcept lifecycle.Interrupted as exc:\n    sys.exit(exc.exit_code)"
+    )
+    parent = (
+        "import subprocess, sys, time; p = subprocess.Popen([sys.executable, '-c', sys.argv[1]]); "
+        "print(p.pid, flush=True); time.sleep(60)"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", parent, child], stdout=subprocess.PIPE, text=True, cwd=ROOT, start_new_session=True
+    )
     try:
         pid = int(proc.stdout.readline())
         time.sleep(1.0)
         proc.kill()
         proc.wait(timeout=10)
         deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+        while (
+            time.monotonic() < deadline
+            and psutil.pid_exists(pid)
+            and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        ):
             time.sleep(0.1)
         assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     finally:
@@ -569,4 +644,4 @@ def test_a_released_lifeline_reads_as_the_owners_death_and_stops_its_sentinel():
 def _state(pid: int) -> str:
     with open(f"/proc/{pid}/stat") as f:
         stat = f.read()
-    return stat[stat.rindex(")") + 2:].split()[0]
+    return stat[stat.rindex(")") + 2 :].split()[0]

@@ -8,7 +8,12 @@ from types import SimpleNamespace
 import pytest
 
 from eagle_fix.fix.positions import (
-    CACHE_ONLY_ROPE_TYPES, draft_layer_order, maybe_override_draft_max_position_embeddings, proposer_block_size, rope_is_cache_only, rope_types,
+    CACHE_ONLY_ROPE_TYPES,
+    draft_layer_order,
+    maybe_override_draft_max_position_embeddings,
+    proposer_block_size,
+    rope_is_cache_only,
+    rope_types,
 )
 
 
@@ -37,11 +42,14 @@ def test_missing_attribute_is_ignored():
     assert not hasattr(cfg, "max_position_embeddings")
 
 
-@pytest.mark.parametrize("rope", [
-    {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 2048},
-    {"rope_type": "longrope"},
-    {"rope_type": "dynamic", "factor": 2.0},
-])
+@pytest.mark.parametrize(
+    "rope",
+    [
+        {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 2048},
+        {"rope_type": "longrope"},
+        {"rope_type": "dynamic", "factor": 2.0},
+    ],
+)
 def test_length_dependent_rope_is_kept(rope):
     cfg = SimpleNamespace(max_position_embeddings=2048, rope_parameters=rope)
     assert maybe_override_draft_max_position_embeddings(cfg, 8192) is False
@@ -58,29 +66,40 @@ def test_cache_only_rope_types_are_raised(rope_type):
 def test_transformers_config_with_llama3_rope():
     from transformers import LlamaConfig
 
-    cfg = LlamaConfig(max_position_embeddings=2048, rope_scaling={
-        "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-        "original_max_position_embeddings": 2048})
+    cfg = LlamaConfig(
+        max_position_embeddings=2048,
+        rope_scaling={
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 2048,
+        },
+    )
     assert rope_types(cfg) == ["llama3"]
     assert maybe_override_draft_max_position_embeddings(cfg, 65536) is True
     assert cfg.max_position_embeddings == 65536
 
 
 def test_rope_types_reads_per_layer_type_parameters():
-    cfg = SimpleNamespace(rope_parameters={"full_attention": {"rope_type": "default"},
-                                           "sliding_attention": {"rope_type": "yarn"}})
+    cfg = SimpleNamespace(
+        rope_parameters={"full_attention": {"rope_type": "default"}, "sliding_attention": {"rope_type": "yarn"}}
+    )
     assert rope_types(cfg) == ["default", "yarn"]
     assert rope_is_cache_only(cfg) is False
     assert rope_types(SimpleNamespace()) == ["default"]
 
 
-@pytest.mark.parametrize("sizes, gid, fallback, expected", [
-    ([16, 64], 1, 32, 64),
-    ([16], 0, 32, 16),
-    ([16], 1, 32, 32),  # index past the list: fallback
-    ([16], -1, 32, 32),
-    (None, 0, 32, 32),
-])
+@pytest.mark.parametrize(
+    "sizes, gid, fallback, expected",
+    [
+        ([16, 64], 1, 32, 64),
+        ([16], 0, 32, 16),
+        ([16], 1, 32, 32),  # index past the list: fallback
+        ([16], -1, 32, 32),
+        (None, 0, 32, 32),
+    ],
+)
 def test_proposer_block_size(sizes, gid, fallback, expected):
     assert proposer_block_size(sizes, gid, fallback) == expected
 

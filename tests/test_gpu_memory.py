@@ -10,13 +10,13 @@ import os
 import subprocess
 import sys
 import types
+import typing
 from enum import Enum
 
 import pytest
 
-from eagle_fix.machine import roofline
 from eagle_fix.engine import memory, worker
-from eagle_fix.machine import device
+from eagle_fix.machine import device, roofline
 
 GIB = 2**30
 
@@ -25,8 +25,17 @@ class NVMLError(Exception):
     pass
 
 
-def fake_nvml(*, init_error=None, devices=None, mig=(), memory_error=None, used=10 * GIB, total=141 * GIB,
-              procs=None, procs_error=None):
+def fake_nvml(
+    *,
+    init_error=None,
+    devices=None,
+    mig=(),
+    memory_error=None,
+    used=10 * GIB,
+    total=141 * GIB,
+    procs=None,
+    procs_error=None,
+):
     """A pynvml stand-in: `devices` maps index or UUID to a handle name; `mig` names handles with MIG on."""
     devices = devices if devices is not None else {0: "gpu0"}
     calls: list[tuple] = []
@@ -66,7 +75,9 @@ def fake_nvml(*, init_error=None, devices=None, mig=(), memory_error=None, used=
     def running(handle):
         if procs_error:
             raise NVMLError(procs_error)
-        return [types.SimpleNamespace(pid=pid, usedGpuMemory=b) for pid, b in (procs() if callable(procs) else procs or [])]
+        return [
+            types.SimpleNamespace(pid=pid, usedGpuMemory=b) for pid, b in (procs() if callable(procs) else procs or [])
+        ]
 
     mod.nvmlInit = init
     mod.nvmlDeviceGetHandleByIndex = by_index
@@ -85,17 +96,22 @@ def nvml(monkeypatch):
         mod = fake_nvml(**kwargs)
         monkeypatch.setitem(sys.modules, "pynvml", mod)
         return mod
+
     return install
 
 
 # ------------------------------------------------------------------------------ resolution
 
-@pytest.mark.parametrize("visible, expect, how", [
-    ("GPU-1234", "gpu-by-uuid", "uuid"),
-    ("MIG-abcd", "mig-instance", "mig uuid"),
-    ("1", "gpu1", "index"),
-    (None, "gpu0", "index"),
-])
+
+@pytest.mark.parametrize(
+    "visible, expect, how",
+    [
+        ("GPU-1234", "gpu-by-uuid", "uuid"),
+        ("MIG-abcd", "mig-instance", "mig uuid"),
+        ("1", "gpu1", "index"),
+        (None, "gpu0", "index"),
+    ],
+)
 def test_visible_devices_resolve_to_their_handle(nvml, visible, expect, how):
     mod = nvml(devices={0: "gpu0", 1: "gpu1", "GPU-1234": "gpu-by-uuid", "MIG-abcd": "mig-instance"})
     env = {} if visible is None else {"CUDA_VISIBLE_DEVICES": f"{visible},0"}
@@ -105,13 +121,16 @@ def test_visible_devices_resolve_to_their_handle(nvml, visible, expect, how):
         assert ("uuid", visible) in mod.calls and not any(c[0] == "index" for c in mod.calls)  # never device 0
 
 
-@pytest.mark.parametrize("visible, words", [
-    ("GPU-gone", "could not resolve CUDA_VISIBLE_DEVICES='GPU-gone'"),
-    ("MIG-GPU-1234/1/0", "legacy MIG name"),
-    ("0", "MIG enabled"),
-    ("", "empty"),
-    ("nvidia0", "neither an index nor"),
-])
+@pytest.mark.parametrize(
+    "visible, words",
+    [
+        ("GPU-gone", "could not resolve CUDA_VISIBLE_DEVICES='GPU-gone'"),
+        ("MIG-GPU-1234/1/0", "legacy MIG name"),
+        ("0", "MIG enabled"),
+        ("", "empty"),
+        ("nvidia0", "neither an index nor"),
+    ],
+)
 def test_unresolvable_devices_are_none_with_the_reason(nvml, visible, words):
     nvml(devices={0: "gpu0"}, mig=("gpu0",))
     handle, info = device.nvml_device({"CUDA_VISIBLE_DEVICES": visible})
@@ -128,6 +147,7 @@ def test_an_nvml_that_cannot_start_is_a_reason_not_a_crash(nvml):
 
 
 # --------------------------------------------------------------------------------- sampler
+
 
 def test_first_reading_failing_is_a_recorded_null(nvml, monkeypatch):
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
@@ -175,10 +195,13 @@ def test_per_process_memory_where_nvml_lists_the_engine(nvml, monkeypatch):
         child.wait()
 
 
-@pytest.mark.parametrize("procs, procs_error, words", [
-    (None, "Insufficient Permissions", "Insufficient Permissions"),
-    ([(999999, GIB)], None, "PID namespace"),
-])
+@pytest.mark.parametrize(
+    "procs, procs_error, words",
+    [
+        (None, "Insufficient Permissions", "Insufficient Permissions"),
+        ([(999999, GIB)], None, "PID namespace"),
+    ],
+)
 def test_whole_device_labelled_as_such_when_not_per_process(nvml, monkeypatch, procs, procs_error, words):
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     child = _child()
@@ -215,6 +238,7 @@ def test_a_reading_failing_mid_point_is_a_null_with_its_reason(nvml, monkeypatch
 
 # ------------------------------------------------------------------------- inside the worker
 
+
 class _Tensor:
     def __init__(self, n):
         self.n = n
@@ -233,9 +257,13 @@ class _Backend:
 
 
 class _Runner:
-    kv_cache_config = types.SimpleNamespace(num_blocks=64, kv_cache_tensors=[types.SimpleNamespace(size=GIB),
-                                                                              types.SimpleNamespace(size=GIB // 4)])
-    attn_groups = [[types.SimpleNamespace(backend=_Backend)], [types.SimpleNamespace(backend=_Backend)]]
+    kv_cache_config = types.SimpleNamespace(
+        num_blocks=64, kv_cache_tensors=[types.SimpleNamespace(size=GIB), types.SimpleNamespace(size=GIB // 4)]
+    )
+    attn_groups: typing.ClassVar = [
+        [types.SimpleNamespace(backend=_Backend)],
+        [types.SimpleNamespace(backend=_Backend)],
+    ]
 
     def get_model(self):
         return types.SimpleNamespace(parameters=lambda: [_Tensor(1000), _Tensor(24)])
@@ -261,7 +289,10 @@ def test_cpu_worker_reports_its_host_peak_and_vllms_figures():
     assert got["worker_host_peak_scope"] in ("point", "process lifetime")
     if got["worker_host_peak_scope"] != "point":
         assert got["null_reasons"]["worker_host_peak_scope"]
-    assert got["torch_peak_allocated_bytes"] is None and "no CUDA device" in got["null_reasons"]["torch_peak_allocated_bytes"]
+    assert (
+        got["torch_peak_allocated_bytes"] is None
+        and "no CUDA device" in got["null_reasons"]["torch_peak_allocated_bytes"]
+    )
     assert got["vllm_kv_cache_bytes"] == GIB + GIB // 4 and got["vllm_kv_cache_blocks"] == 64
     assert got["vllm_weights_bytes"] == 2048 and "counted" in got["null_reasons"]["vllm_weights_bytes"]
     assert got["vllm_activation_peak_bytes"] is None and got["null_reasons"]["vllm_activation_peak_bytes"]
@@ -297,18 +328,29 @@ def test_kv_budget_follows_the_points():
 
 # ------------------------------------------------------------------- settings on the engine
 
+
 def test_engine_spec_settings_reach_vllms_arguments():
     from eagle_fix.engine.spec import EngineSpec
     from eagle_fix.engine.worker import WORKER_EXTENSION
 
-    base = EngineSpec(target="t", draft=None, mode="compile", fix=None, max_model_len=4096,
-                      compilation_mode="VLLM_COMPILE", cudagraph_mode="PIECEWISE", kv_cache_memory_bytes=3 * GIB)
+    base = EngineSpec(
+        target="t",
+        draft=None,
+        mode="compile",
+        fix=None,
+        max_model_len=4096,
+        compilation_mode="VLLM_COMPILE",
+        cudagraph_mode="PIECEWISE",
+        kv_cache_memory_bytes=3 * GIB,
+    )
     kw = base.llm_kwargs()
     assert kw["compilation_config"] == {"mode": "VLLM_COMPILE", "cudagraph_mode": "PIECEWISE"}
     assert kw["kv_cache_memory_bytes"] == 3 * GIB and kw["worker_extension_cls"] == WORKER_EXTENSION
     eager = dataclasses.replace(base, mode="eager").llm_kwargs()
     assert "compilation_config" not in eager and eager["enforce_eager"]  # eager is NONE/NONE whatever is asked
-    assert "compilation_config" not in dataclasses.replace(base, compilation_mode=None, cudagraph_mode=None).llm_kwargs()
+    assert (
+        "compilation_config" not in dataclasses.replace(base, compilation_mode=None, cudagraph_mode=None).llm_kwargs()
+    )
 
 
 def test_engine_settings_read_vllms_config_and_the_runners_backend():
@@ -320,12 +362,16 @@ def test_engine_settings_read_vllms_config_and_the_runners_backend():
     class Graphs(Enum):
         FULL_AND_PIECEWISE = 4
 
-    config = types.SimpleNamespace(compilation_config=types.SimpleNamespace(mode=Mode.VLLM_COMPILE,
-                                                                            cudagraph_mode=Graphs.FULL_AND_PIECEWISE),
-                                   attention_config=types.SimpleNamespace(backend=None))
+    config = types.SimpleNamespace(
+        compilation_config=types.SimpleNamespace(mode=Mode.VLLM_COMPILE, cudagraph_mode=Graphs.FULL_AND_PIECEWISE),
+        attention_config=types.SimpleNamespace(backend=None),
+    )
     got = engine_settings(config, {"attention_backends": ["FLASH_ATTN"], "vllm_weights_bytes": 1})
-    assert (got["compilation_mode"], got["cudagraph_mode"], got["attention_backend"]) == \
-        ("VLLM_COMPILE", "FULL_AND_PIECEWISE", "FLASH_ATTN")
+    assert (got["compilation_mode"], got["cudagraph_mode"], got["attention_backend"]) == (
+        "VLLM_COMPILE",
+        "FULL_AND_PIECEWISE",
+        "FLASH_ATTN",
+    )
     assert got["attention_backend_requested"] == "auto" and got["startup_memory"]["vllm_weights_bytes"] == 1
     assert engine_settings(config, {"error": "no RPC"})["attention_backend"] is None
 
@@ -338,37 +384,75 @@ def test_the_record_carries_settings_and_memory_with_reasons(tmp_path):
     run = resolve(RunArgs(profile="cpu-quick", out=tmp_path / "r.jsonl", progress=False))
     spec = run.engine_spec(Point(8192, "compile", "eagle3", "on"))
     fields = {"common": {}, "log": tmp_path / "x.log", "spec": spec}
-    ready = {"compilation_mode": "VLLM_COMPILE", "cudagraph_mode": "NONE", "attention_backend": "CPU_ATTN",
-             "startup_memory": {"vllm_weights_bytes": 10, "vllm_kv_cache_bytes": 20, "vllm_activation_peak_bytes": None,
-                                "vllm_cudagraph_estimate_bytes": None,
-                                "null_reasons": {"vllm_activation_peak_bytes": "GPU only"}}}
-    result = PointReply(prompt_len=8000, samples={"decode_wall_s": [1.0]},
-                        worker_memory={"worker_host_peak_bytes": 123, "worker_host_peak_scope": "point",
-                                       "torch_peak_allocated_bytes": None, "torch_peak_reserved_bytes": None,
-                                       "null_reasons": {"torch_peak_allocated_bytes": "no CUDA device"}})
-    rec = sweep._record(run, Point(8192, "compile", "eagle3", "on"), fields, status="ok", ready=ready,
-                        memory={"peak_gpu_memory_bytes": None, "gpu_memory_scope": None,
-                                "gpu_memory_error": "NVML init failed", "peak_host_memory_bytes": 5})
-    assert (rec["compilation_mode"], rec["cudagraph_mode"], rec["attention_backend"]) == ("VLLM_COMPILE", "NONE", "CPU_ATTN")
+    ready = {
+        "compilation_mode": "VLLM_COMPILE",
+        "cudagraph_mode": "NONE",
+        "attention_backend": "CPU_ATTN",
+        "startup_memory": {
+            "vllm_weights_bytes": 10,
+            "vllm_kv_cache_bytes": 20,
+            "vllm_activation_peak_bytes": None,
+            "vllm_cudagraph_estimate_bytes": None,
+            "null_reasons": {"vllm_activation_peak_bytes": "GPU only"},
+        },
+    }
+    result = PointReply(
+        prompt_len=8000,
+        samples={"decode_wall_s": [1.0]},
+        worker_memory={
+            "worker_host_peak_bytes": 123,
+            "worker_host_peak_scope": "point",
+            "torch_peak_allocated_bytes": None,
+            "torch_peak_reserved_bytes": None,
+            "null_reasons": {"torch_peak_allocated_bytes": "no CUDA device"},
+        },
+    )
+    rec = sweep._record(
+        run,
+        Point(8192, "compile", "eagle3", "on"),
+        fields,
+        status="ok",
+        ready=ready,
+        memory={
+            "peak_gpu_memory_bytes": None,
+            "gpu_memory_scope": None,
+            "gpu_memory_error": "NVML init failed",
+            "peak_host_memory_bytes": 5,
+        },
+    )
+    assert (rec["compilation_mode"], rec["cudagraph_mode"], rec["attention_backend"]) == (
+        "VLLM_COMPILE",
+        "NONE",
+        "CPU_ATTN",
+    )
     assert rec["kv_cache_memory_bytes"] == GIB  # cpu-quick's VLLM_CPU_KVCACHE_SPACE, in bytes
     assert rec["vllm_weights_bytes"] == 10 and rec["vllm_kv_cache_bytes"] == 20
     why = rec["memory_null_reasons"]
     assert why["vllm_activation_peak_bytes"] == "GPU only" and why["peak_gpu_memory_bytes"] == "NVML init failed"
     # a point without worker figures says so for each of its fields
     rec = sweep._record(run, Point(8192, "compile", "eagle3", "on"), fields, status="ok", ready=ready, result=result)
-    assert rec["worker_host_peak_bytes"] == 123 and rec["memory_null_reasons"]["torch_peak_allocated_bytes"] == "no CUDA device"
+    assert (
+        rec["worker_host_peak_bytes"] == 123
+        and rec["memory_null_reasons"]["torch_peak_allocated_bytes"] == "no CUDA device"
+    )
     failed = sweep._record(run, Point(8192, "compile", "eagle3", "on"), fields, status="failed", error="x")
     assert failed["memory_null_reasons"]["worker_host_peak_bytes"].startswith("no worker memory figures")
 
 
 def test_cuda_engines_get_a_kv_budget_sized_to_the_sweep(monkeypatch, tmp_path):
     from eagle_fix.pairs import profiles as models
-    from eagle_fix.sweep import loop as sweep
     from eagle_fix.sweep.plan import Point, RunArgs, resolve
 
     monkeypatch.setattr(models.Profile, "check_runs_here", lambda self: None)
-    run = resolve(RunArgs(profile="gpu-tiny", contexts=(131072,), out=tmp_path / "r.jsonl", progress=False,
-                          cudagraph_mode="full_decode_only"))
+    run = resolve(
+        RunArgs(
+            profile="gpu-tiny",
+            contexts=(131072,),
+            out=tmp_path / "r.jsonl",
+            progress=False,
+            cudagraph_mode="full_decode_only",
+        )
+    )
     eagle = run.engine_spec(Point(131072, "compile", "eagle3", "on"))
     base = run.engine_spec(Point(131072, "compile", "baseline", None))
     assert roofline.KV_MIN_BYTES < base.kv_cache_memory_bytes < eagle.kv_cache_memory_bytes < GIB  # not a device share
@@ -379,8 +463,8 @@ def test_cuda_engines_get_a_kv_budget_sized_to_the_sweep(monkeypatch, tmp_path):
 
 def test_bad_settings_and_a_resume_with_other_settings_are_refused(tmp_path):
     from eagle_fix.core import record
-    from eagle_fix.sweep import loop as sweep
     from eagle_fix.core.errors import EagleFixError
+    from eagle_fix.sweep import loop as sweep
     from eagle_fix.sweep.plan import RunArgs, resolve
 
     with pytest.raises(EagleFixError, match="--cudagraph-mode SOMETIMES: unknown"):
@@ -394,6 +478,7 @@ def test_bad_settings_and_a_resume_with_other_settings_are_refused(tmp_path):
 
 # ------------------------------------------------------------------------------ _measure_cuda
 
+
 def test_the_cuda_roofline_is_measured_in_a_child_process(monkeypatch):
     import torch
 
@@ -403,8 +488,12 @@ def test_the_cuda_roofline_is_measured_in_a_child_process(monkeypatch):
 
     def in_child(name, timeout_s=limits.CHILD_TIMEOUT_S):
         ran.append(name)
-        return {"matmul_gflops": {"bf16": 1.0}, "peak_gflops": 1.0, "bandwidth_gbs": 1.0,
-                "memory_total_bytes_torch": 141 * GIB}
+        return {
+            "matmul_gflops": {"bf16": 1.0},
+            "peak_gflops": 1.0,
+            "bandwidth_gbs": 1.0,
+            "memory_total_bytes_torch": 141 * GIB,
+        }
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(limits, "_run_in_child", in_child)
@@ -415,8 +504,8 @@ def test_the_cuda_roofline_is_measured_in_a_child_process(monkeypatch):
 
 
 def test_run_in_child_is_another_process_and_failures_are_one_line(monkeypatch):
-    from eagle_fix.machine import limits
     from eagle_fix.core.errors import EagleFixError
+    from eagle_fix.machine import limits
 
     assert limits._run_in_child("_child_pid")["pid"] != os.getpid()
     with pytest.raises(ValueError):

@@ -37,8 +37,12 @@ def imports(package: Path | None = None) -> dict[str, set[str]]:
         found = set()
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             targets = []
-            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and \
-                    node.module.split(".")[0] == package.name:
+            if (
+                isinstance(node, ast.ImportFrom)
+                and node.module
+                and node.level == 0
+                and node.module.split(".")[0] == package.name
+            ):
                 base = node.module.split(".", 1)[1] if "." in node.module else ""
                 for alias in node.names:
                     sub = f"{base}.{alias.name}" if base else alias.name
@@ -66,8 +70,12 @@ def test_every_module_has_a_stage():
 
 
 def test_no_import_runs_back_up():
-    upward = [f"{m} imports {d}" for m, deps in imports().items() for d in sorted(deps)
-              if stage(m) is not None and stage(d) is not None and stage(d) > stage(m)]
+    upward = [
+        f"{m} imports {d}"
+        for m, deps in imports().items()
+        for d in sorted(deps)
+        if stage(m) is not None and stage(d) is not None and stage(d) > stage(m)
+    ]
     assert not upward, "imports that run back up the data flow:\n" + "\n".join(upward)
 
 
@@ -85,7 +93,7 @@ def test_no_circle():
         state[node] = "open"
         for dep in sorted(graph.get(node, ())):
             if state.get(dep) == "open":
-                circles.append(" -> ".join(path[path.index(dep):] + [dep]))
+                circles.append(" -> ".join(path[path.index(dep) :] + [dep]))
             elif dep not in state:
                 visit(dep, path + [dep])
         state[node] = "done"
@@ -102,7 +110,9 @@ def test_the_check_sees_an_upward_import_and_a_circle(tmp_path, monkeypatch):
     for folder in ("core", "publish"):
         (pkg / folder).mkdir(parents=True)
         (pkg / folder / "__init__.py").write_text("")
-    (pkg / "core" / "errors.py").write_text("from eagle_fix.publish import report\n")  # the first stage imports the last
+    (pkg / "core" / "errors.py").write_text(
+        "from eagle_fix.publish import report\n"
+    )  # the first stage imports the last
     (pkg / "publish" / "report.py").write_text("def f():\n    from eagle_fix.core.errors import X\n")  # and back
     monkeypatch.setattr(__import__(__name__), "PACKAGE", pkg)
     graph = imports()
@@ -124,8 +134,13 @@ def test_our_imports_sit_at_the_top_of_each_module():
             if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue
             for node in ast.walk(fn):
-                names = [node.module or ""] if isinstance(node, ast.ImportFrom) else \
-                    [a.name for a in node.names] if isinstance(node, ast.Import) else []
+                names = (
+                    [node.module or ""]
+                    if isinstance(node, ast.ImportFrom)
+                    else [a.name for a in node.names]
+                    if isinstance(node, ast.Import)
+                    else []
+                )
                 if any(n == "eagle_fix" or n.startswith("eagle_fix.") for n in names):
                     hidden.append(f"{path.relative_to(ROOT)}:{node.lineno} in {fn.name}()")
     assert not hidden, "move these imports to the module's top:\n" + "\n".join(sorted(set(hidden)))
@@ -137,8 +152,12 @@ def test_the_command_line_answers_without_vllm_or_torch():
     import subprocess
     import sys
 
-    code = ("import sys, eagle_fix.cli as c; c.build_parser(); "
-            "print(sorted(m for m in ('vllm', 'torch', 'pandas', 'matplotlib') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    code = (
+        "import sys, eagle_fix.cli as c; c.build_parser(); "
+        "print(sorted(m for m in ('vllm', 'torch', 'pandas', 'matplotlib') if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120, check=False
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "[]", out.stdout

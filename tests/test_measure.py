@@ -17,8 +17,10 @@ from eagle_fix.engine.measure import decode_spin_ms, decode_step_ms
 
 def test_step_ms_is_the_median_of_the_decode_steps_prompt_steps_left_out():
     # a prefill step (new requests), a prefill chunk in the middle, decode steps around it
-    stats = {"step_times_ms": [90.0, 10.0, 12.0, 80.0, 11.0, 13.0],
-             "step_prompt": [True, False, False, True, False, False]}
+    stats = {
+        "step_times_ms": [90.0, 10.0, 12.0, 80.0, 11.0, 13.0],
+        "step_prompt": [True, False, False, True, False, False],
+    }
     assert decode_step_ms(stats) == pytest.approx(statistics.median([10.0, 12.0, 11.0, 13.0]))
 
 
@@ -32,8 +34,11 @@ def test_step_ms_without_readable_batches_leaves_out_the_first_step():
 
 
 def test_the_spin_is_read_from_the_same_decode_steps():
-    stats = {"step_times_ms": [90.0, 15.0, 18.0, 120.0, 16.5], "step_spun_ms": [30.0, 5.0, 6.0, 40.0, 5.5],
-             "step_prompt": [True, False, False, True, False]}
+    stats = {
+        "step_times_ms": [90.0, 15.0, 18.0, 120.0, 16.5],
+        "step_spun_ms": [30.0, 5.0, 6.0, 40.0, 5.5],
+        "step_prompt": [True, False, False, True, False],
+    }
     assert decode_spin_ms(stats) == 5.5 and decode_step_ms(stats) == 16.5
     assert decode_spin_ms({**stats, "step_spun_ms": [0.0] * 5}) is None  # no knob
     assert decode_spin_ms({k: v for k, v in stats.items() if k != "step_spun_ms"}) is None  # an older worker
@@ -47,12 +52,39 @@ def test_step_ms_is_none_without_decode_steps():
 
 def _run(tmp_path, name, env):
     out = tmp_path / f"{name}.jsonl"
-    proc = subprocess.run([sys.executable, "-m", "eagle_fix.cli", "run", "--profile", "cpu-quick", "--contexts", "1536",
-                           "--modes", "eager", "--arms", "eagle3", "--output-len", "64", "--repeats", "3",
-                           "--out", str(out), "--no-progress"],
-                          capture_output=True, text=True, cwd=ROOT, timeout=1800,
-                          env={**{k: v for k, v in os.environ.items() if not k.startswith("EAGLE_FIX_INJECT")},
-                               "HF_HUB_OFFLINE": "1", **env})
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "eagle_fix.cli",
+            "run",
+            "--profile",
+            "cpu-quick",
+            "--contexts",
+            "1536",
+            "--modes",
+            "eager",
+            "--arms",
+            "eagle3",
+            "--output-len",
+            "64",
+            "--repeats",
+            "3",
+            "--out",
+            str(out),
+            "--no-progress",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=1800,
+        env={
+            **{k: v for k, v in os.environ.items() if not k.startswith("EAGLE_FIX_INJECT")},
+            "HF_HUB_OFFLINE": "1",
+            **env,
+        },
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     (rec,) = [json.loads(line) for line in out.read_text().splitlines()]
     return rec

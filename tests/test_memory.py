@@ -11,7 +11,9 @@ from eagle_fix.machine.device import device_info
 
 # A child that starts a grandchild holding ~300 MiB (as the engine's core process holds the KV cache),
 # in its own process group, so the test can end both by group (never by name).
-GRANDCHILD = "import time; b = bytearray(300 << 20); b[::4096] = b'x' * len(b[::4096]); print('up', flush=True); time.sleep(60)"
+GRANDCHILD = (
+    "import time; b = bytearray(300 << 20); b[::4096] = b'x' * len(b[::4096]); print('up', flush=True); time.sleep(60)"
+)
 CHILD = f"import subprocess, sys, time; p = subprocess.Popen([sys.executable, '-c', {GRANDCHILD!r}]); time.sleep(60)"
 
 

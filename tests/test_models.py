@@ -5,9 +5,9 @@ import shutil
 
 import pytest
 
+from eagle_fix.core.errors import EagleFixError
 from eagle_fix.pairs import profiles as models
 from eagle_fix.pairs.validate import validate_pair
-from eagle_fix.core.errors import EagleFixError
 
 
 def _cfg(folder):
@@ -161,9 +161,16 @@ def test_engine_spec_takes_the_profiles_speculative_config():
     from eagle_fix.engine.spec import EngineSpec
 
     gd = models.get_profile("gpu-dummy")
-    spec = EngineSpec(target=str(gd.target), draft=str(gd.draft), mode="eager", fix="on", max_model_len=8192,
-                      num_speculative_tokens=gd.num_speculative_tokens, load_format=gd.load_format,
-                      synthetic_acceptance_length=gd.synthetic_acceptance_length)
+    spec = EngineSpec(
+        target=str(gd.target),
+        draft=str(gd.draft),
+        mode="eager",
+        fix="on",
+        max_model_len=8192,
+        num_speculative_tokens=gd.num_speculative_tokens,
+        load_format=gd.load_format,
+        synthetic_acceptance_length=gd.synthetic_acceptance_length,
+    )
     assert spec.llm_kwargs()["speculative_config"] == gd.speculative_config()
     baseline = EngineSpec(target=str(gd.target), draft=None, mode="eager", fix=None, max_model_len=8192)
     assert "speculative_config" not in baseline.llm_kwargs()

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import json
-import re
 import os
+import re
 import subprocess
 import sys
 
@@ -15,8 +14,15 @@ from eagle_fix.sweep.plan import Point, RunArgs, plan, resolve
 
 
 def run_cli(*argv: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "eagle_fix.cli", "run", *argv], capture_output=True, text=True,
-                          timeout=120, cwd=ROOT, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    return subprocess.run(
+        [sys.executable, "-m", "eagle_fix.cli", "run", *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        check=False,
+    )
 
 
 @pytest.fixture
@@ -26,21 +32,24 @@ def existing(tmp_path):
     return path
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--profile", "nope"], r"unknown profile 'nope': choose one of cpu-quick, cpu, gpu-tiny, gpu-dummy, gpu"),
-    (["--profile", "cpu-quick", "--modes", "fast"], r"--modes fast: unknown; choose from eager,compile"),
-    (["--profile", "cpu-quick", "--arms", "medusa"], r"--arms medusa: unknown"),
-    (["--profile", "cpu-quick", "--fix", "maybe"], r"--fix maybe: unknown; choose from on,off,upstream"),
-    (["--profile", "cpu-quick", "--contexts", "8192,abc"], r"--contexts 'abc' is not a number"),
-    (["--profile", "cpu-quick", "--contexts", "-1"], r"--contexts '-1' must be positive"),
-    (["--profile", "cpu-quick", "--contexts", "200000"], r"beyond the target's limit \(131072 positions\)"),
-    (["--profile", "cpu-quick", "--contexts", "100"], r"leaves no room for a prompt"),
-    (["--profile", "cpu-quick", "--out", "/nonexistent/x.jsonl"], r"folder /nonexistent does not exist"),
-    (["--profile", "gpu"], r"pass both --target DIR and --draft DIR"),
-    (["--profile", "cpu-quick", "--repeats", "0"], r"--repeats '0' must be positive"),
-    (["--profile", "cpu-quick", "--ttft-repeats", "x"], r"--ttft-repeats 'x' is not a number"),
-    (["--profile", "cpu-quick", "--target", "/nonexistent-model"], r"/nonexistent-model"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--profile", "nope"], r"unknown profile 'nope': choose one of cpu-quick, cpu, gpu-tiny, gpu-dummy, gpu"),
+        (["--profile", "cpu-quick", "--modes", "fast"], r"--modes fast: unknown; choose from eager,compile"),
+        (["--profile", "cpu-quick", "--arms", "medusa"], r"--arms medusa: unknown"),
+        (["--profile", "cpu-quick", "--fix", "maybe"], r"--fix maybe: unknown; choose from on,off,upstream"),
+        (["--profile", "cpu-quick", "--contexts", "8192,abc"], r"--contexts 'abc' is not a number"),
+        (["--profile", "cpu-quick", "--contexts", "-1"], r"--contexts '-1' must be positive"),
+        (["--profile", "cpu-quick", "--contexts", "200000"], r"beyond the target's limit \(131072 positions\)"),
+        (["--profile", "cpu-quick", "--contexts", "100"], r"leaves no room for a prompt"),
+        (["--profile", "cpu-quick", "--out", "/nonexistent/x.jsonl"], r"folder /nonexistent does not exist"),
+        (["--profile", "gpu"], r"pass both --target DIR and --draft DIR"),
+        (["--profile", "cpu-quick", "--repeats", "0"], r"--repeats '0' must be positive"),
+        (["--profile", "cpu-quick", "--ttft-repeats", "x"], r"--ttft-repeats 'x' is not a number"),
+        (["--profile", "cpu-quick", "--target", "/nonexistent-model"], r"/nonexistent-model"),
+    ],
+)
 def test_bad_input_is_one_line_before_any_engine(argv, message):
     import re
 
@@ -91,7 +100,9 @@ def test_run_with_out_on_a_full_filesystem_is_one_line(tmp_path):
     """A real (1 MiB) filesystem: refused before any engine starts, one line, no traceback."""
     mnt = tmp_path / "small"
     mnt.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], capture_output=True, text=True)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], capture_output=True, text=True, check=False
+    )
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a small tmpfs here: {mounted.stderr.strip()}")
     try:
@@ -108,14 +119,23 @@ def test_run_with_out_on_a_full_filesystem_is_one_line(tmp_path):
 
 # --------------------------------------------------------------------------- calibration knobs
 
-@pytest.mark.parametrize("knob, value", [("EAGLE_FIX_INJECT_SLOWDOWN", "0.05"), ("EAGLE_FIX_INJECT_STEP_DELAY_MS", "2")])
+
+@pytest.mark.parametrize(
+    "knob, value", [("EAGLE_FIX_INJECT_SLOWDOWN", "0.05"), ("EAGLE_FIX_INJECT_STEP_DELAY_MS", "2")]
+)
 def test_a_calibration_knob_never_reaches_the_committed_results(knob, value):
     """`eagle-fix run --out results/...` with an injected slowdown or delay: one line naming the knob,
     before any engine starts (the file is not created)."""
     target = ROOT / "results" / "runs" / "knob-refused.jsonl"
-    out = subprocess.run([sys.executable, "-m", "eagle_fix.cli", "run", "--profile", "cpu-quick", "--out", str(target)],
-                         capture_output=True, text=True, timeout=120, cwd=ROOT,
-                         env={**os.environ, "HF_HUB_OFFLINE": "1", knob: value})
+    out = subprocess.run(
+        [sys.executable, "-m", "eagle_fix.cli", "run", "--profile", "cpu-quick", "--out", str(target)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", knob: value},
+        check=False,
+    )
     assert out.returncode == 1
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in out.stderr, out.stderr
@@ -125,9 +145,15 @@ def test_a_calibration_knob_never_reaches_the_committed_results(knob, value):
 
 @pytest.mark.parametrize("value", ["-0.05", "five", "nan"])
 def test_a_bad_slowdown_is_one_line_naming_it(value):
-    out = subprocess.run([sys.executable, "-m", "eagle_fix.cli", "run", "--profile", "cpu-quick"],
-                         capture_output=True, text=True, timeout=120, cwd=ROOT,
-                         env={**os.environ, "HF_HUB_OFFLINE": "1", "EAGLE_FIX_INJECT_SLOWDOWN": value})
+    out = subprocess.run(
+        [sys.executable, "-m", "eagle_fix.cli", "run", "--profile", "cpu-quick"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "EAGLE_FIX_INJECT_SLOWDOWN": value},
+        check=False,
+    )
     assert out.returncode != 0
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in out.stderr, out.stderr
@@ -147,12 +173,20 @@ def test_the_refusal_in_process(tmp_path, monkeypatch):
         with pytest.raises(EagleFixError, match="EAGLE_FIX_INJECT_SLOWDOWN is set: "):
             refuse_injected_delay(COMMITTED_RESULTS / where)
     # a knob recorded per side (eagle-fix ab): results/calibration/ may hold it, nothing else under results/
-    refuse_injected_delay(COMMITTED_RESULTS / "calibration" / "slowdown-5.json", {"EAGLE_FIX_INJECT_SLOWDOWN": "0.05"},
-                          calibration_ok=True)
+    refuse_injected_delay(
+        COMMITTED_RESULTS / "calibration" / "slowdown-5.json",
+        {"EAGLE_FIX_INJECT_SLOWDOWN": "0.05"},
+        calibration_ok=True,
+    )
     monkeypatch.delenv("EAGLE_FIX_INJECT_SLOWDOWN")
     with pytest.raises(EagleFixError, match="EAGLE_FIX_INJECT_SLOWDOWN is set in --new-env: ") as exc:
-        refuse_injected_delay(COMMITTED_RESULTS / "releases" / "ab.json", {"EAGLE_FIX_INJECT_SLOWDOWN": "0.05"},
-                              calibration_ok=True, where=" in --new-env", exit_code=2)
+        refuse_injected_delay(
+            COMMITTED_RESULTS / "releases" / "ab.json",
+            {"EAGLE_FIX_INJECT_SLOWDOWN": "0.05"},
+            calibration_ok=True,
+            where=" in --new-env",
+            exit_code=2,
+        )
     assert exc.value.exit_code == 2
     assert injected({"EAGLE_FIX_INJECT_SLOWDOWN": "", "OTHER": "1"}) == {}
 
@@ -164,8 +198,11 @@ def _ab_args(tmp_out, *extra):
 
     parser = argparse.ArgumentParser()
     ab.add_cli_args(parser)
-    return ab.ABArgs.from_cli_args(parser.parse_args(
-        ["--base-python", sys.executable, "--new-python", sys.executable, "--out", str(tmp_out), *extra]))
+    return ab.ABArgs.from_cli_args(
+        parser.parse_args(
+            ["--base-python", sys.executable, "--new-python", sys.executable, "--out", str(tmp_out), *extra]
+        )
+    )
 
 
 def test_ab_refuses_a_knob_where_its_file_would_not_record_it(tmp_path, monkeypatch):

@@ -44,7 +44,9 @@ def _no_device() -> bool:
     return versions()["vllm_distribution"] == "vllm" and shutil.which("nvidia-smi") is None
 
 
-needs_engine_args = pytest.mark.skipif(_no_device(), reason="vLLM's CUDA build without a GPU: EngineArgs needs a device")
+needs_engine_args = pytest.mark.skipif(
+    _no_device(), reason="vLLM's CUDA build without a GPU: EngineArgs needs a device"
+)
 
 
 def probe(pair, mode, **env):
@@ -93,9 +95,15 @@ def test_a_venv_installed_before_the_split_still_loads_the_fix_through_the_shim(
     dist = tmp_path / "eagle_fix_before_split-0.1.0.dist-info"
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: eagle-fix-before-split\nVersion: 0.1.0\n")
-    (dist / "entry_points.txt").write_text("[vllm.general_plugins]\neagle_fix_before_split = eagle_fix.plugin:register\n")
-    got, log = probe(shared_pair, "auto", VLLM_PLUGINS="eagle_fix_before_split",
-                     PYTHONPATH=f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    (dist / "entry_points.txt").write_text(
+        "[vllm.general_plugins]\neagle_fix_before_split = eagle_fix.plugin:register\n"
+    )
+    got, log = probe(
+        shared_pair,
+        "auto",
+        VLLM_PLUGINS="eagle_fix_before_split",
+        PYTHONPATH=f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+    )
     assert got["mode"] == "auto" and (got["mpe"], got["mml"]) == (8192, 8192), log[-2000:]
     assert "raising draft max_model_len from 2048 to the target's max_model_len (8192)" in log
 
@@ -155,10 +163,8 @@ def test_a_release_without_the_runner_hooks_is_named_in_one_line():
     """Another release's runner without the internals the counters wrap (either runner): the plugin
     says which release, which runner and which hook, once, and the worker reports those counters as
     unknown with the lines, so the record is flagged (coverage stays unmeasured, never guessed)."""
-    import eagle_fix.fix.plugin as plugin
-    import eagle_fix.fix.hooks as hooks
-    import eagle_fix.fix.clock as clock
     from eagle_fix.core import record
+    from eagle_fix.fix import hooks, plugin
 
     saved = list(hooks.ACTIONS), dict(hooks.problems), set(hooks.installed)
     v1_gate, v1_propose = hooks.HOOK_POINTS["v1"][1], hooks.HOOK_POINTS["v1"][2]
@@ -177,15 +183,24 @@ def test_a_release_without_the_runner_hooks_is_named_in_one_line():
         def execute_model(self, scheduler_output, intermediate_tensors=None, dummy_run=False):
             return None
 
-        hooks._install("v2", v2_exec, _fake_module(v2_exec.module, GPUModelRunner=type(
-            "GPUModelRunner", (), {"execute_model": execute_model})))
+        hooks._install(
+            "v2",
+            v2_exec,
+            _fake_module(v2_exec.module, GPUModelRunner=type("GPUModelRunner", (), {"execute_model": execute_model})),
+        )
 
         def propose(self, batch, dummy_run=False, is_profile=False, num_speculative_tokens=None):  # renamed parameter
             return None
 
-        hooks._install("v2", v2_propose, _fake_module(v2_propose.module, EagleSpeculator=type("EagleSpeculator", (), {"propose": propose})))
-        hooks._install("v2", v2_step, _fake_module(v2_step.module, GPUModelRunner=type("GPUModelRunner", (), {})))  # said once
-        new = hooks.ACTIONS[len(saved[0]):]
+        hooks._install(
+            "v2",
+            v2_propose,
+            _fake_module(v2_propose.module, EagleSpeculator=type("EagleSpeculator", (), {"propose": propose})),
+        )
+        hooks._install(
+            "v2", v2_step, _fake_module(v2_step.module, GPUModelRunner=type("GPUModelRunner", (), {}))
+        )  # said once
+        new = hooks.ACTIONS[len(saved[0]) :]
         # the worker's view on a V2 runner: the counters of the missing hooks are unknown, with the lines
         runner = type("GPUModelRunner", (), {"__module__": "vllm.v1.worker.gpu.model_runner"})
         ext = plugin.DrafterStatsExtension()
@@ -202,28 +217,49 @@ def test_a_release_without_the_runner_hooks_is_named_in_one_line():
     v = versions()
     release = f"{v['vllm_distribution']} {v['vllm']}"
     assert new == [
-        f"{release}, model runner v1: no GPUModelRunner._input_fits_in_drafter in vllm.v1.worker.gpu_model_runner: "
-        "drafter steps not counted (drafter coverage unmeasured)",
-        f"{release}, model runner v1: no EagleProposer.propose in vllm.v1.spec_decode.eagle: drafter proposals not "
-        "counted (drafter coverage unmeasured)",
-        f"{release}, model runner v2: no GPUModelRunner.sample_tokens in vllm.v1.worker.gpu.model_runner: drafter "
-        "steps not counted (drafter coverage unmeasured)",
-        f"{release}, model runner v2: EagleSpeculator.propose (vllm.v1.worker.gpu.spec_decode.eagle.speculator) has "
-        "no parameter input_batch (signature: self, batch, dummy_run, is_profile, num_speculative_tokens): drafter "
-        "proposals not counted (drafter coverage unmeasured)",
+        (
+            f"{release}, model runner v1: no GPUModelRunner._input_fits_in_drafter in vllm.v1.worker.gpu_model_runner: "
+            "drafter steps not counted (drafter coverage unmeasured)"
+        ),
+        (
+            f"{release}, model runner v1: no EagleProposer.propose in vllm.v1.spec_decode.eagle: drafter proposals not "
+            "counted (drafter coverage unmeasured)"
+        ),
+        (
+            f"{release}, model runner v2: no GPUModelRunner.sample_tokens in vllm.v1.worker.gpu.model_runner: drafter "
+            "steps not counted (drafter coverage unmeasured)"
+        ),
+        (
+            f"{release}, model runner v2: EagleSpeculator.propose (vllm.v1.worker.gpu.spec_decode.eagle.speculator) has "
+            "no parameter input_batch (signature: self, batch, dummy_run, is_profile, num_speculative_tokens): drafter "
+            "proposals not counted (drafter coverage unmeasured)"
+        ),
     ]
     assert stats["model_runner"] == "v2"
     assert (stats["spec_steps"], stats["fits_steps"], stats["proposals"], stats["max_seq_len_drafted"]) == (None,) * 4
-    assert (stats["step_times_ms"], stats["step_prompt"], stats["step_spun_ms"]) == (None,) * 3  # V2's steps end in sample_tokens
+    assert (stats["step_times_ms"], stats["step_prompt"], stats["step_spun_ms"]) == (
+        None,
+    ) * 3  # V2's steps end in sample_tokens
     assert stats["missing_hooks"] == new[2:]
     # the record the sweep writes from those counters is flagged
-    rec = {"num_drafts": 31, "drafter_steps": stats["spec_steps"], "drafter_proposals": stats["proposals"],
-           "model_runner": "v2", "drafter_coverage": None}
+    rec = {
+        "num_drafts": 31,
+        "drafter_steps": stats["spec_steps"],
+        "drafter_proposals": stats["proposals"],
+        "model_runner": "v2",
+        "drafter_coverage": None,
+    }
     assert [f for f in record.flags(rec) if f.startswith("missing_hook: ")] == [
-        "missing_hook: the drafter counters are not hooked on model runner v2 (the engine log's eagle-fix line "
-        "names the release, runner and hook): drafter coverage unmeasured"]
-    assert not [f for f in record.flags({**rec, "drafter_steps": 31, "drafter_proposals": 31, "drafter_coverage": 1.0})
-                if f.startswith("missing_hook")]
+        (
+            "missing_hook: the drafter counters are not hooked on model runner v2 (the engine log's eagle-fix line "
+            "names the release, runner and hook): drafter coverage unmeasured"
+        )
+    ]
+    assert not [
+        f
+        for f in record.flags({**rec, "drafter_steps": 31, "drafter_proposals": 31, "drafter_coverage": 1.0})
+        if f.startswith("missing_hook")
+    ]
 
 
 V2_PROBE = """
@@ -279,10 +315,15 @@ def test_v2_runner_is_hooked_and_counted():
     assert out.returncode == 0, out.stderr[-3000:]
     got = last_json(out.stdout)
     assert all(got["patched"].values()), got["patched"]
-    assert set(got["patched"]) == {"v1:GPUModelRunner.execute_model", "v1:GPUModelRunner._input_fits_in_drafter",
-                                   "v1:EagleProposer.propose", "v1:GPUModelRunner.sample_tokens",
-                                   "v2:GPUModelRunner.execute_model",
-                                   "v2:GPUModelRunner.sample_tokens", "v2:EagleSpeculator.propose"}
+    assert set(got["patched"]) == {
+        "v1:GPUModelRunner.execute_model",
+        "v1:GPUModelRunner._input_fits_in_drafter",
+        "v1:EagleProposer.propose",
+        "v1:GPUModelRunner.sample_tokens",
+        "v2:GPUModelRunner.execute_model",
+        "v2:GPUModelRunner.sample_tokens",
+        "v2:EagleSpeculator.propose",
+    }
     assert got["delayed_s"] >= 0.3
     assert got["calls"] == ["sample", "propose", "sample", "propose", "propose"]  # every call passed through
     s = got["stats"]
@@ -294,15 +335,24 @@ def test_v2_runner_is_hooked_and_counted():
 
 # --------------------------------------------------------------------------- step timing and the slowdown knob
 
+
 def _sched(prompt: bool = False):
     """A scheduler output of one request: its first step (prompt) or a decode step with 3 drafts."""
     import types
 
     if prompt:
-        return types.SimpleNamespace(scheduled_new_reqs=["r"], num_scheduled_tokens={"r": 100},
-                                     scheduled_spec_decode_tokens={}, total_num_scheduled_tokens=100)
-    return types.SimpleNamespace(scheduled_new_reqs=[], num_scheduled_tokens={"r": 4},
-                                 scheduled_spec_decode_tokens={"r": [1, 2, 3]}, total_num_scheduled_tokens=4)
+        return types.SimpleNamespace(
+            scheduled_new_reqs=["r"],
+            num_scheduled_tokens={"r": 100},
+            scheduled_spec_decode_tokens={},
+            total_num_scheduled_tokens=100,
+        )
+    return types.SimpleNamespace(
+        scheduled_new_reqs=[],
+        num_scheduled_tokens={"r": 4},
+        scheduled_spec_decode_tokens={"r": [1, 2, 3]},
+        total_num_scheduled_tokens=4,
+    )
 
 
 def _fake_runner(plugin, *, split: bool):
@@ -318,8 +368,11 @@ def _fake_runner(plugin, *, split: bool):
         time.sleep(0.01)
         return "output"
 
-    return type("GPUModelRunner", (), {"execute_model": clock.wrap_step(execute_model),
-                                       "sample_tokens": clock.wrap_step_end(sample_tokens)})()
+    return type(
+        "GPUModelRunner",
+        (),
+        {"execute_model": clock.wrap_step(execute_model), "sample_tokens": clock.wrap_step_end(sample_tokens)},
+    )()
 
 
 def _timed(call) -> float:
@@ -332,16 +385,18 @@ def _timed(call) -> float:
 
 @pytest.mark.parametrize("split", [False, True], ids=["one-call step", "execute_model + sample_tokens"])
 def test_the_slowdown_knob_makes_a_step_one_plus_f_as_long_and_the_step_time_sees_it(monkeypatch, split):
-    import eagle_fix.fix.plugin as plugin
-    import eagle_fix.fix.hooks as hooks
-    import eagle_fix.fix.clock as clock
+    from eagle_fix.fix import clock, plugin
 
     monkeypatch.delenv(clock.INJECT_DELAY_ENV, raising=False)
     monkeypatch.delenv(clock.INJECT_SLOWDOWN_ENV, raising=False)
     plain = _fake_runner(plugin, split=split)
     monkeypatch.setenv(clock.INJECT_SLOWDOWN_ENV, "0.5")
     slow = _fake_runner(plugin, split=split)  # the knob is read when the step is wrapped, as in the worker
-    step = (lambda r: (r.execute_model(_sched()), r.sample_tokens(None))) if split else (lambda r: r.execute_model(_sched()))
+    step = (
+        (lambda r: (r.execute_model(_sched()), r.sample_tokens(None)))
+        if split
+        else (lambda r: r.execute_model(_sched()))
+    )
     try:
         clock.STEPS.reset()
         # the fastest of a few: a shared machine only ever adds time
@@ -362,13 +417,12 @@ def test_the_slowdown_knob_makes_a_step_one_plus_f_as_long_and_the_step_time_see
 def test_step_times_skip_empty_steps_and_mark_prompt_steps():
     import types
 
-    import eagle_fix.fix.plugin as plugin
-    import eagle_fix.fix.hooks as hooks
-    import eagle_fix.fix.clock as clock
+    from eagle_fix.fix import clock, plugin
 
     runner = _fake_runner(plugin, split=True)
-    empty = types.SimpleNamespace(scheduled_new_reqs=[], num_scheduled_tokens={}, scheduled_spec_decode_tokens={},
-                                  total_num_scheduled_tokens=0)
+    empty = types.SimpleNamespace(
+        scheduled_new_reqs=[], num_scheduled_tokens={}, scheduled_spec_decode_tokens={}, total_num_scheduled_tokens=0
+    )
     try:
         clock.STEPS.reset()
         runner.execute_model(_sched(prompt=True))
@@ -391,16 +445,15 @@ def test_carries_prompt_reads_the_scheduler_output():
 
     assert carries_prompt(_sched(prompt=True)) is True
     assert carries_prompt(_sched()) is False
-    chunk = types.SimpleNamespace(scheduled_new_reqs=[], num_scheduled_tokens={"a": 4, "b": 512},
-                                  scheduled_spec_decode_tokens={"a": [1, 2, 3]})
+    chunk = types.SimpleNamespace(
+        scheduled_new_reqs=[], num_scheduled_tokens={"a": 4, "b": 512}, scheduled_spec_decode_tokens={"a": [1, 2, 3]}
+    )
     assert carries_prompt(chunk) is True  # a prefill chunk beside a decode
     assert carries_prompt(object()) is None  # unreadable: unknown, never guessed
 
 
 def test_the_step_times_are_bounded():
-    import eagle_fix.fix.plugin as plugin
-    import eagle_fix.fix.hooks as hooks
-    import eagle_fix.fix.clock as clock
+    from eagle_fix.fix import clock
 
     steps = clock._Steps()
     for _ in range(steps.LIMIT + 3):
@@ -412,9 +465,7 @@ def test_the_step_times_are_bounded():
 
 @pytest.mark.parametrize("raw", ["-0.1", "abc", "nan", "inf", "5%"])
 def test_a_bad_slowdown_is_one_line_naming_the_variable(monkeypatch, raw):
-    import eagle_fix.fix.plugin as plugin
-    import eagle_fix.fix.hooks as hooks
-    import eagle_fix.fix.clock as clock
+    from eagle_fix.fix import clock
 
     monkeypatch.setenv(clock.INJECT_SLOWDOWN_ENV, raw)
     with pytest.raises(ValueError) as exc:
@@ -423,9 +474,7 @@ def test_a_bad_slowdown_is_one_line_naming_the_variable(monkeypatch, raw):
 
 
 def test_the_slowdown_knob_parses(monkeypatch):
-    import eagle_fix.fix.plugin as plugin
-    import eagle_fix.fix.hooks as hooks
-    import eagle_fix.fix.clock as clock
+    from eagle_fix.fix import clock
 
     monkeypatch.delenv(clock.INJECT_SLOWDOWN_ENV, raising=False)
     assert clock.inject_slowdown() == 0.0

@@ -23,10 +23,10 @@ import sys
 import pytest
 
 from conftest import ROOT
+from eagle_fix.core.errors import EagleFixError
+from eagle_fix.fix.checkpoint import read_config
 from eagle_fix.machine.roofline import model_shape, point_work
 from eagle_fix.pairs import profiles as models
-from eagle_fix.fix.checkpoint import read_config
-from eagle_fix.core.errors import EagleFixError
 
 
 def test_real_shape_profiles():
@@ -34,7 +34,9 @@ def test_real_shape_profiles():
     rt, rd = models.real_shape_configs()
     for p in (full, reduced):
         assert (p.target, p.draft, p.load_format, p.device) == (rt, rd, "dummy", "cpu")
-        assert p.synthetic_acceptance_length is None  # the standard sampler: vLLM's CPU sampling refuses the synthetic one
+        assert (
+            p.synthetic_acceptance_length is None
+        )  # the standard sampler: vLLM's CPU sampling refuses the synthetic one
         assert "rejection_sample_method" not in p.speculative_config()
         assert min(p.contexts) > 2048  # past the draft's 2048 positions
         assert p.output_len == 32 and p.kv_cache_gib == 1.0
@@ -45,7 +47,9 @@ def test_real_shape_profiles():
     assert cfg["num_hidden_layers"] == 8
     # Everything else is the real target's: widths, GQA, vocabulary, llama3 RoPE.
     real = read_config(rt, "target")
-    assert {k: v for k, v in cfg.items() if k != "num_hidden_layers"} == {k: v for k, v in real.items() if k != "num_hidden_layers"}
+    assert {k: v for k, v in cfg.items() if k != "num_hidden_layers"} == {
+        k: v for k, v in real.items() if k != "num_hidden_layers"
+    }
     assert (cfg["vocab_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]) == (128256, 32, 8)
     assert cfg["rope_scaling"]["rope_type"] == "llama3" and cfg["rope_scaling"]["factor"] == 8.0
 
@@ -80,7 +84,9 @@ def test_8b_byte_counts_by_hand():
     assert t["params"] == 32 * layer + 2 * 128256 * 4096 + (2 * 32 + 1) * 4096 == 8_030_261_248
     assert t["kv_bytes_per_token"] == 2 * 32 * 8 * 128 * 2 == 131072  # bf16 K and V of 32 layers, 8 KV heads
     draft_layer = 2 * 4096 * 4096 + 2 * 2 * 4096 * 1024 + 4096 * 4096 + 3 * 4096 * 14336  # q/k/v take 2*hidden
-    assert d["params"] == draft_layer + 3 * 4096 * 4096 + 32000 * 4096 + 4 * 4096 == 424_689_664  # 4 norms: hidden, input, post-attention, final
+    assert (
+        d["params"] == draft_layer + 3 * 4096 * 4096 + 32000 * 4096 + 4 * 4096 == 424_689_664
+    )  # 4 norms: hidden, input, post-attention, final
     assert d["embedding_params"] == 0  # shares the target's
     assert d["kv_bytes_per_token"] == 4096
     l8 = model_shape(models.get_profile("cpu-8b-l8").target_config())
@@ -96,11 +102,19 @@ def test_roofline_of_a_reduced_depth_counts_its_layers():
     limits = {"matmul_gflops": {"bf16": 1000.0}, "bandwidth_gbs": 10.0}
     for name, layers in (("cpu-8b-l8", 8), ("cpu-8b", 32)):
         run = resolve(RunArgs(profile=name, contexts=(4096,)))
-        rec = {"limits": limits, "arm": "baseline", "context_len": 4096, "batch_size": 1, "num_speculative_tokens": None,
-               "ttft_s": 100.0, "decode_throughput_tok_s": 0.1}  # shares below 100%: above it they are withheld
+        rec = {
+            "limits": limits,
+            "arm": "baseline",
+            "context_len": 4096,
+            "batch_size": 1,
+            "num_speculative_tokens": None,
+            "ttft_s": 100.0,
+            "decode_throughput_tok_s": 0.1,
+        }  # shares below 100%: above it they are withheld
         sweep._roofline(rec, run)
-        work = point_work({**read_config(run.profile.target, "target"), "num_hidden_layers": layers}, None,
-                          context_len=4096)
+        work = point_work(
+            {**read_config(run.profile.target, "target"), "num_hidden_layers": layers}, None, context_len=4096
+        )
         assert rec["decode_pct_of_bandwidth"] == pytest.approx(0.1 * work["target_bytes_per_step"] / 10e9 * 100)
         assert rec["prefill_pct_of_peak_flops"] == pytest.approx(work["prefill_flops"] / 100.0 / 1e12 * 100)
 
@@ -114,14 +128,37 @@ def test_synthetic_sampler_refused_where_vllm_refuses_it(tmp_path):
 
     gd = models.get_profile("gpu-dummy")
     if current_platform.is_cpu() and not HAS_TRITON:
-        with pytest.raises(EagleFixError, match=r"synthetic rejection sampler.*Synthetic acceptance not supported "
-                                                r"with CPU sampling.*--profile cpu-8b"):
+        with pytest.raises(
+            EagleFixError,
+            match=r"synthetic rejection sampler.*Synthetic acceptance not supported "
+            r"with CPU sampling.*--profile cpu-8b",
+        ):
             gd.check_runs_here()
         out = tmp_path / "gd.jsonl"
-        proc = subprocess.run([sys.executable, "-m", "eagle_fix.cli", "run", "--profile", "gpu-dummy", "--contexts", "8192",
-                               "--no-progress", "--out", str(out)], capture_output=True, text=True, cwd=ROOT, timeout=300)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "eagle_fix.cli",
+                "run",
+                "--profile",
+                "gpu-dummy",
+                "--contexts",
+                "8192",
+                "--no-progress",
+                "--out",
+                str(out),
+            ],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=300,
+            check=False,
+        )
         lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("eagle-fix run:")]
-        assert proc.returncode == 1 and len(lines) == 1 and "Synthetic acceptance not supported" in lines[0], proc.stderr[-2000:]
+        assert proc.returncode == 1 and len(lines) == 1 and "Synthetic acceptance not supported" in lines[0], (
+            proc.stderr[-2000:]
+        )
         assert not out.exists() and not (tmp_path / "gd-logs").exists()  # no point written, no engine log opened
     else:
         assert models.synthetic_sampler_refusal() is None
@@ -155,16 +192,45 @@ def compiled_ab(tmp_path_factory):
     if PROFILE not in NEEDS_GIB:
         pytest.fail(f"EAGLE_FIX_REAL_SHAPES_PROFILE={PROFILE}: choose cpu-8b-l8 or cpu-8b")
     if _available_gib() < NEEDS_GIB[PROFILE]:
-        pytest.skip(f"{PROFILE} needs ~{NEEDS_GIB[PROFILE]} GiB of available memory, {_available_gib():.1f} GiB here now")
+        pytest.skip(
+            f"{PROFILE} needs ~{NEEDS_GIB[PROFILE]} GiB of available memory, {_available_gib():.1f} GiB here now"
+        )
     from eagle_fix.core import record
 
     out = tmp_path_factory.mktemp("real-shapes") / "ab.jsonl"
-    cmd = [sys.executable, "-m", "eagle_fix.cli", "run", "--profile", PROFILE, "--contexts", str(CONTEXT),
-           "--modes", "compile", "--arms", "eagle3", "--fix", "on,off,upstream", "--repeats", "1",
-           # the default watchdog is sized for the tiny pair: an 8B point on a shared 2-core box takes minutes
-           "--point-timeout", "2400", "--out", str(out), "--no-progress"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=3 * 3600,
-                          env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    cmd = [
+        sys.executable,
+        "-m",
+        "eagle_fix.cli",
+        "run",
+        "--profile",
+        PROFILE,
+        "--contexts",
+        str(CONTEXT),
+        "--modes",
+        "compile",
+        "--arms",
+        "eagle3",
+        "--fix",
+        "on,off,upstream",
+        "--repeats",
+        "1",
+        # the default watchdog is sized for the tiny pair: an 8B point on a shared 2-core box takes minutes
+        "--point-timeout",
+        "2400",
+        "--out",
+        str(out),
+        "--no-progress",
+    ]
+    proc = subprocess.run(
+        cmd,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=3 * 3600,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        check=False,
+    )
     recs = {r["fix"]: r for r in record.read(out)}
     return proc, recs
 
@@ -197,8 +263,16 @@ def test_fix_ab_at_real_shapes_under_compile(compiled_ab):
     for r in (on, up):
         assert r["kv_cache_capacity_tokens"] >= CONTEXT and r["peak_host_memory_bytes"] > 0
         if r["limits"]:
-            work = point_work({**read_config(models.real_shape_configs()[0], "target"), "num_hidden_layers": layers},
-                              read_config(models.real_shape_configs()[1], "draft"), context_len=CONTEXT)
-            expect = r["decode_throughput_tok_s"] / r["acceptance_length"] * work["eagle3_bytes_per_verified_step"] \
-                / (r["limits"]["bandwidth_gbs"] * 1e9) * 100
+            work = point_work(
+                {**read_config(models.real_shape_configs()[0], "target"), "num_hidden_layers": layers},
+                read_config(models.real_shape_configs()[1], "draft"),
+                context_len=CONTEXT,
+            )
+            expect = (
+                r["decode_throughput_tok_s"]
+                / r["acceptance_length"]
+                * work["eagle3_bytes_per_verified_step"]
+                / (r["limits"]["bandwidth_gbs"] * 1e9)
+                * 100
+            )
             assert r["decode_pct_of_bandwidth"] == pytest.approx(expect)

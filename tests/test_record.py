@@ -57,18 +57,39 @@ def test_committed_schema_1_files_stay_readable():
 def test_flags_name_what_the_counters_hide():
     zero = {"num_drafts": 31, "drafter_coverage": 0.0, "num_speculative_tokens": 3}
     assert [f.split(":")[0] for f in record.flags(zero)] == ["zero_filled_drafts"]
-    overrun = {"num_drafts": 31, "drafter_coverage": 1.0, "draft_rotary_positions": 2048, "max_seq_len_drafted": 4093,
-               "num_speculative_tokens": 3}
+    overrun = {
+        "num_drafts": 31,
+        "drafter_coverage": 1.0,
+        "draft_rotary_positions": 2048,
+        "max_seq_len_drafted": 4093,
+        "num_speculative_tokens": 3,
+    }
     assert [f.split(":")[0] for f in record.flags(overrun)] == ["rotary_cache_overrun"]
     assert record.flags(dict(overrun, draft_rotary_positions=8192)) == []
     assert [f.split(":")[0] for f in record.flags({"doctor_error": "doctor exited 1"})] == ["doctor_failed"]
 
 
 def test_speedup_is_decode_over_the_same_points_baseline():
-    eagle = record.new(profile="cpu", context_len=8192, mode="eager", arm="eagle3", fix="on", batch_size=1,
-                       output_len=64, num_speculative_tokens=3, decode_throughput_tok_s=90.0)
-    base = record.new(profile="cpu", context_len=8192, mode="eager", arm="baseline", batch_size=1, output_len=64,
-                      decode_throughput_tok_s=60.0)
+    eagle = record.new(
+        profile="cpu",
+        context_len=8192,
+        mode="eager",
+        arm="eagle3",
+        fix="on",
+        batch_size=1,
+        output_len=64,
+        num_speculative_tokens=3,
+        decode_throughput_tok_s=90.0,
+    )
+    base = record.new(
+        profile="cpu",
+        context_len=8192,
+        mode="eager",
+        arm="baseline",
+        batch_size=1,
+        output_len=64,
+        decode_throughput_tok_s=60.0,
+    )
     assert record.baseline_key(eagle) == record.key(base)
     assert record.speedup(eagle, base) == pytest.approx(1.5)
     assert record.speedup(eagle, None) is None
@@ -126,7 +147,7 @@ def test_records_say_their_limits_were_cached_and_how_old_they_were():
 
     from eagle_fix.sweep import loop as sweep
 
-    now = dt.datetime(2026, 1, 2, 0, 0, tzinfo=dt.timezone.utc)
+    now = dt.datetime(2026, 1, 2, 0, 0, tzinfo=dt.UTC)
     lim = sweep.limits_with_age({"measured_at": "2026-01-01T22:00:00+00:00", "cached": True}, now=now)
     assert (lim["cached"], lim["age_s"]) == (True, 7200)
     assert sweep.limits_with_age({"cached": False}, now=now)["age_s"] is None

@@ -7,6 +7,7 @@ records (EAGLE_FIX_ASV_RECORDS) refusing another release's or machine's numbers.
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from pathlib import Path
@@ -30,7 +31,7 @@ DOCTORED = RELEASES
 # The CUDA builds: their doctor runs on a CPU box too; checked where its file is committed.
 CUDA_DOCTORED = tuple(r.tag for r in registry.of(registry.CUDA) if r.files(ROOT)["doctor"].is_file())
 # `eagle-fix ab` between adjacent releases: results/releases/ab-BASE-NEW.json
-ADJACENT = tuple(zip(RELEASES, RELEASES[1:]))
+ADJACENT = tuple(itertools.pairwise(RELEASES))
 # EAGLE_FIX_MODE -> the doctor's verdict on the shipped real-shape configs at 8192.
 EXPECTED_VERDICTS = registry.DOCTOR_VERDICTS
 RECORDS = re.compile(r"-vllm-(\d+\.\d+\.\d+)\.jsonl$")
@@ -47,8 +48,12 @@ def _record_files() -> dict[str, list[Path]]:
 
 
 def _records(release: str) -> list[dict]:
-    return [json.loads(line) for path in _record_files().get(release, []) for line in path.read_text().splitlines()
-            if line.strip()]
+    return [
+        json.loads(line)
+        for path in _record_files().get(release, [])
+        for line in path.read_text().splitlines()
+        if line.strip()
+    ]
 
 
 def test_every_committed_release_has_records_and_a_doctor_file():
@@ -68,12 +73,17 @@ def test_records_name_their_release(release):
 
 @pytest.mark.parametrize("release,mode", [(r, m) for r, modes in RECORDED.items() for m in modes])
 def test_drafter_runs_past_2048_with_the_fix_on(release, mode):
-    recs = [r for r in _records(release) if r["arm"] == "eagle3" and r["fix"] == "on"
-            and r["context_len"] == 8192 and r["mode"] == mode]
+    recs = [
+        r
+        for r in _records(release)
+        if r["arm"] == "eagle3" and r["fix"] == "on" and r["context_len"] == 8192 and r["mode"] == mode
+    ]
     assert recs, f"{release}: no EAGLE3 fix-on record at 8192 {mode}"
     for r in recs:
         assert r["status"] == "ok", r.get("error")
-        assert r["drafter_coverage"] is not None and r["drafter_coverage"] >= MIN_DRAFTER_COVERAGE, r["drafter_coverage"]
+        assert r["drafter_coverage"] is not None and r["drafter_coverage"] >= MIN_DRAFTER_COVERAGE, r[
+            "drafter_coverage"
+        ]
         assert r["max_seq_len_drafted"] > 2048
         assert not _flagged(r, "zero_filled_drafts")
         assert r["acceptance_length"] is not None and r["acceptance_length"] > 1.0
@@ -95,8 +105,10 @@ def test_doctor_verdicts_per_arm(release):
         if rep["model_runner"] == declared.runner:
             assert rep["verdict"] == verdict and rep["exit_code"] == {"fixed": 0, "limited": 2, "broken": 3}[verdict]
         # what the release's own code does, read from its wheel (docs/releases.md)
-        assert (rep["upstream_fix"]["max_position_embeddings_override"], rep["upstream_fix"]["drafter_block_table"]) \
-            == (declared.override, declared.block_table)
+        assert (
+            rep["upstream_fix"]["max_position_embeddings_override"],
+            rep["upstream_fix"]["drafter_block_table"],
+        ) == (declared.override, declared.block_table)
 
 
 @pytest.mark.parametrize("release", FINISHED)
@@ -122,7 +134,9 @@ def test_doctor_verdicts_agree_with_the_fix_ab_measured_in_that_release(release)
     (eager: flagged, compiled: the engine died on the bound); limited (upstream): no drafter past 2048."""
     doc = json.loads((RELEASES_DIR / f"doctor-{release}.json").read_text())["modes"]
     recs = _fix_ab(release)
-    assert {(r["mode"], r["fix"]) for r in recs} == {(m, f) for m in ("eager", "compile") for f in ("on", "off", "upstream")}
+    assert {(r["mode"], r["fix"]) for r in recs} == {
+        (m, f) for m in ("eager", "compile") for f in ("on", "off", "upstream")
+    }
     for r in recs:
         assert r["vllm_version"] == release and r["context_len"] == 4096
         if r["fix"] == "on":
@@ -176,9 +190,9 @@ def test_release_table_carries_the_change_against_the_previous_release():
 def test_asv_replay_refuses_another_release(tmp_path):
     """EAGLE_FIX_ASV_RECORDS in this environment (the pinned release) with an older release's records."""
     pytest.importorskip("vllm")
-    from eagle_fix.machine.fingerprint import fingerprint, versions
-    from eagle_fix.store.asv import replay_records
     from eagle_fix.core.errors import EagleFixError
+    from eagle_fix.machine.fingerprint import versions
+    from eagle_fix.store.asv import replay_records
 
     here = versions()["vllm"]
     other = next(r for r in RELEASES if r != here)
@@ -189,9 +203,9 @@ def test_asv_replay_refuses_another_release(tmp_path):
 
 def test_asv_replay_refuses_another_machine_and_keeps_this_ones(tmp_path):
     pytest.importorskip("vllm")
+    from eagle_fix.core.errors import EagleFixError
     from eagle_fix.machine.fingerprint import fingerprint, versions
     from eagle_fix.store.asv import in_records, replay_records
-    from eagle_fix.core.errors import EagleFixError
 
     here, fid = versions()["vllm"], fingerprint()["id"]
     recs = [r for r in _records(RELEASES[0]) if r["arm"] == "eagle3" and r["fix"] == "on" and r["context_len"] == 8192]
@@ -212,10 +226,17 @@ def test_asv_replay_refuses_another_machine_and_keeps_this_ones(tmp_path):
 def test_matrix_command_names_a_bad_argument_and_documents_its_steps():
     import subprocess
 
-    bad = subprocess.run(["bash", "scripts/matrix.sh", "--releses", registry.pinned().tag], cwd=ROOT, capture_output=True,
-                         text=True)
+    bad = subprocess.run(
+        ["bash", "scripts/matrix.sh", "--releses", registry.pinned().tag],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert bad.returncode == 2 and bad.stderr.strip() == "matrix: unknown argument --releses (see --help)"
-    helped = subprocess.run(["bash", "scripts/matrix.sh", "--help"], cwd=ROOT, capture_output=True, text=True)
+    helped = subprocess.run(
+        ["bash", "scripts/matrix.sh", "--help"], cwd=ROOT, capture_output=True, text=True, check=False
+    )
     assert helped.returncode == 0
     for flag in ("--releases", "--sweep-only", "--replay", "--fix-ab-only", "--ab", "--quick"):
         assert flag in helped.stdout, flag

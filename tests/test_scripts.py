@@ -12,7 +12,9 @@ pytestmark = pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="
 
 
 def _run(cmd: list[str], **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120, env={**os.environ, **env})
+    return subprocess.run(
+        cmd, cwd=ROOT, capture_output=True, text=True, timeout=120, env={**os.environ, **env}, check=False
+    )
 
 
 def test_setup_gpu_without_a_gpu_is_one_line():
@@ -26,5 +28,8 @@ def test_bench_with_a_cuda_profile_without_a_gpu_is_one_line():
     proc = _run(["bash", "scripts/bench.sh"], EAGLE_FIX_PROFILE="gpu-tiny")
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines() == [
-        "bench: profile 'gpu-tiny' runs on CUDA and torch sees no GPU here; on this machine use --profile cpu or "
-        "cpu-quick (on a GPU box: scripts/setup.sh --gpu)"], proc.stderr
+        (
+            "bench: profile 'gpu-tiny' runs on CUDA and torch sees no GPU here; on this machine use --profile cpu or "
+            "cpu-quick (on a GPU box: scripts/setup.sh --gpu)"
+        )
+    ], proc.stderr

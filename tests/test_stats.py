@@ -359,8 +359,9 @@ def test_judge_below_the_test_floor_is_inconclusive_and_names_the_size():
     r = sig.judge([100.0, 101.0], [79.0, 79.8], higher_is_better=True, threshold=0.05)
     assert (r["verdict"], r["p"], r["needed"]) == ("inconclusive", pytest.approx(1 / 3), 5)
     # 4 vs 4 reaches 2/70 only: a looser alpha makes it enough
-    r = sig.judge([100.0, 101.0, 99.0, 100.5], [90.0, 91.0, 89.0, 90.5], higher_is_better=True, threshold=0.05,
-                alpha=0.05)
+    r = sig.judge(
+        [100.0, 101.0, 99.0, 100.5], [90.0, 91.0, 89.0, 90.5], higher_is_better=True, threshold=0.05, alpha=0.05
+    )
     assert (r["verdict"], r["needed"]) == ("regression", None)
 
 
@@ -506,7 +507,7 @@ def test_cross_check_against_scipy():
     # median interval coverage from the binomial
     for n in range(2, 40):
         sorted_xs = list(range(n))
-        lo, hi = s.median_ci(sorted_xs)
+        lo, _hi = s.median_ci(sorted_xs)
         j = int(lo) + 1
         assert s.median_ci_coverage(n) == pytest.approx(1 - 2 * st.binom.cdf(j - 1, n, 0.5))
     # Mann-Whitney: exact without ties, asymptotic for large samples

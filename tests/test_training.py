@@ -16,14 +16,16 @@ TINY = training.DEFAULT_OUT
 
 def _strict(path):
     """json.load that refuses NaN/Infinity (the record must be strict JSON)."""
+
     def bad(c):
         raise ValueError(f"{path}: non-finite {c}")
+
     return json.loads(path.read_text(), parse_constant=bad)
 
 
 def test_one_seq_len_default():
-    import inspect
     import argparse
+    import inspect
 
     p = argparse.ArgumentParser()
     training.add_cli_args(p)
@@ -46,13 +48,38 @@ def test_shipped_record_matches_shipped_files():
 
 def test_tiny_run_writes_record(tmp_path):
     out = tmp_path / "pair"
-    cmd = [sys.executable, "-m", "eagle_fix.cli", "train-tiny", "--out", str(out), "--target-steps", "2",
-           "--draft-steps", "2", "--seq-len", "64", "--threads", "1"]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    cmd = [
+        sys.executable,
+        "-m",
+        "eagle_fix.cli",
+        "train-tiny",
+        "--out",
+        str(out),
+        "--target-steps",
+        "2",
+        "--draft-steps",
+        "2",
+        "--seq-len",
+        "64",
+        "--threads",
+        "1",
+    ]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
     assert r.returncode == 0, r.stderr[-3000:]
     rec = _strict(out / training.RECORD_NAME)
-    for key in ("command", "argv", "seed", "threads", "seq_len", "batch", "target", "draft", "wall_s",
-                "versions", "sha256"):
+    for key in (
+        "command",
+        "argv",
+        "seed",
+        "threads",
+        "seq_len",
+        "batch",
+        "target",
+        "draft",
+        "wall_s",
+        "versions",
+        "sha256",
+    ):
         assert key in rec, key
     assert (rec["seed"], rec["threads"], rec["seq_len"]) == (0, 1, 64)
     assert rec["argv"][1:3] == ["train-tiny", "--out"]

@@ -36,9 +36,24 @@ def zizmor_findings(root: Path) -> list[dict]:
     """zizmor's findings on ROOT/.github/workflows/, from its JSON output. --no-exit-codes: the exit
     status then only says whether the tool itself failed; the findings are judged here."""
     proc = subprocess.run(
-        [tool("zizmor"), "--offline", "--no-config", "--no-ignores", "--no-exit-codes", "--no-progress",
-         "--strict-collection", "--format", "json", ".github/workflows/"],
-        capture_output=True, text=True, timeout=300, cwd=root)
+        [
+            tool("zizmor"),
+            "--offline",
+            "--no-config",
+            "--no-ignores",
+            "--no-exit-codes",
+            "--no-progress",
+            "--strict-collection",
+            "--format",
+            "json",
+            ".github/workflows/",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=root,
+        check=False,
+    )
     assert proc.returncode == 0, f"zizmor failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}"
     findings = json.loads(proc.stdout)
     assert isinstance(findings, list), proc.stdout[:500]
@@ -82,7 +97,8 @@ def test_zizmor_check_is_not_vacuous(tmp_path):
     wf.mkdir(parents=True)
     (wf / "canary.yml").write_text(
         "name: canary\non: push\npermissions: {}\njobs:\n  build:\n    runs-on: ubuntu-latest\n"
-        "    steps:\n      - uses: actions/checkout@v4\n")
+        "    steps:\n      - uses: actions/checkout@v4\n"
+    )
     bad = above_informational(zizmor_findings(tmp_path))
     assert any(line.startswith("unpinned-uses") for line in bad), bad
 
@@ -91,5 +107,12 @@ def test_workflows_match_the_github_workflow_schema():
     files = workflow_files()
     proc = subprocess.run(
         [tool("check-jsonschema"), "--builtin-schema", "vendor.github-workflows", *map(str, files)],
-        capture_output=True, text=True, timeout=300, cwd=ROOT)
-    assert proc.returncode == 0, f"check-jsonschema (exit {proc.returncode}):\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}"
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        check=False,
+    )
+    assert proc.returncode == 0, (
+        f"check-jsonschema (exit {proc.returncode}):\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}"
+    )

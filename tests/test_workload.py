@@ -29,7 +29,7 @@ def test_prompt_ends_inside_a_copy_from_far_back():
     ctx, m = 8192, workload.PROMPT_COPY_PREFIX
     p = np.array(workload.make_prompts(ctx, 1, vocab_size=512, seed=5)[0])
     tail = p[-m:]
-    hits = [i for i in range(ctx // 2) if np.array_equal(p[i:i + m], tail)]
+    hits = [i for i in range(ctx // 2) if np.array_equal(p[i : i + m], tail)]
     assert hits, "prompt tail is not a copy of the first half"
     assert hits[0] + m + workload.PROMPT_COPY_MIN_TAIL <= ctx - m
 
@@ -38,8 +38,8 @@ def test_corpus_has_long_range_copies():
     doc = workload.make_corpus(4096, vocab_size=512, seed=0)
     assert len(doc) == 4096 and doc.min() >= 0 and doc.max() < 512
     # Most 8-grams in the second half already appeared earlier (copies), few in fresh text.
-    seen = {tuple(doc[i:i + 8]) for i in range(2048 - 8)}
-    repeats = np.mean([tuple(doc[i:i + 8]) in seen for i in range(2048, 4096 - 8)])
+    seen = {tuple(doc[i : i + 8]) for i in range(2048 - 8)}
+    repeats = np.mean([tuple(doc[i : i + 8]) in seen for i in range(2048, 4096 - 8)])
     assert repeats > 0.3
 
 

@@ -11,9 +11,10 @@ import json
 import math
 import os
 import warnings
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from eagle_fix.core import stats
 from eagle_fix.core.errors import EagleFixError
@@ -24,7 +25,11 @@ SCHEMA_VERSION = 2
 
 ENGINE_MODES = ("eager", "compile")  # how the engine runs: enforce_eager, or torch.compile
 ARMS = ("eagle3", "baseline")
-FIX_ARMS = ("on", "off", "upstream")  # the fix A/B arms of the EAGLE3 arm (the plugin modes they map to: eagle_fix.engine.spec)
+FIX_ARMS = (
+    "on",
+    "off",
+    "upstream",
+)  # the fix A/B arms of the EAGLE3 arm (the plugin modes they map to: eagle_fix.engine.spec)
 
 # What makes two records the same point: matched by --resume, compare, ab, the report and asv.
 IDENTITY = ("profile", "context_len", "mode", "arm", "fix", "batch_size", "output_len", "num_speculative_tokens")
@@ -70,63 +75,166 @@ def _unused_pct(v: float) -> float:
 
 METRICS: tuple[Metric, ...] = (
     Metric("decode_throughput_tok_s", "decode throughput", "tok/s", True, True, sampled=True, paired=True),
-    Metric("tpot_ms", "time per output token", "ms", False, True, "track_tpot", "ms",
-           asv_title="decode: time per output token",
-           asv_doc="Milliseconds per output token after the first (median of the decode samples); "
-                   "the decode cost speculation exists to lower.", sampled=True, paired=True),
+    Metric(
+        "tpot_ms",
+        "time per output token",
+        "ms",
+        False,
+        True,
+        "track_tpot",
+        "ms",
+        asv_title="decode: time per output token",
+        asv_doc="Milliseconds per output token after the first (median of the decode samples); "
+        "the decode cost speculation exists to lower.",
+        sampled=True,
+        paired=True,
+    ),
     # timed inside the engine's worker (eagle_fix.fix.plugin), so the front end's scheduling, detokenizing
     # and RPCs are not in it, and a median over hundreds of steps shrugs off a burst of other work; no
     # asv benchmark name: asv's history of the existing benchmarks stays as it is
-    Metric("step_ms", "model step time (decode)", "ms", False, True,
-           asv_title="decode: model step time",
-           asv_doc="Milliseconds per model step during decode, timed in the engine's worker (execute_model "
-                   "and the sampling and drafting that complete it), median over the steps of a decode run "
-                   "(steps carrying prompt tokens left out); a step emits 1 to k+1 tokens a request.", sampled=True, paired=True),
-    Metric("output_throughput_tok_s", "output throughput", "tok/s", True, True,
-           "track_e2e_ms_per_token", "ms", _inverse(1000.0),
-           asv_title="end to end: ms per output token",
-           asv_doc="1000 / output tokens per second, prefill included: what one request costs per token.", sampled=True),
-    Metric("ttft_s", "TTFT", "s", False, True, "track_ttft", "seconds",
-           asv_title="time to first token", asv_doc="Seconds to the first token: the prefill of the whole context.", sampled=True),
-    Metric("speedup", "speedup vs baseline", "x", True, True,
-           "track_relative_decode_time", "fraction", _inverse(),
-           asv_title="EAGLE3 decode time / no-speculation decode time",
-           asv_doc="1 / speedup at the same point: below 1 speculation pays, above 1 it costs. At most k+1 "
-                   "tokens a step, so below 1/(k+1) is impossible and withheld."),
-    Metric("acceptance_length", "acceptance length", "tokens", True, False,
-           "track_target_passes_per_token", "passes/token", _inverse(),
-           asv_title="target passes per output token (1 / acceptance length)",
-           asv_doc="1 / acceptance length from vLLM's counters: 1 means every draft was rejected, "
-                   "1/(k+1) every draft accepted."),
-    Metric("drafter_coverage", "drafter coverage", "fraction", True, False,
-           "track_drafter_skipped_share", "fraction", _complement,
-           asv_title="share of decode steps the drafter skipped",
-           asv_doc="1 - drafter coverage, counted in the engine: vLLM's own counters count zero-filled "
-                   "drafts as drafts, so only this says whether speculation ran."),
-    Metric("peak_gpu_memory_bytes", "peak GPU memory", "bytes", False, True, "track_peak_gpu_memory", "bytes",
-           asv_title="peak GPU memory", asv_doc="Peak GPU memory of the point (CUDA profiles only)."),
-    Metric("peak_host_memory_bytes", "peak host memory", "bytes", False, True, "track_peak_host_memory", "bytes",
-           asv_title="peak host memory", asv_doc="Peak resident memory of the engine's process tree."),
+    Metric(
+        "step_ms",
+        "model step time (decode)",
+        "ms",
+        False,
+        True,
+        asv_title="decode: model step time",
+        asv_doc="Milliseconds per model step during decode, timed in the engine's worker (execute_model "
+        "and the sampling and drafting that complete it), median over the steps of a decode run "
+        "(steps carrying prompt tokens left out); a step emits 1 to k+1 tokens a request.",
+        sampled=True,
+        paired=True,
+    ),
+    Metric(
+        "output_throughput_tok_s",
+        "output throughput",
+        "tok/s",
+        True,
+        True,
+        "track_e2e_ms_per_token",
+        "ms",
+        _inverse(1000.0),
+        asv_title="end to end: ms per output token",
+        asv_doc="1000 / output tokens per second, prefill included: what one request costs per token.",
+        sampled=True,
+    ),
+    Metric(
+        "ttft_s",
+        "TTFT",
+        "s",
+        False,
+        True,
+        "track_ttft",
+        "seconds",
+        asv_title="time to first token",
+        asv_doc="Seconds to the first token: the prefill of the whole context.",
+        sampled=True,
+    ),
+    Metric(
+        "speedup",
+        "speedup vs baseline",
+        "x",
+        True,
+        True,
+        "track_relative_decode_time",
+        "fraction",
+        _inverse(),
+        asv_title="EAGLE3 decode time / no-speculation decode time",
+        asv_doc="1 / speedup at the same point: below 1 speculation pays, above 1 it costs. At most k+1 "
+        "tokens a step, so below 1/(k+1) is impossible and withheld.",
+    ),
+    Metric(
+        "acceptance_length",
+        "acceptance length",
+        "tokens",
+        True,
+        False,
+        "track_target_passes_per_token",
+        "passes/token",
+        _inverse(),
+        asv_title="target passes per output token (1 / acceptance length)",
+        asv_doc="1 / acceptance length from vLLM's counters: 1 means every draft was rejected, "
+        "1/(k+1) every draft accepted.",
+    ),
+    Metric(
+        "drafter_coverage",
+        "drafter coverage",
+        "fraction",
+        True,
+        False,
+        "track_drafter_skipped_share",
+        "fraction",
+        _complement,
+        asv_title="share of decode steps the drafter skipped",
+        asv_doc="1 - drafter coverage, counted in the engine: vLLM's own counters count zero-filled "
+        "drafts as drafts, so only this says whether speculation ran.",
+    ),
+    Metric(
+        "peak_gpu_memory_bytes",
+        "peak GPU memory",
+        "bytes",
+        False,
+        True,
+        "track_peak_gpu_memory",
+        "bytes",
+        asv_title="peak GPU memory",
+        asv_doc="Peak GPU memory of the point (CUDA profiles only).",
+    ),
+    Metric(
+        "peak_host_memory_bytes",
+        "peak host memory",
+        "bytes",
+        False,
+        True,
+        "track_peak_host_memory",
+        "bytes",
+        asv_title="peak host memory",
+        asv_doc="Peak resident memory of the engine's process tree.",
+    ),
     Metric("kv_cache_capacity_tokens", "KV cache capacity", "tokens", True, False),
     # %-of-roofline against the limits measured in the same run (eagle_fix.machine.roofline); asv tracks the
     # share left unused
-    Metric("decode_pct_of_bandwidth", "decode % of bandwidth", "%", True, True,
-           "track_decode_bandwidth_unused_pct", "%", _unused_pct,
-           asv_title="decode: % of memory bandwidth left unused",
-           asv_doc="100 - decode's share of the memory bandwidth measured on this machine."),
-    Metric("prefill_pct_of_peak_flops", "prefill % of peak FLOP/s", "%", True, True,
-           "track_prefill_flops_unused_pct", "%", _unused_pct,
-           asv_title="prefill: % of peak FLOP/s left unused",
-           asv_doc="100 - prefill's share of the matmul rate measured on this machine."),
+    Metric(
+        "decode_pct_of_bandwidth",
+        "decode % of bandwidth",
+        "%",
+        True,
+        True,
+        "track_decode_bandwidth_unused_pct",
+        "%",
+        _unused_pct,
+        asv_title="decode: % of memory bandwidth left unused",
+        asv_doc="100 - decode's share of the memory bandwidth measured on this machine.",
+    ),
+    Metric(
+        "prefill_pct_of_peak_flops",
+        "prefill % of peak FLOP/s",
+        "%",
+        True,
+        True,
+        "track_prefill_flops_unused_pct",
+        "%",
+        _unused_pct,
+        asv_title="prefill: % of peak FLOP/s left unused",
+        asv_doc="100 - prefill's share of the matmul rate measured on this machine.",
+    ),
 )
 METRIC = {m.column: m for m in METRICS}
 # The %-of-roofline columns and what each is a share of.
 ROOFLINE_SHARES = {"prefill_pct_of_peak_flops": "the matmul peak", "decode_pct_of_bandwidth": "the copy bandwidth"}
 # Per draft position (1..k): vLLM's accepted_per_pos / drafts; asv tracks the rejected share.
-PER_POSITION = Metric("per_position_acceptance", "per-position acceptance", "rate", True, False,
-                      "track_per_position_rejection", "rate", _complement,
-                      asv_title="rejected share per draft position",
-                      asv_doc="1 - vLLM's accepted_per_pos / drafts, per draft position 1..k.")
+PER_POSITION = Metric(
+    "per_position_acceptance",
+    "per-position acceptance",
+    "rate",
+    True,
+    False,
+    "track_per_position_rejection",
+    "rate",
+    _complement,
+    asv_title="rejected share per draft position",
+    asv_doc="1 - vLLM's accepted_per_pos / drafts, per draft position 1..k.",
+)
 
 
 @dataclass(frozen=True)
@@ -143,29 +251,72 @@ class BenchMetric:
 
 
 VLLM_BENCH_METRICS: tuple[BenchMetric, ...] = (
-    BenchMetric("output_throughput", "output throughput (served)", "tok/s", True, "output_throughput_tok_s",
-                "all requests' output tokens / the benchmark's wall time, concurrent requests included; ours is one "
-                "batch's output tokens / (TTFT + decode span)"),
-    BenchMetric("total_token_throughput", "total token throughput (served)", "tok/s", True, None,
-                "input and output tokens / the benchmark's wall time"),
+    BenchMetric(
+        "output_throughput",
+        "output throughput (served)",
+        "tok/s",
+        True,
+        "output_throughput_tok_s",
+        "all requests' output tokens / the benchmark's wall time, concurrent requests included; ours is one "
+        "batch's output tokens / (TTFT + decode span)",
+    ),
+    BenchMetric(
+        "total_token_throughput",
+        "total token throughput (served)",
+        "tok/s",
+        True,
+        None,
+        "input and output tokens / the benchmark's wall time",
+    ),
     BenchMetric("request_throughput", "request throughput", "req/s", True),
-    BenchMetric("median_tpot_ms", "median time per output token (served)", "ms", False, "tpot_ms",
-                "median over requests of (latency - TTFT) / (output tokens - 1), measured by the client over HTTP"),
+    BenchMetric(
+        "median_tpot_ms",
+        "median time per output token (served)",
+        "ms",
+        False,
+        "tpot_ms",
+        "median over requests of (latency - TTFT) / (output tokens - 1), measured by the client over HTTP",
+    ),
     BenchMetric("mean_tpot_ms", "mean time per output token (served)", "ms", False, "tpot_ms"),
     BenchMetric("p99_tpot_ms", "p99 time per output token (served)", "ms", False, None),
-    BenchMetric("median_ttft_ms", "median time to first token (served)", "ms", False, "ttft_s",
-                "milliseconds, queueing behind other requests included; ours is seconds of one uncached prefill"),
+    BenchMetric(
+        "median_ttft_ms",
+        "median time to first token (served)",
+        "ms",
+        False,
+        "ttft_s",
+        "milliseconds, queueing behind other requests included; ours is seconds of one uncached prefill",
+    ),
     BenchMetric("p99_ttft_ms", "p99 time to first token (served)", "ms", False, None),
-    BenchMetric("median_itl_ms", "median inter-token latency", "ms", False, None,
-                "gap between streamed chunks: a verified step of speculation streams several tokens at once"),
+    BenchMetric(
+        "median_itl_ms",
+        "median inter-token latency",
+        "ms",
+        False,
+        None,
+        "gap between streamed chunks: a verified step of speculation streams several tokens at once",
+    ),
     BenchMetric("p99_itl_ms", "p99 inter-token latency", "ms", False, None),
     BenchMetric("median_e2el_ms", "median end-to-end latency", "ms", False, None),
-    BenchMetric("spec_decode_acceptance_length", "acceptance length (served)", "tokens", True, "acceptance_length",
-                "the same formula (1 + accepted / drafts) on the server's /metrics deltas over the whole benchmark"),
-    BenchMetric("spec_decode_acceptance_rate", "draft acceptance rate", "%", True, None,
-                "accepted / draft tokens, in percent"),
-    BenchMetric("spec_decode_per_position_acceptance_rates", "per-position acceptance (served)", "rate", True,
-                "per_position_acceptance", "the same formula, over the whole benchmark"),
+    BenchMetric(
+        "spec_decode_acceptance_length",
+        "acceptance length (served)",
+        "tokens",
+        True,
+        "acceptance_length",
+        "the same formula (1 + accepted / drafts) on the server's /metrics deltas over the whole benchmark",
+    ),
+    BenchMetric(
+        "spec_decode_acceptance_rate", "draft acceptance rate", "%", True, None, "accepted / draft tokens, in percent"
+    ),
+    BenchMetric(
+        "spec_decode_per_position_acceptance_rates",
+        "per-position acceptance (served)",
+        "rate",
+        True,
+        "per_position_acceptance",
+        "the same formula, over the whole benchmark",
+    ),
     BenchMetric("spec_decode_num_drafts", "drafts", "count", True, None, "counted as ours (num_drafts)"),
 )
 VLLM_BENCH_METRIC = {m.key: m for m in VLLM_BENCH_METRICS}
@@ -173,15 +324,50 @@ VLLM_BENCH_METRIC = {m.key: m for m in VLLM_BENCH_METRICS}
 # Fields the sweep writes on every record (None where a point has no such number). Records of
 # schema 1 lack some; `upgrade()` fills them so every reader sees one shape.
 FIELDS = (
-    "schema", *IDENTITY, "prompt_len", "status", "error",
-    *(m.column for m in METRICS), "per_position_acceptance",
-    "num_drafts", "num_draft_tokens", "num_accepted_tokens", "accepted_per_position",
-    "drafter_steps", "drafter_proposals", "max_seq_len_drafted",
-    "samples", "ci95", "repeats", "ttft_repeats", "acceptance_method",
-    "startup_s", "compile_s", "machine_id", "machine", "limits", "vllm_version", "torch_version",
-    "model_runner", "fix_state", "doctor_error", "draft_rotary_positions", "flags", "device", "git_commit",
-    "synthetic_acceptance", "env", "sol_decode_tok_s_baseline", "sol_decode_tok_s_eagle3",
-    "load_avg_1m", "load_avg_mean", "load_avg_max", "other_busy_cores", "machine_name", "engine_log", "timestamp",
+    "schema",
+    *IDENTITY,
+    "prompt_len",
+    "status",
+    "error",
+    *(m.column for m in METRICS),
+    "per_position_acceptance",
+    "num_drafts",
+    "num_draft_tokens",
+    "num_accepted_tokens",
+    "accepted_per_position",
+    "drafter_steps",
+    "drafter_proposals",
+    "max_seq_len_drafted",
+    "samples",
+    "ci95",
+    "repeats",
+    "ttft_repeats",
+    "acceptance_method",
+    "startup_s",
+    "compile_s",
+    "machine_id",
+    "machine",
+    "limits",
+    "vllm_version",
+    "torch_version",
+    "model_runner",
+    "fix_state",
+    "doctor_error",
+    "draft_rotary_positions",
+    "flags",
+    "device",
+    "git_commit",
+    "synthetic_acceptance",
+    "env",
+    "sol_decode_tok_s_baseline",
+    "sol_decode_tok_s_eagle3",
+    "load_avg_1m",
+    "load_avg_mean",
+    "load_avg_max",
+    "other_busy_cores",
+    "machine_name",
+    "engine_log",
+    "timestamp",
     # where the engine's processes ran: the frontend and engine core moved off the workers' cores
     # (eagle_fix.machine.pinning.pin_off_workers), or why not
     "pinning",
@@ -189,12 +375,25 @@ FIELDS = (
     # memory: what peak_gpu_memory_bytes covers (process | device) or why it is null; the worker's own
     # peaks over the point (torch's CUDA allocator; the host peak, and whether it is the point's or
     # the process's lifetime); vLLM's figures of the engine; nulls' reasons by field
-    "gpu_memory_scope", "gpu_memory_error", "torch_peak_allocated_bytes", "torch_peak_reserved_bytes",
-    "worker_host_peak_bytes", "worker_host_peak_scope", "vllm_weights_bytes", "vllm_kv_cache_bytes",
-    "vllm_activation_peak_bytes", "vllm_cudagraph_pool_bytes", "vllm_cudagraph_estimate_bytes", "memory_null_reasons",
+    "gpu_memory_scope",
+    "gpu_memory_error",
+    "torch_peak_allocated_bytes",
+    "torch_peak_reserved_bytes",
+    "worker_host_peak_bytes",
+    "worker_host_peak_scope",
+    "vllm_weights_bytes",
+    "vllm_kv_cache_bytes",
+    "vllm_activation_peak_bytes",
+    "vllm_cudagraph_pool_bytes",
+    "vllm_cudagraph_estimate_bytes",
+    "memory_null_reasons",
     # the engine's settings: the KV budget and device share asked for, and the compilation, CUDA-graph
     # and attention choices vLLM really made
-    "kv_cache_memory_bytes", "gpu_memory_utilization", "compilation_mode", "cudagraph_mode", "attention_backend",
+    "kv_cache_memory_bytes",
+    "gpu_memory_utilization",
+    "compilation_mode",
+    "cudagraph_mode",
+    "attention_backend",
 )
 
 
@@ -228,13 +427,20 @@ def upgrade(rec: dict[str, Any]) -> dict[str, Any]:
         if why:
             out[column] = value
             out["roofline_flags"].append(why)
-    if out["accepted_per_position"] is None and out["num_drafts"] and isinstance(rec.get("per_position_acceptance"), list):
+    if (
+        out["accepted_per_position"] is None
+        and out["num_drafts"]
+        and isinstance(rec.get("per_position_acceptance"), list)
+    ):
         # schema 1 kept the rates; the counts behind them are rate x drafts
         out["accepted_per_position"] = [round(x * out["num_drafts"]) for x in rec["per_position_acceptance"]]
     if out["num_drafts"] and out["accepted_per_position"] and not (out["ci95"] or {}).get("acceptance_length"):
         acc = stats.acceptance_interval(out["num_drafts"], out["accepted_per_position"])
-        out["ci95"] = {**(out["ci95"] or {}), "acceptance_length": acc["ci95"],
-                       "per_position_acceptance": acc["per_position_ci95"]}
+        out["ci95"] = {
+            **(out["ci95"] or {}),
+            "acceptance_length": acc["ci95"],
+            "per_position_acceptance": acc["per_position_ci95"],
+        }
         out["acceptance_method"] = out["acceptance_method"] or acc["method"]
     return out
 
@@ -264,8 +470,9 @@ def is_point(rec: dict[str, Any], *, context_len: int, mode: str, arm: str, fix:
     """Whether `rec` is the point (context, mode, arm) and, on the EAGLE3 arm, of fix arm `fix` (None:
     `on`). The one matcher of a point to its record for asv, the dashboard and the report."""
     want = (fix or "on") if arm == "eagle3" else None
-    return (plain(rec.get("context_len")), rec.get("mode"), rec.get("arm")) == (context_len, mode, arm) \
-        and fix_arm(rec) == want
+    return (plain(rec.get("context_len")), rec.get("mode"), rec.get("arm")) == (context_len, mode, arm) and fix_arm(
+        rec
+    ) == want
 
 
 def describe(point_key: tuple) -> str:
@@ -319,16 +526,19 @@ def flags(rec: dict[str, Any]) -> list[str]:
     rotary, reached = rec.get("draft_rotary_positions"), rec.get("max_seq_len_drafted")
     k = rec.get("num_speculative_tokens") or 0
     if rotary and reached and reached + k > rotary:
-        out.append(f"rotary_cache_overrun: drafter fed positions up to {reached + k - 1} "
-                   f"with a {rotary}-position rotary cache")
+        out.append(
+            f"rotary_cache_overrun: drafter fed positions up to {reached + k - 1} with a {rotary}-position rotary cache"
+        )
     if rec.get("doctor_error"):
         out.append("doctor_failed: the fix state of this arm is unknown")
     counters = ("drafter_steps", "drafter_proposals")
     if rec.get("num_drafts") is not None and all(c in rec for c in counters) and None in (rec[c] for c in counters):
         # the worker reports a counter as None when its hook is missing on the runner in use (a
         # record always has both fields; a partial dict without them says nothing about hooks)
-        out.append(f"missing_hook: the drafter counters are not hooked on model runner {rec.get('model_runner') or '?'} "
-                   "(the engine log's eagle-fix line names the release, runner and hook): drafter coverage unmeasured")
+        out.append(
+            f"missing_hook: the drafter counters are not hooked on model runner {rec.get('model_runner') or '?'} "
+            "(the engine log's eagle-fix line names the release, runner and hook): drafter coverage unmeasured"
+        )
     out.extend(implausible(rec))
     return out
 
@@ -356,10 +566,13 @@ def roofline_share(column: str, pct: Any, limit: str) -> tuple[float | None, str
     negative "unused" share, and the reason keeps the number."""
     if not isinstance(pct, (int, float)) or isinstance(pct, bool) or math.isnan(pct) or pct <= 100:
         return pct, None
-    name = {"prefill_pct_of_peak_flops": "prefill_above_peak",
-            "decode_pct_of_bandwidth": "decode_above_bandwidth"}.get(column, f"{column}_above_100")
-    return None, (f"{name}: {column} would be {pct:.0f}% of {limit}; the limit is not one of the "
-                  f"kernels this engine ran, so the share is withheld")
+    name = {"prefill_pct_of_peak_flops": "prefill_above_peak", "decode_pct_of_bandwidth": "decode_above_bandwidth"}.get(
+        column, f"{column}_above_100"
+    )
+    return None, (
+        f"{name}: {column} would be {pct:.0f}% of {limit}; the limit is not one of the "
+        f"kernels this engine ran, so the share is withheld"
+    )
 
 
 def cause(error: str | None, width: int = 160) -> str:
@@ -367,7 +580,7 @@ def cause(error: str | None, width: int = 160) -> str:
     `cause: ...` when its log named one), without the log's tail."""
     first = str(error or "").splitlines()[0] if error else ""
     parts = [p for p in first.split("; ") if not p.startswith("log: ")]
-    why = [p[len("cause: "):] for p in parts if p.startswith("cause: ")]
+    why = [p[len("cause: ") :] for p in parts if p.startswith("cause: ")]
     who = [p for p in parts if not p.startswith("cause: ")][:1]
     return "; ".join(who + why)[:width]
 
@@ -390,8 +603,10 @@ def append(path: Path, rec: dict[str, Any]) -> None:
         finally:
             os.close(fd)
     except OSError as exc:
-        raise EagleFixError(f"cannot write {path}: {exc.strerror or exc}; the lines already in it are kept — "
-                            f"free space or choose another --out, then add --resume") from None
+        raise EagleFixError(
+            f"cannot write {path}: {exc.strerror or exc}; the lines already in it are kept — "
+            f"free space or choose another --out, then add --resume"
+        ) from None
 
 
 def read(path: str | os.PathLike, *, missing_ok: bool = False) -> list[dict[str, Any]]:
@@ -418,8 +633,9 @@ def read(path: str | os.PathLike, *, missing_ok: bool = False) -> list[dict[str,
             if i == len(lines):
                 warnings.warn(f"{path}:{i}: torn last line dropped ({exc.msg})", stacklevel=2)
                 break
-            raise EagleFixError(f"{path}:{i}: not a JSON line ({exc.msg}); is this an `eagle-fix run` output file?",
-                                exit_code=2) from None
+            raise EagleFixError(
+                f"{path}:{i}: not a JSON line ({exc.msg}); is this an `eagle-fix run` output file?", exit_code=2
+            ) from None
         if not isinstance(rec, dict) or "context_len" not in rec or "mode" not in rec:
             raise EagleFixError(f"{path}:{i}: not an `eagle-fix run` record (needs context_len and mode)", exit_code=2)
         records.append(upgrade(rec))
@@ -435,10 +651,18 @@ def index(records: Iterable[dict[str, Any]]) -> dict[tuple, dict[str, Any]]:
 # A point's record from what the engine sent back: the sweep calls these, nothing else fills them.
 
 # The worker's figures of the engine (read once at its start) and of the point (reset before it).
-ENGINE_MEMORY = ("vllm_weights_bytes", "vllm_kv_cache_bytes", "vllm_activation_peak_bytes",
-                  "vllm_cudagraph_estimate_bytes")
-POINT_MEMORY = ("torch_peak_allocated_bytes", "torch_peak_reserved_bytes", "worker_host_peak_bytes",
-                 "worker_host_peak_scope")
+ENGINE_MEMORY = (
+    "vllm_weights_bytes",
+    "vllm_kv_cache_bytes",
+    "vllm_activation_peak_bytes",
+    "vllm_cudagraph_estimate_bytes",
+)
+POINT_MEMORY = (
+    "torch_peak_allocated_bytes",
+    "torch_peak_reserved_bytes",
+    "worker_host_peak_bytes",
+    "worker_host_peak_scope",
+)
 
 
 def worker_memory(rec: dict[str, Any], engine: dict[str, Any] | None, point: dict[str, Any] | None) -> None:
@@ -450,8 +674,11 @@ def worker_memory(rec: dict[str, Any], engine: dict[str, Any] | None, point: dic
         for k in keys:
             rec[k] = source.get(k)
             if rec[k] is None:
-                reason = (source.get("null_reasons") or {}).get(k) or source.get("error") \
+                reason = (
+                    (source.get("null_reasons") or {}).get(k)
+                    or source.get("error")
                     or f"no worker memory figures from the {what}"
+                )
                 why[k] = reason
     point = point or {}
     if point.get("worker_host_peak_scope") not in (None, "point"):  # a figure, but the process's lifetime
@@ -478,8 +705,18 @@ def summarize(rec: dict[str, Any], samples: dict[str, list[float]], acceptance: 
         if column in METRIC:
             rec[column] = stats.median(values)
             ci[column] = stats.median_ci(values)
-    for k in ("num_drafts", "num_draft_tokens", "num_accepted_tokens", "accepted_per_position", "acceptance_length",
-              "per_position_acceptance", "drafter_steps", "drafter_proposals", "drafter_coverage", "max_seq_len_drafted"):
+    for k in (
+        "num_drafts",
+        "num_draft_tokens",
+        "num_accepted_tokens",
+        "accepted_per_position",
+        "acceptance_length",
+        "per_position_acceptance",
+        "drafter_steps",
+        "drafter_proposals",
+        "drafter_coverage",
+        "max_seq_len_drafted",
+    ):
         if k in acceptance:
             rec[k] = acceptance[k]
     if rec.get("num_drafts") and rec.get("accepted_per_position"):

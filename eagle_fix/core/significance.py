@@ -27,21 +27,29 @@ import math
 from statistics import NormalDist
 
 from eagle_fix.core.stats import (
-    EXACT_MAX_N, binom_half_cdf, check_length, clean, gaussian_binomial_counts, median, paired_ratios, ratio_summary, shift_ci,
+    EXACT_MAX_N,
+    binom_half_cdf,
+    check_length,
+    clean,
+    gaussian_binomial_counts,
+    median,
+    paired_ratios,
+    ratio_summary,
+    shift_ci,
 )
 
 __all__ = [
-    "mann_whitney_p",
-    "two_proportion_p",
     "acceptance_change_p",
-    "drafts_to_detect",
-    "mann_whitney_floor",
-    "sign_test_floor",
-    "samples_needed",
-    "pairs_needed",
-    "detectable_shift",
     "acceptance_detectable_drop",
+    "detectable_shift",
+    "drafts_to_detect",
     "judge",
+    "mann_whitney_floor",
+    "mann_whitney_p",
+    "pairs_needed",
+    "samples_needed",
+    "sign_test_floor",
+    "two_proportion_p",
 ]
 
 # Exact Mann-Whitney up to these sizes (EXACT_MAX_N a side without ties, from eagle_fix.core.stats); beyond
@@ -92,14 +100,14 @@ def _mw_exact_ties(a: list[float], b: list[float]) -> float:
     for r2 in ranks2:
         groups[r2] = groups.get(r2, 0) + 1
     # dp[j] = {doubled rank sum: ways} choosing j members of a so far
-    dp: list[dict[int, int]] = [dict() for _ in range(m + 1)]
+    dp: list[dict[int, int]] = [{} for _ in range(m + 1)]
     dp[0][0] = 1
     for r2, g in groups.items():
-        new: list[dict[int, int]] = [dict() for _ in range(m + 1)]
+        new: list[dict[int, int]] = [{} for _ in range(m + 1)]
         for j in range(m + 1):
             if not dp[j]:
                 continue
-            for t in range(0, min(g, m - j) + 1):
+            for t in range(min(g, m - j) + 1):
                 w = math.comb(g, t)
                 tgt = new[j + t]
                 add = t * r2
@@ -355,8 +363,7 @@ def detectable_shift(
     return max(0.0, d[u - 1])
 
 
-def acceptance_detectable_drop(drafts_base: int, accepted_base, drafts_new: int, k: int,
-                               alpha: float) -> float | None:
+def acceptance_detectable_drop(drafts_base: int, accepted_base, drafts_new: int, k: int, alpha: float) -> float | None:
     """The smallest drop of acceptance length (in tokens) that acceptance_change_p would have called
     significant at alpha, with the base's counts and the new side's number of drafts. None when no
     drop, even to no accepted token at all, would be significant."""
@@ -432,26 +439,45 @@ def judge(
         change = summ["median"] - 1.0 if summ["median"] is not None else None
         test = "paired sign test on the ratios"
         ci95 = [summ["ci95"][0] - 1.0, summ["ci95"][1] - 1.0] if summ["ci95"] else None
-        out = {"change": change, "p": None, "ci95": ci95, "coverage": summ["coverage"], "alpha": alpha,
-               "needed": None, "detectable": None}
+        out = {
+            "change": change,
+            "p": None,
+            "ci95": ci95,
+            "coverage": summ["coverage"],
+            "alpha": alpha,
+            "needed": None,
+            "detectable": None,
+        }
         floor = sign_test_floor(summ["n"])
         if floor >= alpha:
             needed = pairs_needed(alpha)
-            return {**out, "verdict": "inconclusive", "needed": needed,
-                    "test": f"{test}: {summ['n']} pairs cannot reach p < {alpha:g} (needs {needed})"}
+            return {
+                **out,
+                "verdict": "inconclusive",
+                "needed": needed,
+                "test": f"{test}: {summ['n']} pairs cannot reach p < {alpha:g} (needs {needed})",
+            }
         above = sum(r > 1.0 for r in ratios)
         below = sum(r < 1.0 for r in ratios)
         n_sign = above + below
         p = 1.0 if n_sign == 0 else min(1.0, 2.0 * binom_half_cdf(n_sign, min(above, below)))
         out["p"] = p
-        out["detectable"] = detectable(detectable_shift(base, new, higher_is_better=higher_is_better,
-                                                        alpha=alpha, paired=True))
+        out["detectable"] = detectable(
+            detectable_shift(base, new, higher_is_better=higher_is_better, alpha=alpha, paired=True)
+        )
     else:
         b, nw = clean(base), clean(new)
         mb, mn = median(b), median(nw)
         change = (mn - mb) / abs(mb) if mb is not None and mn is not None and mb != 0 else None
-        out = {"change": change, "p": None, "ci95": None, "coverage": None, "alpha": alpha,
-               "needed": None, "detectable": None}
+        out = {
+            "change": change,
+            "p": None,
+            "ci95": None,
+            "coverage": None,
+            "alpha": alpha,
+            "needed": None,
+            "detectable": None,
+        }
         if len(b) < 2 or len(nw) < 2 or change is None:
             why = "fewer than 2 samples on a side" if len(b) < 2 or len(nw) < 2 else "zero base median"
             needed = samples_needed(alpha) if len(b) < 2 or len(nw) < 2 else None
@@ -465,9 +491,13 @@ def judge(
         floor = mann_whitney_floor(len(b), len(nw))
         if floor >= alpha:
             needed = samples_needed(alpha)
-            return {**out, "verdict": "inconclusive", "needed": needed,
-                    "test": f"{test}: {len(b)} vs {len(nw)} cannot reach p < {alpha:g} "
-                            f"(floor {floor:.3g}; needs {needed} a side)"}
+            return {
+                **out,
+                "verdict": "inconclusive",
+                "needed": needed,
+                "test": f"{test}: {len(b)} vs {len(nw)} cannot reach p < {alpha:g} "
+                f"(floor {floor:.3g}; needs {needed} a side)",
+            }
         out["detectable"] = detectable(detectable_shift(b, nw, higher_is_better=higher_is_better, alpha=alpha))
     direction = _direction(change, threshold, higher_is_better)
     if direction is not None and p < alpha:

@@ -23,22 +23,22 @@ import math
 from statistics import NormalDist
 
 __all__ = [
+    "acceptance_interval",
+    "binom_half_cdf",
+    "check_length",
+    "clean",
+    "cv",
+    "drafts_for_halfwidth",
+    "gaussian_binomial_counts",
+    "interval_label",
     "median",
     "median_ci",
     "median_ci_coverage",
-    "cv",
-    "robust_cv",
-    "wilson",
-    "acceptance_interval",
-    "drafts_for_halfwidth",
-    "gaussian_binomial_counts",
     "paired_ratios",
     "ratio_summary",
+    "robust_cv",
     "shift_ci",
-    "interval_label",
-    "clean",
-    "binom_half_cdf",
-    "check_length",
+    "wilson",
 ]
 
 # The exact U distribution up to this size a side; beyond it the normal approximation is accurate
@@ -186,9 +186,7 @@ def wilson(successes: int, n: int, confidence: float = 0.95) -> tuple[float, flo
     return _wilson_bounds(successes / n, n, _z(confidence))
 
 
-def acceptance_interval(
-    num_drafts: int, accepted_per_pos: list[int], confidence: float = 0.95
-) -> dict | None:
+def acceptance_interval(num_drafts: int, accepted_per_pos: list[int], confidence: float = 0.95) -> dict | None:
     """EAGLE acceptance from vLLM's counters (num_drafts, num_accepted_tokens_per_pos), with intervals.
 
     acceptance_length = 1 + sum(accepted) / drafts (the bonus token plus the accepted ones).
@@ -232,9 +230,7 @@ def check_length(acceptance_length: float, k: int) -> float:
     return min(1.0, max(0.0, p))
 
 
-def drafts_for_halfwidth(
-    halfwidth: float, acceptance_length: float, k: int, confidence: float = 0.95
-) -> int:
+def drafts_for_halfwidth(halfwidth: float, acceptance_length: float, k: int, confidence: float = 0.95) -> int:
     """Fewest drafts for which acceptance_interval's half-width (the larger of the two sides,
     in acceptance-length units) is <= halfwidth at that acceptance length. Sizes a run.
 

@@ -68,17 +68,15 @@ def make_corpus(length: int, *, vocab_size: int, seed: int = 0) -> np.ndarray:
             n = int(rng.integers(COPY_LEN[0], COPY_LEN[1] + 1))
             src = int(rng.integers(0, pos - COPY_LEN[0] + 1))
             n = min(n, length - pos, pos - src)
-            out[pos:pos + n] = out[src:src + n]
+            out[pos : pos + n] = out[src : src + n]
         else:
             n = min(int(rng.integers(FRESH_LEN[0], FRESH_LEN[1] + 1)), length - pos)
-            out[pos:pos + n] = _fresh(rng, n, lex, vocab_size)
+            out[pos : pos + n] = _fresh(rng, n, lex, vocab_size)
         pos += n
     return out
 
 
-def make_prompts(
-    context_len: int, batch_size: int = 1, *, vocab_size: int, seed: int = 0
-) -> list[list[int]]:
+def make_prompts(context_len: int, batch_size: int = 1, *, vocab_size: int, seed: int = 0) -> list[list[int]]:
     """`batch_size` prompts of exactly `context_len` ids in [0, vocab_size), deterministic in
     (context_len, batch_size index, vocab_size, seed). Each ends PROMPT_COPY_PREFIX tokens into
     a copy of a stretch from the prompt's first half, with >= PROMPT_COPY_MIN_TAIL tokens of
@@ -96,7 +94,7 @@ def make_prompts(
         doc = make_corpus(context_len - m, vocab_size=vocab_size, seed=seed * 1009 + b)
         rng = np.random.default_rng([seed, b, context_len, vocab_size, 11])
         src = int(rng.integers(0, (context_len - m) // 2 - m - PROMPT_COPY_MIN_TAIL))
-        prompt = np.concatenate([doc, doc[src:src + m]])
+        prompt = np.concatenate([doc, doc[src : src + m]])
         assert len(prompt) == context_len
         prompts.append(prompt.tolist())
     return prompts

@@ -15,7 +15,11 @@ from typing import Any
 from eagle_fix.engine.lifecycle import signal_name
 from eagle_fix.engine.logs import log_tail, report_child_exits
 from eagle_fix.engine.measure import (
-    compile_seconds, drafter_stats, engine_settings, measure_point, worker_memory_once,
+    compile_seconds,
+    drafter_stats,
+    engine_settings,
+    measure_point,
+    worker_memory_once,
 )
 from eagle_fix.engine.memory import cudagraph_pool_bytes
 from eagle_fix.engine.process import ENGINE_LOG_ENV, child_startup, in_spawned_vllm_process
@@ -31,17 +35,19 @@ def _dead_processes(llm: Any) -> str | None:
     read from the front end's process manager (its layout is vLLM's: looked up defensively)."""
     try:
         procs = list(llm.llm_engine.engine_core.resources.engine_manager.processes)
-    except Exception:
+    except Exception:  # noqa: BLE001 -- another release's layout: nothing to add to the message
         return None
     gone = []
     for proc in procs:
         try:
             proc.join(timeout=1.0)
             code = proc.exitcode
-        except Exception:
+        except Exception:  # noqa: BLE001, S112 -- a process that cannot be asked is left out of the message
             continue
         if code is not None and code != 0:
-            gone.append(f"{proc.name} killed by {signal_name(-code)}" if code < 0 else f"{proc.name} exited with code {code}")
+            gone.append(
+                f"{proc.name} killed by {signal_name(-code)}" if code < 0 else f"{proc.name} exited with code {code}"
+            )
     return "; ".join(gone) or None
 
 
@@ -80,25 +86,32 @@ def child_main(spec_json: str, reply_fd: int, lifeline_fd: int | None = None) ->
         cache = config.cache_config
         log = os.environ.get(ENGINE_LOG_ENV)
         log_lines = log_tail(Path(log), 2_000_000) if log else []
-        reply({
-            "event": "ready",
-            "startup_s": startup_s,
-            "kv_cache_capacity_tokens": (cache.num_gpu_blocks or 0) * cache.block_size or None,
-            "vllm_version": vllm.__version__,
-            "torch_version": torch.__version__,
-            "model_runner": "v2" if getattr(config, "use_v2_model_runner", False) else "v1",
-            "model_runner_class": stats.get("model_runner_class") if spec.draft else None,
-            "plugin_actions": stats.get("plugin_actions") if spec.draft else None,
-            "vocab_size": vocab,
-            "compile_s": compile_seconds(log),
-            **engine_settings(config, worker_memory_once(llm)),
-            "vllm_cudagraph_pool_bytes": cudagraph_pool_bytes(log_lines),
-            "pinning": pinning,
-        })
-    except Exception as exc:  # cannot start: fatal, the parent reports it with the log tail
+        reply(
+            {
+                "event": "ready",
+                "startup_s": startup_s,
+                "kv_cache_capacity_tokens": (cache.num_gpu_blocks or 0) * cache.block_size or None,
+                "vllm_version": vllm.__version__,
+                "torch_version": torch.__version__,
+                "model_runner": "v2" if getattr(config, "use_v2_model_runner", False) else "v1",
+                "model_runner_class": stats.get("model_runner_class") if spec.draft else None,
+                "plugin_actions": stats.get("plugin_actions") if spec.draft else None,
+                "vocab_size": vocab,
+                "compile_s": compile_seconds(log),
+                **engine_settings(config, worker_memory_once(llm)),
+                "vllm_cudagraph_pool_bytes": cudagraph_pool_bytes(log_lines),
+                "pinning": pinning,
+            }
+        )
+    except Exception as exc:  # noqa: BLE001 -- cannot start: fatal, the parent reports it with the log tail
         dead = _dead_processes(llm) if llm is not None else None
-        reply({"event": "error", "fatal": True,
-               "error": f"engine start failed: {type(exc).__name__}: {exc}" + (f" ({dead})" if dead else "")})
+        reply(
+            {
+                "event": "error",
+                "fatal": True,
+                "error": f"engine start failed: {type(exc).__name__}: {exc}" + (f" ({dead})" if dead else ""),
+            }
+        )
         return 1
 
     for raw in sys.stdin:
@@ -108,11 +121,17 @@ def child_main(spec_json: str, reply_fd: int, lifeline_fd: int | None = None) ->
         try:
             result = measure_point(llm, spec, PointCommand.from_message(message), vocab, SamplingParams, TokensPrompt)
             reply(result.message())
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 -- any failure of a point is fatal, reported with its cause
             # The engine core may be dead (EngineDeadError): say so, with the exit code of what died
             # (vLLM's own message names none); the parent restarts it.
             dead = _dead_processes(llm)
-            reply({"event": "error", "fatal": True, "error": f"{type(exc).__name__}: {exc}" + (f" ({dead})" if dead else "")})
+            reply(
+                {
+                    "event": "error",
+                    "fatal": True,
+                    "error": f"{type(exc).__name__}: {exc}" + (f" ({dead})" if dead else ""),
+                }
+            )
             return 1
     return 0
 

@@ -49,9 +49,8 @@ class Interrupted(EagleFixError):
     """
 
     def __new__(cls, message: str | None = None, signum: int = signal.SIGINT, *args: Any, **kwargs: Any):
-        if cls is Interrupted and signum == signal.SIGINT:
-            cls = KeyboardInterrupted
-        return super().__new__(cls, message, signum)
+        kind = KeyboardInterrupted if cls is Interrupted and signum == signal.SIGINT else cls
+        return super().__new__(kind, message, signum)
 
     def __init__(self, message: str | None = None, signum: int = signal.SIGINT):
         self.signum = int(signum)
@@ -70,6 +69,7 @@ class KeyboardInterrupted(Interrupted, KeyboardInterrupt):
 
 
 # --------------------------------------------------------------------------- the registry
+
 
 def register(pgid: int, what: str = "engine") -> None:
     """An engine process group to kill on a signal (the child leads its group: pgid == its pid)."""
@@ -104,6 +104,7 @@ def kill_all(sig: int = signal.SIGKILL) -> list[int]:
 
 
 # --------------------------------------------------------------------------- signals
+
 
 def interrupted() -> int | None:
     """The signal that interrupted this process (handled by our handler), or None."""
@@ -201,7 +202,7 @@ def group_members(pgid: int, *, zombies: bool = False) -> list[int]:
                 stat = f.read()
         except OSError:
             continue
-        fields = stat[stat.rindex(")") + 2:].split()  # state, ppid, pgrp, ...
+        fields = stat[stat.rindex(")") + 2 :].split()  # state, ppid, pgrp, ...
         if int(fields[2]) == pgid and (zombies or fields[0] != "Z"):
             found.append(int(entry))
     return found

@@ -54,7 +54,7 @@ def open_log(path: Path, spec: Any = None):
     f = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        f = open(path, "ab")
+        f = open(path, "ab")  # noqa: SIM115 -- the caller owns the log and closes it with the process
         header = f"{LOG_MARK} {time.strftime('%Y-%m-%d %H:%M:%S')} engine log of pid {os.getpid()}"
         if spec is not None:
             header += f": {json.dumps(asdict(spec))}"
@@ -70,8 +70,9 @@ def open_log(path: Path, spec: Any = None):
                 pass
         name = errno.errorcode.get(exc.errno or 0, "")
         why = f"{exc.strerror or exc}" + (f" ({name})" if name else "")
-        raise EagleFixError(f"cannot write the engine log {path}: {why}; free space there or choose another "
-                            f"folder with --log-dir") from None
+        raise EagleFixError(
+            f"cannot write the engine log {path}: {why}; free space there or choose another folder with --log-dir"
+        ) from None
 
 
 def log_unwritable(path: Path) -> str | None:
@@ -116,7 +117,7 @@ _DIED_RX = re.compile(r"(?:proc )?([\w.:-]+) died unexpectedly \(exit code: (-?\
 
 
 def killed_cause(lines: list[str]) -> str | None:
-    """"worker VllmWorker-0 killed by SIGKILL" when a process of the engine died of a signal (the OOM
+    """ "worker VllmWorker-0 killed by SIGKILL" when a process of the engine died of a signal (the OOM
     killer's SIGKILL, a crash's SIGSEGV), "... exited with code N" for another failing exit. The
     first one in `lines`: the ones after it are usually vLLM shutting the rest down."""
     for line in lines:
@@ -134,7 +135,7 @@ def since_last_mark(lines: list[str]) -> list[str]:
     for i in range(len(lines) - 1, -1, -1):
         line = lines[i]
         if line.startswith(LOG_MARK) and (" point " in line or " engine ready " in line):
-            return lines[i + 1:]
+            return lines[i + 1 :]
     return lines
 
 
@@ -147,8 +148,8 @@ def report_child_exits() -> None:
     `multiprocessing`'s Popen.poll, which is wrapped here. Installed in the engine child (for its
     EngineCore) and, since multiprocessing's spawn re-imports this module as `__mp_main__` in
     every process it starts under the engine child, in EngineCore (for its workers). Idempotent."""
-    import multiprocessing.popen_fork as popen_fork
     import multiprocessing.process as mp_process
+    from multiprocessing import popen_fork
 
     if getattr(popen_fork.Popen.poll, "_eagle_fix", False):
         return
@@ -158,11 +159,16 @@ def report_child_exits() -> None:
         was = self.returncode
         code = original(self, flag)
         if was is None and code:
-            name = next((c.name for c in list(getattr(mp_process, "_children", ())) if getattr(c, "_popen", None) is self),
-                        "child")
+            name = next(
+                (c.name for c in list(getattr(mp_process, "_children", ())) if getattr(c, "_popen", None) is self),
+                "child",
+            )
             try:
-                print(f"{LOG_MARK} process {name} (pid {self.pid}) exited: {code}"
-                      + (f" (killed by {signal_name(-code)})" if code < 0 else ""), flush=True)
+                print(
+                    f"{LOG_MARK} process {name} (pid {self.pid}) exited: {code}"
+                    + (f" (killed by {signal_name(-code)})" if code < 0 else ""),
+                    flush=True,
+                )
             except (OSError, ValueError):
                 pass
         return code

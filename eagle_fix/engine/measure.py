@@ -18,8 +18,11 @@ from eagle_fix.engine.worker import combine_workers, merge_drafter_stats
 def spec_counters(llm: Any) -> dict[str, Any]:
     """vLLM's own spec-decode counters (cumulative; the caller takes after-minus-before)."""
     out: dict[str, Any] = {"drafts": 0, "draft_tokens": 0, "accepted": 0, "per_pos": []}
-    names = {"vllm:spec_decode_num_drafts": "drafts", "vllm:spec_decode_num_draft_tokens": "draft_tokens",
-             "vllm:spec_decode_num_accepted_tokens": "accepted"}
+    names = {
+        "vllm:spec_decode_num_drafts": "drafts",
+        "vllm:spec_decode_num_draft_tokens": "draft_tokens",
+        "vllm:spec_decode_num_accepted_tokens": "accepted",
+    }
     for metric in llm.get_metrics():
         if metric.name in names:
             out[names[metric.name]] += getattr(metric, "value", 0)
@@ -46,7 +49,7 @@ def compile_seconds(log_path: str | None) -> float | None:
         return None
     import datetime as dt
 
-    parse = lambda s: dt.datetime.strptime(s, "%m-%d %H:%M:%S")  # noqa: E731
+    parse = lambda s: dt.datetime.strptime(s, "%m-%d %H:%M:%S")
     return max(0.0, (parse(end[-1]) - parse(start[-1])).total_seconds())
 
 
@@ -108,7 +111,7 @@ def reset_worker_memory(llm: Any) -> str | None:
     try:
         llm.collective_rpc("eagle_fix_reset_memory")
         return None
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:  # noqa: BLE001 -- a failed reset is a recorded reason, not a failed point
         return f"worker memory reset failed: {type(exc).__name__}: {exc}"[:300]
 
 
@@ -136,8 +139,9 @@ def _decode_span(outputs: list) -> float | None:
     return (max(lasts) - min(firsts)) if firsts and lasts and max(lasts) > min(firsts) else None
 
 
-def measure_point(llm: Any, spec: EngineSpec, cmd: PointCommand, vocab: int, SamplingParams: Any,
-                  TokensPrompt: Any) -> PointReply:
+def measure_point(
+    llm: Any, spec: EngineSpec, cmd: PointCommand, vocab: int, SamplingParams: Any, TokensPrompt: Any
+) -> PointReply:
     """TTFT `ttft_repeats` times (each a full prefill: the prefix cache is emptied first), then the
     decode `repeats` times on the warm engine (the prefix cache serves the prefill). Returns raw
     samples; medians and intervals are the parent's (eagle_fix.sweep.loop) business.
@@ -148,8 +152,9 @@ def measure_point(llm: Any, spec: EngineSpec, cmd: PointCommand, vocab: int, Sam
     prompt_len, batch, output_len = int(cmd.prompt_len), int(cmd.batch_size), int(cmd.output_len)
     # ttft_repeats 0 (eagle-fix ab's later rounds): the prompt is cached already; decode only
     repeats, ttft_repeats = max(1, int(cmd.repeats)), max(0, int(cmd.ttft_repeats))
-    prompts = [TokensPrompt(prompt_token_ids=p)
-               for p in make_prompts(prompt_len, batch, vocab_size=vocab, seed=int(cmd.seed))]
+    prompts = [
+        TokensPrompt(prompt_token_ids=p) for p in make_prompts(prompt_len, batch, vocab_size=vocab, seed=int(cmd.seed))
+    ]
     one = SamplingParams(temperature=0, max_tokens=1, ignore_eos=True)
     full = SamplingParams(temperature=0, max_tokens=output_len, ignore_eos=True)
 
@@ -165,8 +170,14 @@ def measure_point(llm: Any, spec: EngineSpec, cmd: PointCommand, vocab: int, Sam
         ttft.append(time.perf_counter() - t0)
     ttft_mid = sorted(ttft)[len(ttft) // 2] if ttft else None
 
-    samples: dict[str, list[float]] = {"ttft_s": ttft, "decode_throughput_tok_s": [], "tpot_ms": [],
-                                       "output_throughput_tok_s": [], "decode_wall_s": [], "step_ms": []}
+    samples: dict[str, list[float]] = {
+        "ttft_s": ttft,
+        "decode_throughput_tok_s": [],
+        "tpot_ms": [],
+        "output_throughput_tok_s": [],
+        "decode_wall_s": [],
+        "step_ms": [],
+    }
     result = PointReply(prompt_len=prompt_len, samples=samples)
     for i in range(repeats):
         counted = spec.draft is not None and i == 0
@@ -187,7 +198,9 @@ def measure_point(llm: Any, spec: EngineSpec, cmd: PointCommand, vocab: int, Sam
         if spin_ms is not None:  # only under the calibration knob; a sample list, not a metric
             samples.setdefault("step_spin_ms", []).append(spin_ms)
         if ttft_mid is not None:
-            samples["output_throughput_tok_s"].append(n_out / (ttft_mid + (decode_s if decode_s is not None else wall_s)))
+            samples["output_throughput_tok_s"].append(
+                n_out / (ttft_mid + (decode_s if decode_s is not None else wall_s))
+            )
         if decode_s:
             samples["decode_throughput_tok_s"].append((n_out - batch) / decode_s)
             samples["tpot_ms"].append(1000.0 * decode_s / max(1, output_len - 1))
@@ -224,7 +237,8 @@ def _acceptance(llm: Any, before: dict[str, Any]) -> dict[str, Any]:
         "drafter_proposals": stats.get("proposals"),
         # unknown (None) where a counter's hook is missing in this engine: never a guessed 0
         "drafter_coverage": (stats["proposals"] / stats["spec_steps"])
-        if stats.get("spec_steps") and stats.get("proposals") is not None else None,
+        if stats.get("spec_steps") and stats.get("proposals") is not None
+        else None,
         "max_seq_len_drafted": stats.get("max_seq_len_drafted"),
         "missing_hooks": stats.get("missing_hooks") or [],
     }

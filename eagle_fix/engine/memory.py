@@ -23,6 +23,7 @@ from typing import Any
 
 from eagle_fix.machine.device import gpu_process_bytes, gpu_used_bytes, nvml_device, nvml_error
 
+
 class MemorySampler:
     """Background thread sampling GPU memory (NVML) and the RSS of a process tree (psutil).
 
@@ -77,8 +78,12 @@ class MemorySampler:
                 error = self._process_error  # why it is not the engine's own figure
             else:
                 error = self._device_error or self._nvml_error or self._process_error
-        return {"peak_gpu_memory_bytes": gpu, "gpu_memory_scope": scope, "gpu_memory_error": error,
-                "peak_host_memory_bytes": self._peak_host or None}
+        return {
+            "peak_gpu_memory_bytes": gpu,
+            "gpu_memory_scope": scope,
+            "gpu_memory_error": error,
+            "peak_host_memory_bytes": self._peak_host or None,
+        }
 
     def close(self) -> None:
         self._stop.set()
@@ -95,15 +100,18 @@ class MemorySampler:
         if tree is not None:
             self._peak_host = max(self._peak_host, tree.rss_bytes())
 
-    def _sample_gpu(self, tree: "_ProcessTree | None") -> None:
+    def _sample_gpu(self, tree: _ProcessTree | None) -> None:
         try:
             used = gpu_used_bytes(self._handle)
             self._peak_device = used if self._peak_device is None else max(self._peak_device, used)
         except Exception as exc:  # noqa: BLE001 -- a GPU that stops answering: say so once, keep sampling
             if not self._device_error:
                 self._device_error = f"NVML memory reading failed ({nvml_error(exc)})"
-                print(f"eagle-fix: GPU memory sampling failed ({exc}); the point's GPU figure is recorded as null "
-                      "with this reason", file=sys.stderr)
+                print(
+                    f"eagle-fix: GPU memory sampling failed ({exc}); the point's GPU figure is recorded as null "
+                    "with this reason",
+                    file=sys.stderr,
+                )
         if tree is None:
             return
         pids = tree.pids()
@@ -211,8 +219,9 @@ def worker_memory(worker: Any) -> dict[str, Any]:
         out["torch_peak_reserved_bytes"] = int(torch.cuda.max_memory_reserved(device))
     else:
         out["torch_peak_allocated_bytes"] = out["torch_peak_reserved_bytes"] = None
-        why["torch_peak_allocated_bytes"] = why["torch_peak_reserved_bytes"] = \
+        why["torch_peak_allocated_bytes"] = why["torch_peak_reserved_bytes"] = (
             "no CUDA device in this worker: its tensors are host memory (worker_host_peak_bytes)"
+        )
     out["worker_host_peak_bytes"], out["worker_host_peak_scope"] = _host_peak()
     if out["worker_host_peak_scope"] != "point":
         why["worker_host_peak_scope"] = _HOST_RESET["why"] or "VmHWM unreadable"
@@ -231,12 +240,21 @@ def worker_memory(worker: Any) -> dict[str, Any]:
         out["vllm_kv_cache_bytes"] = out["vllm_kv_cache_blocks"] = None
         why["vllm_kv_cache_bytes"] = "the model runner has no kv_cache_config with kv_cache_tensors"
     for field, attr, reason in (
-        ("vllm_activation_peak_bytes", "peak_activation_memory",
-         "vLLM profiles activations only on GPU and skips it when kv_cache_memory_bytes is set"),
-        ("vllm_cudagraph_estimate_bytes", "cudagraph_memory_estimate",
-         "no CUDA-graph memory profile in this worker (eager, CPU, or kv_cache_memory_bytes set)"),
-        ("vllm_available_kv_cache_bytes", "available_kv_cache_memory_bytes",
-         "vLLM sized the KV cache from kv_cache_memory_bytes (or the CPU budget), not from a profile"),
+        (
+            "vllm_activation_peak_bytes",
+            "peak_activation_memory",
+            "vLLM profiles activations only on GPU and skips it when kv_cache_memory_bytes is set",
+        ),
+        (
+            "vllm_cudagraph_estimate_bytes",
+            "cudagraph_memory_estimate",
+            "no CUDA-graph memory profile in this worker (eager, CPU, or kv_cache_memory_bytes set)",
+        ),
+        (
+            "vllm_available_kv_cache_bytes",
+            "available_kv_cache_memory_bytes",
+            "vLLM sized the KV cache from kv_cache_memory_bytes (or the CPU budget), not from a profile",
+        ),
     ):
         value = getattr(worker, attr, None)
         out[field] = int(value) if value is not None else None
@@ -262,7 +280,9 @@ def _attention_backends(runner: Any) -> list[str] | None:
         for groups in runner.attn_groups:
             for group in groups:
                 backend = group.backend
-                name = backend.get_name() if hasattr(backend, "get_name") else getattr(backend, "__name__", str(backend))
+                name = (
+                    backend.get_name() if hasattr(backend, "get_name") else getattr(backend, "__name__", str(backend))
+                )
                 if name not in names:
                     names.append(name)
     except (AttributeError, TypeError):

@@ -34,16 +34,27 @@ class EngineProcess(ChildProcess):
     """Start the engine child, send it points, enforce a watchdog, kill the whole group. `ready` holds the
     child's start-up reply (versions, settings, start-up time and memory)."""
 
-    def __init__(self, spec: EngineSpec, log_path: Path, *, startup_timeout_s: float = 1800.0,
-                 python: str | None = None, env: dict[str, str] | None = None, child_module: str = CHILD_MODULE):
+    def __init__(
+        self,
+        spec: EngineSpec,
+        log_path: Path,
+        *,
+        startup_timeout_s: float = 1800.0,
+        python: str | None = None,
+        env: dict[str, str] | None = None,
+        child_module: str = CHILD_MODULE,
+    ):
         super().__init__(spec, log_path, python=python, env=env)
         self._replies = None
         self._buffer = b""
         try:
             read_fd, write_fd = os.pipe()
             self._replies = os.fdopen(read_fd, "rb", buffering=0)
-            self.spawn(lambda life: [self.python, "-m", child_module, spec.to_json(), str(write_fd), str(life)],
-                       stdin=subprocess.PIPE, pass_fds=(write_fd,))
+            self.spawn(
+                lambda life: [self.python, "-m", child_module, spec.to_json(), str(write_fd), str(life)],
+                stdin=subprocess.PIPE,
+                pass_fds=(write_fd,),
+            )
             self.ready = self._reply(startup_timeout_s, "engine start")
         except BaseException:  # EngineDied, Interrupted (a signal during the start), anything
             self.kill()
@@ -93,8 +104,11 @@ class EngineProcess(ChildProcess):
             if left <= 0:
                 stuck = stopped_processes(self.proc.pid)  # before the kill: what state the group was in
                 self.kill()
-                raise EngineDied(self.death_message(f"watchdog: no answer to {what} within {timeout_s:.0f} s"
-                                                    + (f" ({stuck})" if stuck else "")))
+                raise EngineDied(
+                    self.death_message(
+                        f"watchdog: no answer to {what} within {timeout_s:.0f} s" + (f" ({stuck})" if stuck else "")
+                    )
+                )
             ready, _, _ = select.select([self._replies], [], [], min(left, 5.0))
             if ready:
                 chunk = self._replies.read(65536)
@@ -117,5 +131,6 @@ class EngineProcess(ChildProcess):
 
     def death_message(self, headline: str, cause: str | None = None) -> str:
         """First line: what happened and why (a killed process names its signal); then the log's tail."""
-        return (super().death_message(headline, cause) + "\n--- log tail ---\n"
-                + "\n".join(log_tail(self.log_path)[-25:]))
+        return (
+            super().death_message(headline, cause) + "\n--- log tail ---\n" + "\n".join(log_tail(self.log_path)[-25:])
+        )

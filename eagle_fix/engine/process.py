@@ -22,13 +22,13 @@ import sys
 import textwrap
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Self
 
 from eagle_fix.core.settings import ENGINE_LOG_ENV, PARENT_PID_ENV
 from eagle_fix.engine import lifecycle
 from eagle_fix.engine.logs import LOG_MARK, death_summary, open_log, report_child_exits, write_mark
-
 
 
 class ChildProcess:
@@ -63,14 +63,21 @@ class ChildProcess:
         """Ask the child to exit on its own (close() kills what is left after)."""
 
     # ------------------------------------------------------------------ the start
-    def spawn(self, argv: Callable[[int], list[str]], *, stdin: Any = subprocess.DEVNULL,
-              pass_fds: tuple[int, ...] = ()) -> None:
+    def spawn(
+        self, argv: Callable[[int], list[str]], *, stdin: Any = subprocess.DEVNULL, pass_fds: tuple[int, ...] = ()
+    ) -> None:
         """Start `argv(lifeline_fd)` in a new session with the lifeline's read end, register the group.
         The caller's `pass_fds` are closed here once the child holds them."""
         self._lifeline = Lifeline()
         life = self._lifeline.child_fd
-        env = {**os.environ, **self.spec.env(), **self.child_env(), **self.extra_env,
-               ENGINE_LOG_ENV: str(self.log_path.resolve()), PARENT_PID_ENV: str(os.getpid())}
+        env = {
+            **os.environ,
+            **self.spec.env(),
+            **self.child_env(),
+            **self.extra_env,
+            ENGINE_LOG_ENV: str(self.log_path.resolve()),
+            PARENT_PID_ENV: str(os.getpid()),
+        }
         # No signal between the fork and the registration: a group started but not registered would
         # outlive the command. (The child unblocks them first thing: child_startup.)
         blocked = threading.current_thread() is threading.main_thread()
@@ -78,8 +85,13 @@ class ChildProcess:
             signal.pthread_sigmask(signal.SIG_BLOCK, lifecycle.SIGNALS)
         try:
             self.proc = subprocess.Popen(
-                argv(life), stdin=stdin, stdout=self._log, stderr=subprocess.STDOUT, pass_fds=(*pass_fds, life),
-                env=env, start_new_session=True,  # its own process group: killable with all its workers
+                argv(life),
+                stdin=stdin,
+                stdout=self._log,
+                stderr=subprocess.STDOUT,
+                pass_fds=(*pass_fds, life),
+                env=env,
+                start_new_session=True,  # its own process group: killable with all its workers
                 # not the caller's folder: `python -m` puts the working folder first on sys.path, and a
                 # checkout there would shadow the eagle-fix installed in `python`'s environment (ab)
                 cwd=str(self.log_path.resolve().parent),
@@ -146,10 +158,10 @@ class ChildProcess:
             except OSError:
                 pass
 
-    def __enter__(self) -> "ChildProcess":
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     # ------------------------------------------------------------------ the log
@@ -217,8 +229,13 @@ def continue_when_gone(owner_pid: int, pgid: int) -> subprocess.Popen:
             time.sleep(1)
         alive(lambda: os.killpg(pgid, signal.SIGCONT))  # continue the group if it is still there
     """)
-    return subprocess.Popen([sys.executable, "-c", script, str(owner_pid), str(pgid)], start_new_session=True,
-                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return subprocess.Popen(
+        [sys.executable, "-c", script, str(owner_pid), str(pgid)],
+        start_new_session=True,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 def stopped_processes(pgid: int) -> str | None:
@@ -233,13 +250,14 @@ def stopped_processes(pgid: int) -> str | None:
                 title = f.read().split(b"\0")[0].decode(errors="replace")[:40]
         except OSError:
             continue
-        state = stat[stat.rindex(")") + 2:].split()[0]
+        state = stat[stat.rindex(")") + 2 :].split()[0]
         if state in ("T", "t", "D"):
             found.append(f"pid {pid} {title or '?'} {'stopped' if state in ('T', 't') else 'in uninterruptible sleep'}")
     return "; ".join(found) or None
 
 
 # ------------------------------------------------------------------ the child's side
+
 
 def _kill_own_group(why: str) -> None:
     """SIGKILL this process's group (this process, vLLM's engine core and workers) when it leads the
@@ -267,6 +285,7 @@ def watch_parent(lifeline_fd: int | None, parent_pid: int | None, interval_s: fl
     Not PR_SET_PDEATHSIG: its signal reaches this process only, so SIGKILL would orphan vLLM's
     engine core and workers (a catchable signal needs this process's main thread, which sits inside
     vLLM), and it fires when the parent *thread* that started us exits, not the parent process."""
+
     def gone() -> bool:
         return parent_pid is not None and os.getppid() != parent_pid
 

@@ -30,16 +30,26 @@ class PointCommand:
         return {"op": "point", **asdict(self)}
 
     @classmethod
-    def from_message(cls, message: dict[str, Any]) -> "PointCommand":
+    def from_message(cls, message: dict[str, Any]) -> PointCommand:
         return cls(**_known(cls, message))
 
 
 EXIT = {"op": "exit"}
 
 # vLLM's spec-decode counters and the drafter's own, taken around a point's first decode run (EAGLE3 only).
-ACCEPTANCE_FIELDS = ("num_drafts", "num_draft_tokens", "num_accepted_tokens", "accepted_per_position",
-                     "acceptance_length", "per_position_acceptance", "drafter_steps", "drafter_proposals",
-                     "drafter_coverage", "max_seq_len_drafted", "missing_hooks")
+ACCEPTANCE_FIELDS = (
+    "num_drafts",
+    "num_draft_tokens",
+    "num_accepted_tokens",
+    "accepted_per_position",
+    "acceptance_length",
+    "per_position_acceptance",
+    "drafter_steps",
+    "drafter_proposals",
+    "drafter_coverage",
+    "max_seq_len_drafted",
+    "missing_hooks",
+)
 
 
 @dataclass
@@ -68,7 +78,7 @@ class PointReply:
         return {"event": "point", **asdict(self)}
 
     @classmethod
-    def from_message(cls, message: dict[str, Any]) -> "PointReply":
+    def from_message(cls, message: dict[str, Any]) -> PointReply:
         return cls(**_known(cls, message))
 
     def acceptance(self) -> dict[str, Any]:

@@ -48,17 +48,17 @@ class EngineSpec:
 
     def llm_kwargs(self) -> dict[str, Any]:
         """Keyword arguments of vllm.LLM for this engine."""
-        kwargs: dict[str, Any] = dict(
-            model=self.target,
-            max_model_len=self.max_model_len,
-            enforce_eager=self.mode == "eager",
-            skip_tokenizer_init=True,
-            disable_log_stats=False,  # get_metrics() needs stats on
-            load_format=self.load_format,
-            seed=self.seed,
-            max_num_seqs=self.max_num_seqs,
-            enable_prefix_caching=True,  # the measured run reuses the TTFT run's prefill
-        )
+        kwargs: dict[str, Any] = {
+            "model": self.target,
+            "max_model_len": self.max_model_len,
+            "enforce_eager": self.mode == "eager",
+            "skip_tokenizer_init": True,
+            "disable_log_stats": False,  # get_metrics() needs stats on
+            "load_format": self.load_format,
+            "seed": self.seed,
+            "max_num_seqs": self.max_num_seqs,
+            "enable_prefix_caching": True,  # the measured run reuses the TTFT run's prefill
+        }
         if self.max_num_batched_tokens:
             kwargs["max_num_batched_tokens"] = self.max_num_batched_tokens
         if self.gpu_memory_utilization:
@@ -66,7 +66,9 @@ class EngineSpec:
         if self.kv_cache_memory_bytes:
             kwargs["kv_cache_memory_bytes"] = int(self.kv_cache_memory_bytes)
         if self.mode != "eager":
-            compilation = {k: v for k, v in (("mode", self.compilation_mode), ("cudagraph_mode", self.cudagraph_mode)) if v}
+            compilation = {
+                k: v for k, v in (("mode", self.compilation_mode), ("cudagraph_mode", self.cudagraph_mode)) if v
+            }
             if compilation:
                 kwargs["compilation_config"] = compilation
         if self.hf_overrides:
@@ -75,15 +77,16 @@ class EngineSpec:
         # every engine, baseline too: the memory RPCs (and the drafter's counters) live in the worker
         kwargs["worker_extension_cls"] = WORKER_EXTENSION
         if self.draft is not None:
-            kwargs["speculative_config"] = speculative_config(self.draft, self.num_speculative_tokens,
-                                                              self.synthetic_acceptance_length)
+            kwargs["speculative_config"] = speculative_config(
+                self.draft, self.num_speculative_tokens, self.synthetic_acceptance_length
+            )
         return kwargs
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
 
     @classmethod
-    def from_json(cls, text: str) -> "EngineSpec":
+    def from_json(cls, text: str) -> EngineSpec:
         """The spec a parent sent. Fields this release does not know are dropped (a newer parent's
         settings), so one side of `eagle-fix ab` may run another checkout's child."""
         data = json.loads(text)

@@ -27,8 +27,8 @@ def combine_workers(per_worker: list[dict[str, Any]]) -> dict[str, Any]:
         return {}
     first = per_worker[0]
     out = {k: v for k, v in first.items() if k not in ("pid",)}
-    for key, value in first.items():
-        if key.endswith("_bytes") or key.endswith("_blocks"):
+    for key in first:
+        if key.endswith(("_bytes", "_blocks")):
             values = [w.get(key) for w in per_worker]
             out[key] = None if any(v is None for v in values) else sum(values)
     if len(per_worker) > 1:
@@ -47,7 +47,9 @@ def merge_drafter_stats(per_worker: list[dict[str, Any]]) -> dict[str, Any]:
             total[key] = None if total.get(key) is None or other.get(key) is None else total[key] + other[key]
         mine, theirs = total.get("max_seq_len_drafted"), other.get("max_seq_len_drafted")
         total["max_seq_len_drafted"] = None if mine is None or theirs is None else max(mine, theirs)
-        total["missing_hooks"] = list(dict.fromkeys((total.get("missing_hooks") or []) + (other.get("missing_hooks") or [])))
+        total["missing_hooks"] = list(
+            dict.fromkeys((total.get("missing_hooks") or []) + (other.get("missing_hooks") or []))
+        )
     return total
 
 
@@ -65,6 +67,8 @@ def plugin_missing(per_worker: list[dict[str, Any]], front_end_mode: str | None 
         where.append("the front end")
     if not where:
         return None
-    return (f"the eagle-fix plugin did not register in the engine ({'; '.join(where)}): vLLM loads it from the "
-            f"`vllm.general_plugins` entry point `eagle_fix` of this environment; reinstall eagle-fix here "
-            f"(pip install -e .), and if VLLM_PLUGINS is set it must name eagle_fix ({MODE_ENV} picks its mode)")
+    return (
+        f"the eagle-fix plugin did not register in the engine ({'; '.join(where)}): vLLM loads it from the "
+        f"`vllm.general_plugins` entry point `eagle_fix` of this environment; reinstall eagle-fix here "
+        f"(pip install -e .), and if VLLM_PLUGINS is set it must name eagle_fix ({MODE_ENV} picks its mode)"
+    )

@@ -19,8 +19,10 @@ def read_config(folder: Path, role: str) -> dict[str, Any]:
     """The folder's config.json as a dict, or a one-line error naming the file and the fix."""
     folder = Path(folder)
     if not folder.is_dir():
-        raise EagleFixError(f"{role} folder {folder} does not exist: pass a local model folder "
-                            f"(nothing is downloaded; `eagle-fix train-tiny` rebuilds the shipped tiny pair)")
+        raise EagleFixError(
+            f"{role} folder {folder} does not exist: pass a local model folder "
+            f"(nothing is downloaded; `eagle-fix train-tiny` rebuilds the shipped tiny pair)"
+        )
     path = folder / "config.json"
     if not path.is_file():
         raise EagleFixError(f"{path} is missing: the {role} folder needs its config.json (a Hugging Face model folder)")
@@ -38,8 +40,12 @@ def draft_format(config: dict[str, Any]) -> str | None:
     if config.get("speculators_model_type"):
         return "speculators"
     archs = set(config.get("architectures") or [])
-    if archs & EAGLE3_ARCHS or any("Eagle3" in a for a in archs) or config.get("eagle_config") \
-            or "draft_vocab_size" in config:
+    if (
+        archs & EAGLE3_ARCHS
+        or any("Eagle3" in a for a in archs)
+        or config.get("eagle_config")
+        or "draft_vocab_size" in config
+    ):
         return "eagle3"
     if archs & EAGLE_ARCHS or any("Eagle" in a for a in archs) or config.get("model_type") == "eagle":
         return "eagle"

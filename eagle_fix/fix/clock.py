@@ -9,7 +9,8 @@ import inspect
 import math
 import os
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from eagle_fix.core.settings import INJECT_DELAY_ENV, INJECT_SLOWDOWN_ENV
 
@@ -41,16 +42,19 @@ def parse_slowdown(raw: str) -> float:
     try:
         value = float(raw)
     except ValueError:
-        raise ValueError(f"{INJECT_SLOWDOWN_ENV}={raw!r} is not a number; give the relative slowdown, "
-                         f"e.g. 0.05 for steps 5% longer") from None
+        raise ValueError(
+            f"{INJECT_SLOWDOWN_ENV}={raw!r} is not a number; give the relative slowdown, e.g. 0.05 for steps 5% longer"
+        ) from None
     if not value >= 0 or math.isinf(value):  # `not >=` also catches NaN
         raise ValueError(f"{INJECT_SLOWDOWN_ENV}={raw!r} must be a finite number >= 0, e.g. 0.05")
     return value
 
 
 # each knob's parser, for the commands that check them before any engine starts
-INJECT_PARSERS: dict[str, Callable[[str], float]] = {INJECT_DELAY_ENV: parse_delay_ms,
-                                                      INJECT_SLOWDOWN_ENV: parse_slowdown}
+INJECT_PARSERS: dict[str, Callable[[str], float]] = {
+    INJECT_DELAY_ENV: parse_delay_ms,
+    INJECT_SLOWDOWN_ENV: parse_slowdown,
+}
 
 
 def inject_delay_s() -> float:
@@ -103,8 +107,12 @@ class _Steps:
         self.spun_ms.append(1000.0 * spun)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"step_times_ms": list(self.times_ms), "step_prompt": list(self.prompt),
-                "step_spun_ms": list(self.spun_ms), "steps_dropped": self.dropped}
+        return {
+            "step_times_ms": list(self.times_ms),
+            "step_prompt": list(self.prompt),
+            "step_spun_ms": list(self.spun_ms),
+            "steps_dropped": self.dropped,
+        }
 
 
 STEPS = _Steps()
@@ -152,7 +160,9 @@ def wrap_step(step: Callable[..., Any]) -> Callable[..., Any]:
     execute_model returns None is completed by sample_tokens (_wrap_step_end), which records it."""
     names = list(inspect.signature(step).parameters)
     dummy_of = argument_reader(step, "dummy_run") if "dummy_run" in names else None
-    sched_of = argument_reader(step, "scheduler_output") if "scheduler_output" in names else (lambda a, k: a[0] if a else None)
+    sched_of = (
+        argument_reader(step, "scheduler_output") if "scheduler_output" in names else (lambda a, k: a[0] if a else None)
+    )
     delay, slowdown = inject_delay_s(), inject_slowdown()
 
     def execute_model_timed(self: Any, *args: Any, **kwargs: Any) -> Any:

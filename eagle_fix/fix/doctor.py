@@ -24,13 +24,15 @@ import json
 import os
 import sys
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
-from eagle_fix.fix import positions as fix, plugin
-from eagle_fix.fix.checkpoint import checkpoint_max_position_embeddings, draft_format, read_config
 from eagle_fix.core.errors import EagleFixError, parse_positive_int
+from eagle_fix.fix import plugin
+from eagle_fix.fix import positions as fix
+from eagle_fix.fix.checkpoint import checkpoint_max_position_embeddings, draft_format, read_config
 
 VERDICT_EXIT = {"ok": 0, "fixed": 0, "limited": 2, "broken": 3}
 METHODS = ("eagle3", "eagle", "draft_model")
@@ -47,7 +49,7 @@ class DoctorArgs:
     verbose: bool = False
 
     @classmethod
-    def from_cli_args(cls, args: argparse.Namespace) -> "DoctorArgs":
+    def from_cli_args(cls, args: argparse.Namespace) -> DoctorArgs:
         return cls(
             target=_model_dir(args.target, "--target"),
             draft=_model_dir(args.draft, "--draft"),
@@ -100,13 +102,13 @@ def model_runner(spec: Any = None, target: Any = None, parallel: Any = None) -> 
     parts, since a whole VllmConfig needs a device the doctor may not have."""
     import types
 
-    import vllm.envs as envs
+    from vllm import envs
 
     forced = envs.VLLM_USE_V2_MODEL_RUNNER
     try:
         import vllm.config.vllm as config_module
 
-        has_triton = bool(getattr(config_module, "HAS_TRITON"))
+        has_triton = bool(config_module.HAS_TRITON)
     except (ImportError, AttributeError):
         try:
             from vllm.triton_utils import HAS_TRITON as has_triton
@@ -118,14 +120,19 @@ def model_runner(spec: Any = None, target: Any = None, parallel: Any = None) -> 
         from vllm.config import VllmConfig
         from vllm.config.attention import AttentionConfig
 
-        stand_in = types.SimpleNamespace(attention_config=AttentionConfig(), watermark_config=None,
-                                         parallel_config=parallel, speculative_config=spec, model_config=target)
+        stand_in = types.SimpleNamespace(
+            attention_config=AttentionConfig(),
+            watermark_config=None,
+            parallel_config=parallel,
+            speculative_config=spec,
+            model_config=target,
+        )
         for name in ("_get_v2_model_runner_unsupported_features", "_get_dbo_unsupported_features"):
             setattr(stand_in, name, types.MethodType(getattr(VllmConfig, name), stand_in))
         if parallel is not None:
             unsupported = list(stand_in._get_v2_model_runner_unsupported_features())
             picked = bool(VllmConfig.use_v2_model_runner.fget(stand_in))
-    except Exception:  # another release's VllmConfig: the same rule by hand below
+    except Exception:  # noqa: BLE001 -- another release's VllmConfig: the same rule by hand below
         picked = None
     if picked is None:
         method = getattr(spec, "method", None)
@@ -150,7 +157,7 @@ def engine_output(verbose: bool) -> Iterator[None]:
     sys.stdout.flush()
     sys.stderr.flush()
     saved = os.dup(1), os.dup(2)
-    sink = tempfile.TemporaryFile()
+    sink = tempfile.TemporaryFile()  # noqa: SIM115 -- closed in the finally below, after the fds are restored
     os.dup2(sink.fileno(), 1)
     os.dup2(sink.fileno(), 2)
     try:
@@ -170,7 +177,9 @@ def engine_output(verbose: bool) -> Iterator[None]:
         sink.close()
 
 
-def diagnose(*, target: Path, draft: Path, max_model_len: int, method: str = "eagle3", num_speculative_tokens: int = 3) -> dict[str, Any]:
+def diagnose(
+    *, target: Path, draft: Path, max_model_len: int, method: str = "eagle3", num_speculative_tokens: int = 3
+) -> dict[str, Any]:
     """Build the pair with vLLM's config classes, plugin loaded as configured, and judge it."""
     target_cfg = read_config(target, "--target")
     draft_cfg = read_config(draft, "--draft")
@@ -181,12 +190,19 @@ def diagnose(*, target: Path, draft: Path, max_model_len: int, method: str = "ea
             f"{draft_cfg.get('architectures')}); give an EAGLE draft folder or --method draft_model"
         )
     target_limit = target_cfg.get("max_position_embeddings")
-    if target_limit is not None and max_model_len > int(target_limit) and not os.environ.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN"):
+    if (
+        target_limit is not None
+        and max_model_len > int(target_limit)
+        and not os.environ.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN")
+    ):
         raise EagleFixError(
             f"--max-model-len {max_model_len} is above the target's limit ({target_limit}); "
             "lower it or set VLLM_ALLOW_LONG_MAX_MODEL_LEN=1"
         )
-    t_vocab, d_vocab = target_cfg.get("vocab_size"), (draft_cfg.get("transformer_layer_config") or draft_cfg).get("vocab_size")
+    t_vocab, d_vocab = (
+        target_cfg.get("vocab_size"),
+        (draft_cfg.get("transformer_layer_config") or draft_cfg).get("vocab_size"),
+    )
     if t_vocab is not None and d_vocab is not None and int(t_vocab) != int(d_vocab):
         raise EagleFixError(
             f"vocabularies do not match: target {target} has vocab_size {t_vocab}, draft {draft} has {d_vocab}; "
@@ -211,7 +227,7 @@ def diagnose(*, target: Path, draft: Path, max_model_len: int, method: str = "ea
         )
     except EagleFixError:
         raise
-    except Exception as exc:  # vLLM's own validation: keep its words, one line
+    except Exception as exc:  # noqa: BLE001 -- vLLM's own validation: keep its words, one line
         first = str(exc).strip().splitlines()[-1].strip() if str(exc).strip() else type(exc).__name__
         raise EagleFixError(f"vLLM rejected the pair: {first}") from None
 
@@ -225,11 +241,24 @@ def diagnose(*, target: Path, draft: Path, max_model_len: int, method: str = "ea
     by_runner = []
     for each in RUNNERS:  # the engine picks one; the other is what the same pair does elsewhere
         verdict, problems = _judge(
-            method=method, runner=each, target_len=max_model_len, ckpt_mpe=ckpt_mpe, eff_mpe=eff_mpe, eff_mml=eff_mml,
-            cache_only=fix.rope_is_cache_only(hf), k=k,
+            method=method,
+            runner=each,
+            target_len=max_model_len,
+            ckpt_mpe=ckpt_mpe,
+            eff_mpe=eff_mpe,
+            eff_mml=eff_mml,
+            cache_only=fix.rope_is_cache_only(hf),
+            k=k,
         )
-        by_runner.append({"runner": each, "picked": each == runner, "verdict": verdict, "problems": problems,
-                          "notes": _runner_notes(each, method, max_model_len, ckpt_mpe, eff_mml)})
+        by_runner.append(
+            {
+                "runner": each,
+                "picked": each == runner,
+                "verdict": verdict,
+                "problems": problems,
+                "notes": _runner_notes(each, method, max_model_len, ckpt_mpe, eff_mml),
+            }
+        )
     picked = next(r for r in by_runner if r["picked"])
     verdict, problems = picked["verdict"], picked["problems"]
     mode = plugin.registered_mode()
@@ -266,15 +295,28 @@ def _runner_notes(runner: str, method: str, target_len: int, ckpt_mpe: int | Non
         return []
     if runner == "v2":
         # V2's speculator sets its draft length to the target's max_model_len: no fits-gate
-        return [f"V2 runner: no draft max_model_len gate (the speculator drafts up to the target's {target_len}); "
-                "the draft's rotary cache alone decides"]
+        return [
+            (
+                f"V2 runner: no draft max_model_len gate (the speculator drafts up to the target's {target_len}); "
+                "the draft's rotary cache alone decides"
+            )
+        ]
     if eff_mml is not None and eff_mml >= target_len:
         return [f"V1 runner: draft max_model_len {eff_mml} covers the target's {target_len}: drafting at every length"]
     return []
 
 
-def _judge(*, method: str, runner: str, target_len: int, ckpt_mpe: int | None, eff_mpe: int | None, eff_mml: int | None,
-           cache_only: bool, k: int) -> tuple[str, list[str]]:
+def _judge(
+    *,
+    method: str,
+    runner: str,
+    target_len: int,
+    ckpt_mpe: int | None,
+    eff_mpe: int | None,
+    eff_mml: int | None,
+    cache_only: bool,
+    k: int,
+) -> tuple[str, list[str]]:
     """The verdict from the numbers the engine will use. Draft positions reach target_len - 1."""
     if method not in fix.SHARED_POSITION_METHODS:
         return "ok", [] if method == "draft_model" else [f"method {method}: positions not analysed"]
@@ -308,23 +350,32 @@ def render_text(report: dict[str, Any]) -> str:
     up = report["upstream_fix"]
     lines = [
         f"vLLM {report['vllm_version']}  model runner {report['model_runner']}  method {report['method']}",
-        f"engine fix: max_position_embeddings override = {up['max_position_embeddings_override'] or 'absent'}; "
-        f"drafter block table = {up['drafter_block_table']}",
-        f"plugin: mode {report['plugin_mode']}" + (f" ({'; '.join(report['plugin_actions'])})" if report["plugin_actions"] else ""),
+        (
+            f"engine fix: max_position_embeddings override = {up['max_position_embeddings_override'] or 'absent'}; "
+            f"drafter block table = {up['drafter_block_table']}"
+        ),
+        f"plugin: mode {report['plugin_mode']}"
+        + (f" ({'; '.join(report['plugin_actions'])})" if report["plugin_actions"] else ""),
         f"target: max_model_len {t['max_model_len']}",
-        f"draft ({d['format']}): max_position_embeddings checkpoint {d['checkpoint_max_position_embeddings']} -> "
-        f"effective {d['effective_max_position_embeddings']}; max_model_len {d['effective_max_model_len']}; "
-        f"RoPE {', '.join(d['rope_types'])}",
-        f"verdict: {report['verdict'].upper()} (model runner {report['model_runner']}, the one this engine picks: "
-        f"{report['model_runner_why']})",
+        (
+            f"draft ({d['format']}): max_position_embeddings checkpoint {d['checkpoint_max_position_embeddings']} -> "
+            f"effective {d['effective_max_position_embeddings']}; max_model_len {d['effective_max_model_len']}; "
+            f"RoPE {', '.join(d['rope_types'])}"
+        ),
+        (
+            f"verdict: {report['verdict'].upper()} (model runner {report['model_runner']}, the one this engine picks: "
+            f"{report['model_runner_why']})"
+        ),
     ]
     lines += [f"  - {p}" for p in report["problems"]]
     for other in report["by_runner"]:
         if other["picked"]:
             lines += [f"  note: {n}" for n in other["notes"]]
             continue
-        lines.append(f"on model runner {other['runner']}: {other['verdict'].upper()}"
-                     + (" (vLLM's pick where Triton works, e.g. CUDA)" if other["runner"] == "v2" else ""))
+        lines.append(
+            f"on model runner {other['runner']}: {other['verdict'].upper()}"
+            + (" (vLLM's pick where Triton works, e.g. CUDA)" if other["runner"] == "v2" else "")
+        )
         lines += [f"  - {p}" for p in other["problems"]] + [f"  note: {n}" for n in other["notes"]]
     return "\n".join(lines)
 
@@ -343,7 +394,10 @@ def cli_main(args: argparse.Namespace) -> int:
     opts = DoctorArgs.from_cli_args(args)
     with engine_output(opts.verbose):
         report = diagnose(
-            target=opts.target, draft=opts.draft, max_model_len=opts.max_model_len, method=opts.method,
+            target=opts.target,
+            draft=opts.draft,
+            max_model_len=opts.max_model_len,
+            method=opts.method,
             num_speculative_tokens=opts.num_speculative_tokens,
         )
     print(json.dumps(report) if opts.as_json else render_text(report))

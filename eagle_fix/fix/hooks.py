@@ -13,10 +13,17 @@ import importlib.util
 import inspect
 import logging
 import sys
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 from eagle_fix.fix.clock import (
-    INJECT_DELAY_ENV, INJECT_SLOWDOWN_ENV, argument_reader, inject_delay_s, inject_slowdown, wrap_step, wrap_step_end,
+    INJECT_DELAY_ENV,
+    INJECT_SLOWDOWN_ENV,
+    argument_reader,
+    inject_delay_s,
+    inject_slowdown,
+    wrap_step,
+    wrap_step_end,
 )
 
 logger = logging.getLogger("vllm.eagle_fix")
@@ -62,34 +69,56 @@ class HookPoint(NamedTuple):
 HOOK_POINTS: dict[str, tuple[HookPoint, ...]] = {
     "v1": (
         # the model step: timed (step_ms), and where the injected delay or slowdown goes
-        HookPoint("vllm.v1.worker.gpu_model_runner", "GPUModelRunner.execute_model", (),
-                  "the model steps", "step"),
+        HookPoint("vllm.v1.worker.gpu_model_runner", "GPUModelRunner.execute_model", (), "the model steps", "step"),
         # V1's fits-gate: one call per step that may draft, False where the runner skips the drafter
-        HookPoint("vllm.v1.worker.gpu_model_runner", "GPUModelRunner._input_fits_in_drafter",
-                  ("common_attn_metadata",), "drafter steps", "v1_gate"),
-        HookPoint("vllm.v1.spec_decode.eagle", "EagleProposer.propose", ("common_attn_metadata",),
-                  "drafter proposals", "v1_propose"),
+        HookPoint(
+            "vllm.v1.worker.gpu_model_runner",
+            "GPUModelRunner._input_fits_in_drafter",
+            ("common_attn_metadata",),
+            "drafter steps",
+            "v1_gate",
+        ),
+        HookPoint(
+            "vllm.v1.spec_decode.eagle",
+            "EagleProposer.propose",
+            ("common_attn_metadata",),
+            "drafter proposals",
+            "v1_propose",
+        ),
         # completes a step whose execute_model returned None: sampling and drafting
-        HookPoint("vllm.v1.worker.gpu_model_runner", "GPUModelRunner.sample_tokens", (),
-                  "the model steps' sampling and drafting", "v1_step_end"),
+        HookPoint(
+            "vllm.v1.worker.gpu_model_runner",
+            "GPUModelRunner.sample_tokens",
+            (),
+            "the model steps' sampling and drafting",
+            "v1_step_end",
+        ),
     ),
     "v2": (
-        HookPoint("vllm.v1.worker.gpu.model_runner", "GPUModelRunner.execute_model", ("dummy_run",),
-                  "the model steps", "step"),
+        HookPoint(
+            "vllm.v1.worker.gpu.model_runner", "GPUModelRunner.execute_model", ("dummy_run",), "the model steps", "step"
+        ),
         # V2 has no fits-gate: a step that may draft is a sample_tokens call with a speculator and a
         # pending forward; the speculator is then called unconditionally. It also completes the
         # step's timing, as V1's sample_tokens does (without it the step times are unknown too).
-        HookPoint("vllm.v1.worker.gpu.model_runner", "GPUModelRunner.sample_tokens", (),
-                  "drafter steps", "v2_step"),
-        HookPoint("vllm.v1.worker.gpu.spec_decode.eagle.speculator", "EagleSpeculator.propose",
-                  ("input_batch", "dummy_run", "is_profile", "num_speculative_tokens"),
-                  "drafter proposals", "v2_propose"),
+        HookPoint("vllm.v1.worker.gpu.model_runner", "GPUModelRunner.sample_tokens", (), "drafter steps", "v2_step"),
+        HookPoint(
+            "vllm.v1.worker.gpu.spec_decode.eagle.speculator",
+            "EagleSpeculator.propose",
+            ("input_batch", "dummy_run", "is_profile", "num_speculative_tokens"),
+            "drafter proposals",
+            "v2_propose",
+        ),
     ),
 }
 # Which counters each wrapper feeds: without it they are unknown (None), never a guessed 0.
-COUNTERS_OF = {"step": ("step_times_ms", "step_prompt", "step_spun_ms"), "v1_gate": ("spec_steps", "fits_steps"), "v2_step": ("spec_steps", "fits_steps", "step_times_ms", "step_prompt", "step_spun_ms"),
-                "v1_propose": ("proposals", "max_seq_len_drafted"),
-                "v2_propose": ("proposals", "max_seq_len_drafted")}
+COUNTERS_OF = {
+    "step": ("step_times_ms", "step_prompt", "step_spun_ms"),
+    "v1_gate": ("spec_steps", "fits_steps"),
+    "v2_step": ("spec_steps", "fits_steps", "step_times_ms", "step_prompt", "step_spun_ms"),
+    "v1_propose": ("proposals", "max_seq_len_drafted"),
+    "v2_propose": ("proposals", "max_seq_len_drafted"),
+}
 # The fields of the argument the proposal wrappers read the furthest position from.
 ARGUMENT_FIELDS = {
     "v1": ("vllm.v1.attention.backend", "CommonAttentionMetadata", ("max_seq_len",)),
@@ -121,8 +150,14 @@ def resolve_hook(point: HookPoint, module: Any = None) -> tuple[Any, Any, str | 
         return None, None, f"{point.qualname} ({point.module}) has no readable signature"
     lacking = [p for p in point.params if p not in names]
     if lacking:
-        return None, None, (f"{point.qualname} ({point.module}) has no parameter {', '.join(lacking)} "
-                            f"(signature: {', '.join(names)})")
+        return (
+            None,
+            None,
+            (
+                f"{point.qualname} ({point.module}) has no parameter {', '.join(lacking)} "
+                f"(signature: {', '.join(names)})"
+            ),
+        )
     return cls, fn, None
 
 
@@ -146,9 +181,10 @@ def _missing(runner: str, point: HookPoint, problem: str) -> None:
     one line naming the release, the runner and the hook. The fix itself does not depend on it; the
     counters it feeds are reported as unknown (never guessed), so the record is flagged and the
     matrix reports the point as unmeasured."""
-    effect = {"step": "not timed (no step_ms), and no injected delay or slowdown applied",
-              "v1_step_end": "not timed (no step_ms where a step ends in sample_tokens)"}.get(
-        point.wrap, "not counted (drafter coverage unmeasured)")
+    effect = {
+        "step": "not timed (no step_ms), and no injected delay or slowdown applied",
+        "v1_step_end": "not timed (no step_ms where a step ends in sample_tokens)",
+    }.get(point.wrap, "not counted (drafter coverage unmeasured)")
     message = f"{_release()}, model runner {runner}: {problem}: {point.counts} {effect}"
     problems[(runner, point.qualname)] = message
     if message not in ACTIONS:
@@ -189,11 +225,15 @@ def _install(runner: str, point: HookPoint, module: Any) -> None:
     setattr(cls, point.qualname.rpartition(".")[2], wrapper)
     installed.add((runner, point.qualname))
     if point.wrap == "step" and inject_delay_s() > 0:
-        ACTIONS.append(f"injected {inject_delay_s() * 1000:g} ms per model step on runner {runner} "
-                        f"({INJECT_DELAY_ENV}, calibration only)")
+        ACTIONS.append(
+            f"injected {inject_delay_s() * 1000:g} ms per model step on runner {runner} "
+            f"({INJECT_DELAY_ENV}, calibration only)"
+        )
     if point.wrap == "step" and inject_slowdown() > 0:
-        ACTIONS.append(f"model steps made {1 + inject_slowdown():g}x as long by spinning on runner {runner} "
-                        f"({INJECT_SLOWDOWN_ENV}, calibration only)")
+        ACTIONS.append(
+            f"model steps made {1 + inject_slowdown():g}x as long by spinning on runner {runner} "
+            f"({INJECT_SLOWDOWN_ENV}, calibration only)"
+        )
 
 
 def _wrap_v1_gate(gate: Callable[..., Any]) -> Callable[..., Any]:
@@ -228,9 +268,11 @@ def _wrap_v2_step(sample_tokens: Callable[..., Any]) -> Callable[..., Any]:
     def sample_tokens_counted(self: Any, *args: Any, **kwargs: Any) -> Any:
         # read before the call, which consumes the pending forward's state; only the last pipeline
         # rank drafts
-        drafting = (getattr(self, "speculator", None) is not None
-                    and getattr(self, "execute_model_state", None) is not None
-                    and getattr(self, "is_last_pp_rank", True))
+        drafting = (
+            getattr(self, "speculator", None) is not None
+            and getattr(self, "execute_model_state", None) is not None
+            and getattr(self, "is_last_pp_rank", True)
+        )
         out = sample_tokens(self, *args, **kwargs)
         if drafting:
             COUNTERS.spec_steps += 1
@@ -261,8 +303,12 @@ def _wrap_v2_propose(propose: Callable[..., Any]) -> Callable[..., Any]:
 
 
 _WRAPPERS: dict[str, Callable[[Callable[..., Any]], Callable[..., Any]]] = {
-    "step": wrap_step, "v1_step_end": wrap_step_end, "v1_gate": _wrap_v1_gate, "v1_propose": _wrap_v1_propose,
-    "v2_step": _wrap_v2_step, "v2_propose": _wrap_v2_propose,
+    "step": wrap_step,
+    "v1_step_end": wrap_step_end,
+    "v1_gate": _wrap_v1_gate,
+    "v1_propose": _wrap_v1_propose,
+    "v2_step": _wrap_v2_step,
+    "v2_propose": _wrap_v2_propose,
 }
 
 

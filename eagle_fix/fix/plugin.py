@@ -22,15 +22,28 @@ import functools
 import logging
 import os
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from eagle_fix.core.settings import MODE_ENV
 from eagle_fix.fix.clock import STEPS, inject_slowdown
 from eagle_fix.fix.hooks import (
-    ACTIONS, COUNTERS, COUNTERS_OF, HOOK_POINTS, PATCHED_ATTR, install_runner_hooks, installed, missing_hooks, runner_module, runner_of, when_imported,
+    ACTIONS,
+    COUNTERS,
+    COUNTERS_OF,
+    HOOK_POINTS,
+    PATCHED_ATTR,
+    install_runner_hooks,
+    installed,
+    missing_hooks,
+    runner_module,
+    runner_of,
+    when_imported,
 )
 from eagle_fix.fix.positions import (
-    SHARED_POSITION_METHODS, maybe_override_draft_max_position_embeddings, rope_is_cache_only,
+    SHARED_POSITION_METHODS,
+    maybe_override_draft_max_position_embeddings,
+    rope_is_cache_only,
 )
 
 logger = logging.getLogger("vllm.eagle_fix")
@@ -96,6 +109,7 @@ def actions() -> list[str]:
 
 # --------------------------------------------------------------------------- engine detection
 
+
 def engine_override_function() -> Callable[..., Any] | None:
     """The engine's own max_position_embeddings override (PR #49343), if it has one."""
     from vllm.config.speculative import SpeculativeConfig
@@ -111,11 +125,14 @@ def engine_override_variant() -> str | None:
         return None
     import vllm.config.speculative as spec
 
-    generalized = hasattr(spec, "_CACHE_ONLY_ROPE_TYPES") or hasattr(spec.SpeculativeConfig, "draft_shares_target_positions")
+    generalized = hasattr(spec, "_CACHE_ONLY_ROPE_TYPES") or hasattr(
+        spec.SpeculativeConfig, "draft_shares_target_positions"
+    )
     return "generalized" if generalized else "seed"
 
 
 # --------------------------------------------------------------------------- config-side patches
+
 
 def _patch_speculative_config(mode: str) -> None:
     from vllm.config.speculative import SpeculativeConfig
@@ -148,7 +165,7 @@ def _patch_speculative_config(mode: str) -> None:
 
 def _no_override(*args: Any, **kwargs: Any) -> None:
     """Stands in for the engine's override in revert mode."""
-    return None
+    return
 
 
 def _after_speculative_config(spec: Any, mode: str, *, backport: bool) -> None:

@@ -60,8 +60,8 @@ from eagle_fix.machine import device
 from eagle_fix.machine.fingerprint import fingerprint, git_commit
 from eagle_fix.machine.roofline import model_shape
 from eagle_fix.pairs.profiles import default_profile
-from eagle_fix.sweep.plan import RunArgs, csv, plan, point_timeout, refuse_injected_delay, resolve
 from eagle_fix.sweep.loop import groups
+from eagle_fix.sweep.plan import RunArgs, csv, plan, point_timeout, refuse_injected_delay, resolve
 
 # 2: the verdicts follow eagle_fix.gate.verdict (sign test at alpha, power per row); `alpha` and
 # `min_detectable` recorded. Files of schema 1 kept the verdicts of a 95%-interval rule.
@@ -109,13 +109,17 @@ class ABArgs:
         return self.rounds or verdict.default_rounds(mode)
 
     @classmethod
-    def from_cli_args(cls, args: argparse.Namespace) -> "ABArgs":
+    def from_cli_args(cls, args: argparse.Namespace) -> ABArgs:
         run = RunArgs(
             profile=args.profile,
             contexts=tuple(parse_positive_int(c, "--contexts") for c in csv(args.contexts)) if args.contexts else None,
-            modes=tuple(csv(args.modes)), arms=tuple(csv(args.arms)), fixes=tuple(csv(args.fix)),
+            modes=tuple(csv(args.modes)),
+            arms=tuple(csv(args.arms)),
+            fixes=tuple(csv(args.fix)),
             output_len=parse_positive_int(args.output_len, "--output-len") if args.output_len else None,
-            repeats=1, ttft_repeats=1, progress=False,
+            repeats=1,
+            ttft_repeats=1,
+            progress=False,
         )
         out = Path(args.out) if args.out else None
         if out is not None and (out.is_dir() or not out.parent.is_dir()):
@@ -130,10 +134,18 @@ class ABArgs:
         refuse_injected_delay(out, new_env, calibration_ok=True, where=" in --new-env", exit_code=2)
         # absolute (not resolved: a venv's python is a symlink whose target has no venv): engines and
         # the probe run from other folders
-        return cls(base_python=os.path.abspath(args.base_python), new_python=os.path.abspath(args.new_python), base_env=base_env,
-                    new_env=new_env, run=run,
-                    rounds=parse_positive_int(args.rounds, "--rounds") if args.rounds else None,
-                    blocks=parse_positive_int(getattr(args, "blocks", None) or str(DEFAULT_BLOCKS), "--blocks"), threshold=args.threshold, strict=args.strict, out=out)
+        return cls(
+            base_python=os.path.abspath(args.base_python),
+            new_python=os.path.abspath(args.new_python),
+            base_env=base_env,
+            new_env=new_env,
+            run=run,
+            rounds=parse_positive_int(args.rounds, "--rounds") if args.rounds else None,
+            blocks=parse_positive_int(getattr(args, "blocks", None) or str(DEFAULT_BLOCKS), "--blocks"),
+            threshold=args.threshold,
+            strict=args.strict,
+            out=out,
+        )
 
 
 def _env_pairs(values: list[str] | None, flag: str) -> dict[str, str]:
@@ -170,14 +182,23 @@ def _side_info(python: str, env: dict[str, str], flag: str) -> dict[str, Any]:
     try:
         # from a neutral folder: `-c` puts the working folder first on sys.path (a checkout there would
         # answer for the side's own environment)
-        proc = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, timeout=120,
-                              env={**os.environ, **env}, cwd=tempfile.gettempdir())
+        proc = subprocess.run(
+            [python, "-c", _PROBE],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, **env},
+            cwd=tempfile.gettempdir(),
+            check=False,
+        )
     except subprocess.TimeoutExpired:
         raise EagleFixError(f"{flag} {python}: did not answer in 120 s", exit_code=2) from None
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise EagleFixError(f"{flag} {python}: cannot import eagle_fix there ({last}); install it: "
-                            f"{python} -m pip install -e .", exit_code=2)
+        raise EagleFixError(
+            f"{flag} {python}: cannot import eagle_fix there ({last}); install it: {python} -m pip install -e .",
+            exit_code=2,
+        )
     info = json.loads(proc.stdout.strip().splitlines()[-1])
     return {"python": python, "env": env, **info}
 
@@ -201,33 +222,47 @@ def engine_need_bytes(run: Any, spec: Any) -> int | None:
             weights += model_shape(read_config(run.profile.draft, "draft"))["weight_bytes"]
     except (EagleFixError, OSError, KeyError, TypeError, ValueError):
         return None
-    return int(weights + (spec.kv_cache_memory_bytes or 0)
-               + max(OVERHEAD_FLOOR_BYTES, OVERHEAD_SHARE_OF_WEIGHTS * weights))
+    return int(
+        weights + (spec.kv_cache_memory_bytes or 0) + max(OVERHEAD_FLOOR_BYTES, OVERHEAD_SHARE_OF_WEIGHTS * weights)
+    )
 
 
-def sharing_plan(device: str, need_bytes: int | None, total_bytes: int | None,
-                 total_error: str | None = None) -> dict[str, Any]:
+def sharing_plan(
+    device: str, need_bytes: int | None, total_bytes: int | None, total_error: str | None = None
+) -> dict[str, Any]:
     """How the two sides' engines share the machine, and why (recorded in the ab file)."""
     if device != "cuda":
-        return {"sharing": "paused", "reason": "CPU: both engines stay up; the side not measured is paused "
-                                               "(SIGSTOP), so its idle polling cannot land on the other's numbers"}
-    gib = lambda n: f"{n / 2**30:.1f} GiB"  # noqa: E731
+        return {
+            "sharing": "paused",
+            "reason": "CPU: both engines stay up; the side not measured is paused "
+            "(SIGSTOP), so its idle polling cannot land on the other's numbers",
+        }
+    gib = lambda n: f"{n / 2**30:.1f} GiB"
     if total_bytes is None:
-        return {"sharing": "one-at-a-time",
-                "reason": f"the GPU's memory is unknown ({total_error or 'NVML gave none'}): two engines are not "
-                          "shown to fit, so each side's engine runs alone, stopped and started per measurement"}
+        return {
+            "sharing": "one-at-a-time",
+            "reason": f"the GPU's memory is unknown ({total_error or 'NVML gave none'}): two engines are not "
+            "shown to fit, so each side's engine runs alone, stopped and started per measurement",
+        }
     if need_bytes is None:
-        return {"sharing": "one-at-a-time",
-                "reason": "one engine's memory cannot be estimated from the configs: each side's engine runs "
-                          "alone, stopped and started per measurement"}
+        return {
+            "sharing": "one-at-a-time",
+            "reason": "one engine's memory cannot be estimated from the configs: each side's engine runs "
+            "alone, stopped and started per measurement",
+        }
     share = int(SPLIT_UTILIZATION * total_bytes)
     if need_bytes <= share:
-        return {"sharing": "split-memory", "gpu_memory_utilization": SPLIT_UTILIZATION,
-                "reason": f"one engine needs about {gib(need_bytes)} (weights, KV budget, allowance); each side "
-                          f"gets gpu_memory_utilization {SPLIT_UTILIZATION} ({gib(share)} of {gib(total_bytes)})"}
-    return {"sharing": "one-at-a-time",
-            "reason": f"one engine needs about {gib(need_bytes)}, more than a side's share {gib(share)} of "
-                      f"{gib(total_bytes)}: each side's engine runs alone, stopped and started per measurement"}
+        return {
+            "sharing": "split-memory",
+            "gpu_memory_utilization": SPLIT_UTILIZATION,
+            "reason": f"one engine needs about {gib(need_bytes)} (weights, KV budget, allowance); each side "
+            f"gets gpu_memory_utilization {SPLIT_UTILIZATION} ({gib(share)} of {gib(total_bytes)})",
+        }
+    return {
+        "sharing": "one-at-a-time",
+        "reason": f"one engine needs about {gib(need_bytes)}, more than a side's share {gib(share)} of "
+        f"{gib(total_bytes)}: each side's engine runs alone, stopped and started per measurement",
+    }
 
 
 def block_of(r: int, rounds: int, blocks: int) -> int:
@@ -249,17 +284,29 @@ def run_ab(args: ABArgs) -> dict[str, Any]:
     if args.run.output_len is None and DEFAULT_SAMPLE_TOKENS and run.output_len > DEFAULT_SAMPLE_TOKENS:
         # the calibrated sample length; a profile whose own is shorter keeps its own
         run = resolve(dataclasses.replace(args.run, output_len=DEFAULT_SAMPLE_TOKENS))
-    sides = {"base": _side_info(args.base_python, args.base_env, "--base-python"),
-             "new": _side_info(args.new_python, args.new_env, "--new-python")}
+    sides = {
+        "base": _side_info(args.base_python, args.base_env, "--base-python"),
+        "new": _side_info(args.new_python, args.new_env, "--new-python"),
+    }
     fp = fingerprint()
     log_dir = (args.out.parent / f"{args.out.stem}-logs") if args.out else Path("runs") / "ab-logs"
     result: dict[str, Any] = {
-        "schema": SCHEMA, "kind": "eagle-fix ab", "machine": fp, "machine_id": fp["id"],
-        "git_commit": git_commit(), "base": sides["base"], "new": sides["new"],
+        "schema": SCHEMA,
+        "kind": "eagle-fix ab",
+        "machine": fp,
+        "machine_id": fp["id"],
+        "git_commit": git_commit(),
+        "base": sides["base"],
+        "new": sides["new"],
         # --rounds, or None: each point's mode's default; every point records the rounds and blocks it ran
-        "rounds": args.rounds, "blocks": args.blocks, "output_len": run.output_len,
-        "threshold": args.threshold, "alpha": args.alpha, "min_detectable": verdict.MIN_DETECTABLE,
-        "started": _now(), "points": [],
+        "rounds": args.rounds,
+        "blocks": args.blocks,
+        "output_len": run.output_len,
+        "threshold": args.threshold,
+        "alpha": args.alpha,
+        "min_detectable": verdict.MIN_DETECTABLE,
+        "started": _now(),
+        "points": [],
         # the side not being measured is paused (SIGSTOP), or stopped under "one-at-a-time"; files
         # without this key ran both at once
         "idle_side": "paused",
@@ -290,8 +337,9 @@ def run_ab(args: ABArgs) -> dict[str, Any]:
                     for side in start_order:
                         engines[side] = _start(spec, log_dir, side, group[0], sides)
                 for p in group:
-                    entry = _measure(run, p, engines, args, spec, log_dir, sides,
-                                     sharing=share["sharing"], start_order=start_order)
+                    entry = _measure(
+                        run, p, engines, args, spec, log_dir, sides, sharing=share["sharing"], start_order=start_order
+                    )
                     if share["sharing"] != result["sharing"]:
                         entry["sharing"], entry["sharing_reason"] = share["sharing"], share["reason"]
                     result["points"].append(entry)
@@ -318,12 +366,14 @@ def _start(spec, log_dir: Path, side: str, p, sides, suffix: str = "") -> Any:
 
 def _engine(spec, log: Path, side: dict[str, Any]) -> EngineProcess:
     """A side's engine, run by the side's interpreter as its own checkout's engine child."""
-    return EngineProcess(spec, log, python=side["python"], env=side["env"],
-                         child_module=side.get("child_module") or CHILD_MODULE)
+    return EngineProcess(
+        spec, log, python=side["python"], env=side["env"], child_module=side.get("child_module") or CHILD_MODULE
+    )
 
 
-def _measure(run, p, engines, args: ABArgs, spec, log_dir, sides,
-             sharing: str = "paused", start_order: list[str] | None = None) -> dict[str, Any]:
+def _measure(
+    run, p, engines, args: ABArgs, spec, log_dir, sides, sharing: str = "paused", start_order: list[str] | None = None
+) -> dict[str, Any]:
     """One point: `rounds` rounds, each measuring both sides in round_order(r) (the pair keeps its
     `order`; the ratio is new / base whichever went first), in `blocks` blocks: each block after the
     first closes both engines and starts them in the order opposite to `start_order` (the order the
@@ -332,8 +382,14 @@ def _measure(run, p, engines, args: ABArgs, spec, log_dir, sides,
     so one engine at a time holds the GPU."""
     identity = run.identity(p)
     rounds = args.rounds_for(p.mode)
-    entry: dict[str, Any] = {"identity": identity, "rounds": rounds, "blocks": min(args.blocks, rounds),
-                             "status": {}, "error": {}, "pairs": []}
+    entry: dict[str, Any] = {
+        "identity": identity,
+        "rounds": rounds,
+        "blocks": min(args.blocks, rounds),
+        "status": {},
+        "error": {},
+        "pairs": [],
+    }
     alone = sharing == "one-at-a-time"
     start_order = list(START_ORDER) if start_order is None else start_order
 
@@ -350,8 +406,11 @@ def _measure(run, p, engines, args: ABArgs, spec, log_dir, sides,
             block += 1
             if not alone:
                 start_order[:] = start_order[::-1]
-                _restart(engines, start_order, lambda side: _start(spec, log_dir, side, p, sides,
-                                                                   suffix=f"-block{block}"))
+                _restart(
+                    engines,
+                    start_order,
+                    lambda side, block=block: _start(spec, log_dir, side, p, sides, suffix=f"-block{block}"),
+                )
                 for side in ("base", "new"):
                     if entry["status"].get(side) != "failed" and isinstance(engines[side], Exception):
                         unusable(side)
@@ -363,7 +422,7 @@ def _measure(run, p, engines, args: ABArgs, spec, log_dir, sides,
             if entry["status"].get(side) == "failed":
                 continue
             if alone:
-                _one_engine_up(engines, side, lambda: _start(spec, log_dir, side, p, sides))
+                _one_engine_up(engines, side, lambda side=side: _start(spec, log_dir, side, p, sides))
                 if isinstance(engines[side], Exception):
                     unusable(side)
                     continue
@@ -385,11 +444,15 @@ def _measure(run, p, engines, args: ABArgs, spec, log_dir, sides,
         entry["pairs"].append(pair)
     for side in ("base", "new"):
         entry["status"].setdefault(side, "ok")
-    entry["pinning"] = {side: (getattr(e, "ready", None) or {}).get("pinning") for side, e in engines.items()
-                        if e is not None and not isinstance(e, Exception)}
+    entry["pinning"] = {
+        side: (getattr(e, "ready", None) or {}).get("pinning")
+        for side, e in engines.items()
+        if e is not None and not isinstance(e, Exception)
+    }
     synthetic = run.profile.synthetic_acceptance_length is not None
-    entry["verdicts"] = verdicts(entry, args.threshold, k=identity["num_speculative_tokens"], alpha=args.alpha,
-                                  synthetic=synthetic)
+    entry["verdicts"] = verdicts(
+        entry, args.threshold, k=identity["num_speculative_tokens"], alpha=args.alpha, synthetic=synthetic
+    )
     return entry
 
 
@@ -413,7 +476,7 @@ def _restart(engines: dict[str, Any], order: list[str], start: Any) -> None:
 
 
 def _one_engine_up(engines: dict[str, Any], side: str, start: Any) -> None:
-    """"one-at-a-time": close every other side's engine, then start this side's if it is not up."""
+    """ "one-at-a-time": close every other side's engine, then start this side's if it is not up."""
     for name, engine in engines.items():
         if name != side and engine is not None and not isinstance(engine, Exception):
             engine.close()
@@ -438,17 +501,22 @@ def _pair_numbers(res: PointReply) -> dict[str, Any]:
 def _progress(entry: dict[str, Any], started: float) -> None:
     d = entry["identity"]
     tp = entry["verdicts"].get("tpot_ms", {})
-    print(f"[eagle-fix ab] {d['context_len']} {d['mode']} {d['arm']}{' fix ' + d['fix'] if d['fix'] else ''}: "
-          f"{time.monotonic() - started:.0f} s, tpot {tp.get('verdict', entry['verdicts'].get('status', {}).get('verdict'))}",
-          file=sys.stderr, flush=True)
+    print(
+        f"[eagle-fix ab] {d['context_len']} {d['mode']} {d['arm']}{' fix ' + d['fix'] if d['fix'] else ''}: "
+        f"{time.monotonic() - started:.0f} s, tpot {tp.get('verdict', entry['verdicts'].get('status', {}).get('verdict'))}",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def _now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
 
 
 def add_cli_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--base-python", required=True, help="interpreter of the base environment (e.g. .venv/bin/python)")
+    parser.add_argument(
+        "--base-python", required=True, help="interpreter of the base environment (e.g. .venv/bin/python)"
+    )
     parser.add_argument("--new-python", required=True, help="interpreter of the new environment")
     parser.add_argument("--base-env", action="append", metavar="K=V", help="environment variable for the base side")
     parser.add_argument("--new-env", action="append", metavar="K=V", help="environment variable for the new side")
@@ -457,17 +525,29 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--modes", default="eager,compile")
     parser.add_argument("--arms", default="eagle3,baseline")
     parser.add_argument("--fix", default="on")
-    parser.add_argument("--output-len", help="tokens per sample (default: the profile's" + (
-        f", at most {DEFAULT_SAMPLE_TOKENS}, the calibrated sample length)" if DEFAULT_SAMPLE_TOKENS else ")"))
-    parser.add_argument("--rounds",
-                        help=f"alternating rounds per point (default: the gate's calibrated setting, "
-                             f"{verdict.rounds_text()}; docs/statistics.md says what it catches; more rounds "
-                             f"see smaller changes)")
-    parser.add_argument("--blocks", default=str(DEFAULT_BLOCKS),
-                        help="blocks a point's rounds are split into, each with both engines started afresh in the "
-                             "order opposite to the block before (default %(default)s, as calibrated)")
-    parser.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
-                        help=f"relative change that can fail (default {DEFAULT_THRESHOLD * 100:g}%%, from the calibration)")
+    parser.add_argument(
+        "--output-len",
+        help="tokens per sample (default: the profile's"
+        + (f", at most {DEFAULT_SAMPLE_TOKENS}, the calibrated sample length)" if DEFAULT_SAMPLE_TOKENS else ")"),
+    )
+    parser.add_argument(
+        "--rounds",
+        help=f"alternating rounds per point (default: the gate's calibrated setting, "
+        f"{verdict.rounds_text()}; docs/statistics.md says what it catches; more rounds "
+        f"see smaller changes)",
+    )
+    parser.add_argument(
+        "--blocks",
+        default=str(DEFAULT_BLOCKS),
+        help="blocks a point's rounds are split into, each with both engines started afresh in the "
+        "order opposite to the block before (default %(default)s, as calibrated)",
+    )
+    parser.add_argument(
+        "--threshold",
+        type=float,
+        default=DEFAULT_THRESHOLD,
+        help=f"relative change that can fail (default {DEFAULT_THRESHOLD * 100:g}%%, from the calibration)",
+    )
     parser.add_argument("--strict", action="store_true", help="an inconclusive metric fails too")
     parser.add_argument("--out", help="write the whole result (every pair) as JSON here")
 

@@ -18,8 +18,9 @@ PAIRED = tuple((m, record.METRIC[m].higher_is_better) for m in verdict.PAIRED)
 DEFAULT_ALPHA = verdict.DEFAULT_ALPHA
 
 
-def verdicts(entry: dict[str, Any], threshold: float, *, k: int | None,
-              alpha: float = DEFAULT_ALPHA, synthetic: bool = False) -> dict[str, Any]:
+def verdicts(
+    entry: dict[str, Any], threshold: float, *, k: int | None, alpha: float = DEFAULT_ALPHA, synthetic: bool = False
+) -> dict[str, Any]:
     """Every metric of one point, judged by eagle_fix.gate.verdict on the rounds both sides measured;
     `synthetic`: the profile set acceptance (vLLM's synthetic sampler), so it is shown, not judged."""
     status = entry["status"]
@@ -34,26 +35,52 @@ def verdicts(entry: dict[str, Any], threshold: float, *, k: int | None,
         b = [p["base"][metric] for p in pairs if p["base"].get(metric) and p["new"].get(metric)]
         n = [p["new"][metric] for p in pairs if p["base"].get(metric) and p["new"].get(metric)]
         v = verdict.noisy(b, n, metric=metric, threshold=threshold, alpha=alpha, paired=True)
-        out[metric] = {**v.detail, "verdict": v.verdict, "change": v.change, "evidence": v.evidence,
-                       "power": v.power, "base_median": stats.median(b), "new_median": stats.median(n),
-                       "ratios": stats.paired_ratios(b, n)}
+        out[metric] = {
+            **v.detail,
+            "verdict": v.verdict,
+            "change": v.change,
+            "evidence": v.evidence,
+            "power": v.power,
+            "base_median": stats.median(b),
+            "new_median": stats.median(n),
+            "ratios": stats.paired_ratios(b, n),
+        }
         # what each start order gave on its own: on identical sides the two should straddle 1
         by_start = ratios_by_start_order(pairs, metric)
         if by_start:
-            out[metric]["median_ratio_by_start_order"] = {f"{first}_started_first": stats.median(rs)
-                                                          for first, rs in by_start.items()}
+            out[metric]["median_ratio_by_start_order"] = {
+                f"{first}_started_first": stats.median(rs) for first, rs in by_start.items()
+            }
     first = entry["pairs"][0] if entry["pairs"] else {}
     fb, fn = first.get("base") or {}, first.get("new") or {}
     if synthetic and fb.get("acceptance_length") is not None:
         v = verdict.synthetic_acceptance()
-        out["acceptance_length"] = {"verdict": v.verdict, "base": fb["acceptance_length"],
-                                    "new": fn.get("acceptance_length"), "evidence": v.evidence, "power": v.power}
+        out["acceptance_length"] = {
+            "verdict": v.verdict,
+            "base": fb["acceptance_length"],
+            "new": fn.get("acceptance_length"),
+            "evidence": v.evidence,
+            "power": v.power,
+        }
     elif fb.get("num_drafts") and fn.get("num_drafts"):
-        v = verdict.acceptance(fb["num_drafts"], fb["num_accepted_tokens"], fn["num_drafts"], fn["num_accepted_tokens"],
-                               base_length=fb["acceptance_length"], new_length=fn["acceptance_length"], k=k or 1,
-                               alpha=alpha)
-        out["acceptance_length"] = {"verdict": v.verdict, "p": v.detail.get("p"), "base": fb["acceptance_length"],
-                                    "new": fn["acceptance_length"], "evidence": v.evidence, "power": v.power}
+        v = verdict.acceptance(
+            fb["num_drafts"],
+            fb["num_accepted_tokens"],
+            fn["num_drafts"],
+            fn["num_accepted_tokens"],
+            base_length=fb["acceptance_length"],
+            new_length=fn["acceptance_length"],
+            k=k or 1,
+            alpha=alpha,
+        )
+        out["acceptance_length"] = {
+            "verdict": v.verdict,
+            "p": v.detail.get("p"),
+            "base": fb["acceptance_length"],
+            "new": fn["acceptance_length"],
+            "evidence": v.evidence,
+            "power": v.power,
+        }
     cb, cn = fb.get("drafter_coverage"), fn.get("drafter_coverage")
     if (synthetic or (fb.get("num_drafts") and fn.get("num_drafts"))) and cb is not None and cn is not None:
         v = verdict.exact(cb, cn, higher_is_better=True)
@@ -61,8 +88,9 @@ def verdicts(entry: dict[str, Any], threshold: float, *, k: int | None,
     return out
 
 
-def ratios_by_start_order(pairs: list[dict[str, Any]], metric: str,
-                          file_order: list[str] | None = None) -> dict[str, list[float]]:
+def ratios_by_start_order(
+    pairs: list[dict[str, Any]], metric: str, file_order: list[str] | None = None
+) -> dict[str, list[float]]:
     """The paired ratios new/base of `metric`, by which side's engine was started first ("base" or
     "new"): each pair's own `start_order`, else `file_order` (files before blocks had one per file)."""
     out: dict[str, list[float]] = {}
@@ -88,8 +116,14 @@ def summary(result: dict[str, Any], *, strict: bool) -> dict[str, Any]:
 
 def _as_verdict(v: dict[str, Any]) -> verdict.Verdict:
     """A stored verdict back as eagle_fix.gate.verdict's (files of schema 1 lack the power fields)."""
-    return verdict.Verdict(v["verdict"], v.get("change"), v.get("evidence", ""), v.get("power", ""),
-                           v.get("detectable"), speed="base_median" in v and "power" in v)
+    return verdict.Verdict(
+        v["verdict"],
+        v.get("change"),
+        v.get("evidence", ""),
+        v.get("power", ""),
+        v.get("detectable"),
+        speed="base_median" in v and "power" in v,
+    )
 
 
 def format_ab(result: dict[str, Any], *, strict: bool = False) -> str:
@@ -104,14 +138,22 @@ def format_ab(result: dict[str, Any], *, strict: bool = False) -> str:
                 evidence = v.get("evidence")
                 if evidence is None:  # a file of schema 1: its interval, labelled with its real coverage
                     ci = v.get("ci95")
-                    evidence = (f"[{ci[0]:+.1%}, {ci[1]:+.1%}] {stats.interval_label(v.get('coverage'))}"
-                                if ci else "")
+                    evidence = f"[{ci[0]:+.1%}, {ci[1]:+.1%}] {stats.interval_label(v.get('coverage'))}" if ci else ""
             else:
                 b, n = verdict.number_cell(v.get("base")), verdict.number_cell(v.get("new"))
                 evidence = v.get("evidence") or (f"p={v['p']:.3g}" if v.get("p") is not None else "")
             judged.append(_as_verdict(v))
-            rows.append((d, metric, b, n, verdict.change_cell(v.get("change")), evidence,
-                         verdict.verdict_cell(v["verdict"], v.get("power", ""), strict=strict)))
+            rows.append(
+                (
+                    d,
+                    metric,
+                    b,
+                    n,
+                    verdict.change_cell(v.get("change")),
+                    evidence,
+                    verdict.verdict_cell(v["verdict"], v.get("power", ""), strict=strict),
+                )
+            )
     lines = verdict.table(rows)
     vb, vn = result["base"]["versions"].get("vllm"), result["new"]["versions"].get("vllm")
     lines.append(f"base: {result['base']['python']} (vLLM {vb}) {result['base']['env'] or ''}".rstrip())
@@ -120,9 +162,16 @@ def format_ab(result: dict[str, Any], *, strict: bool = False) -> str:
     if blind:
         lines.append(blind)
     verdicts = [v["verdict"] for e in result["points"] for v in e["verdicts"].values()]
-    lines.append(verdict.summary_line(
-        len(result["points"]), verdicts, threshold=result["threshold"], alpha=result.get("alpha", DEFAULT_ALPHA),
-        strict=strict, what=f"points x {rounds_label(result)} on {result['machine']['name']}"))
+    lines.append(
+        verdict.summary_line(
+            len(result["points"]),
+            verdicts,
+            threshold=result["threshold"],
+            alpha=result.get("alpha", DEFAULT_ALPHA),
+            strict=strict,
+            what=f"points x {rounds_label(result)} on {result['machine']['name']}",
+        )
+    )
     lines += [f"failing: {f}" for f in result["summary"]["failing"]]
     return "\n".join(lines)
 

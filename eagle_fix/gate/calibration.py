@@ -12,12 +12,12 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from eagle_fix.pairs.profiles import PROFILES
 from eagle_fix.core import significance, stats
+from eagle_fix.fix.clock import INJECT_SLOWDOWN_ENV
 from eagle_fix.gate import verdict
 from eagle_fix.gate.ab_result import point_rounds, ratios_by_start_order, read_ab
-from eagle_fix.fix.clock import INJECT_SLOWDOWN_ENV
 from eagle_fix.machine.fingerprint import fingerprint
+from eagle_fix.pairs.profiles import PROFILES
 
 GATE = Path("results") / "calibration" / "gate"
 
@@ -25,8 +25,13 @@ GATE = Path("results") / "calibration" / "gate"
 # What issue 22 asked a calibration to cover: the gate's defaults held to 0 false alarms on identical
 # sides and at least 90% of MIN_DETECTABLE caught, over at least GOAL_TRIALS trials of each, at these
 # points of the cpu-quick profile (context, mode, arm). coverage_table says which are met, on which machine.
-GOAL_POINTS = ((8192, "eager", "eagle3"), (8192, "eager", "baseline"), (8192, "compile", "eagle3"),
-               (8192, "compile", "baseline"), (32768, "eager", "eagle3"))
+GOAL_POINTS = (
+    (8192, "eager", "eagle3"),
+    (8192, "eager", "baseline"),
+    (8192, "compile", "eagle3"),
+    (8192, "compile", "baseline"),
+    (32768, "eager", "eagle3"),
+)
 # at least this many trials a side: fewer could not tell 90% detection from a coin's luck
 GOAL_TRIALS = 10
 GOAL_DETECTION = 0.9
@@ -39,10 +44,18 @@ def trial(path: str | Path) -> dict[str, Any]:
     if base_env.get(INJECT_SLOWDOWN_ENV):
         raise ValueError(f"{path}: the base side carries {INJECT_SLOWDOWN_ENV}; a calibration slows the new side only")
     slowdown = float(new_env.get(INJECT_SLOWDOWN_ENV) or 0.0)
-    out: dict[str, Any] = {"file": Path(path).name, "slowdown": slowdown, "by_start_order": {},
-                           "threshold": data["threshold"], "alpha": data["alpha"],
-                           "machine": (data.get("machine") or {}).get("name") or data["machine_id"],
-                           "alarm": data["summary"]["exit_code"] != 0, "flagged": [], "ratios": {}, "samples": {}}
+    out: dict[str, Any] = {
+        "file": Path(path).name,
+        "slowdown": slowdown,
+        "by_start_order": {},
+        "threshold": data["threshold"],
+        "alpha": data["alpha"],
+        "machine": (data.get("machine") or {}).get("name") or data["machine_id"],
+        "alarm": data["summary"]["exit_code"] != 0,
+        "flagged": [],
+        "ratios": {},
+        "samples": {},
+    }
     for entry in data["points"]:
         out["identity"] = entry["identity"]
         out["rounds"], out["blocks"] = point_rounds(data, entry)
@@ -53,9 +66,14 @@ def trial(path: str | Path) -> dict[str, Any]:
             if "ratios" in v:
                 out["ratios"][metric] = v["ratios"]
         for metric in verdict.PAIRED:
-            out["samples"][metric] = {side: [p[side][metric] for p in entry["pairs"]
-                                             if isinstance(p.get(side), dict) and p[side].get(metric) is not None]
-                                      for side in ("base", "new")}
+            out["samples"][metric] = {
+                side: [
+                    p[side][metric]
+                    for p in entry["pairs"]
+                    if isinstance(p.get(side), dict) and p[side].get(metric) is not None
+                ]
+                for side in ("base", "new")
+            }
             # the paired ratios by which side's engine was started first (files before blocks: the
             # file's one start order, base unless it says otherwise)
             by = ratios_by_start_order(entry["pairs"], metric, data.get("start_order") or ["base"])
@@ -76,8 +94,12 @@ def off_defaults(t: dict[str, Any]) -> str | None:
     threshold, alpha, pinned engines), else what differs: only such trials calibrate the defaults."""
     profile = PROFILES.get(t["identity"]["profile"])
     length = min(profile.output_len, verdict.DEFAULT_SAMPLE_TOKENS or profile.output_len) if profile else None
-    want = {"rounds": verdict.default_rounds(t["identity"]["mode"]), "blocks": verdict.DEFAULT_BLOCKS, "threshold": verdict.DEFAULT_THRESHOLD,
-            "alpha": verdict.DEFAULT_ALPHA}
+    want = {
+        "rounds": verdict.default_rounds(t["identity"]["mode"]),
+        "blocks": verdict.DEFAULT_BLOCKS,
+        "threshold": verdict.DEFAULT_THRESHOLD,
+        "alpha": verdict.DEFAULT_ALPHA,
+    }
     have = {k: t[k] for k in want}
     off = [f"{k} {have[k]:g} (default {v:g})" for k, v in want.items() if have[k] != v]
     if t["identity"]["output_len"] != length:
@@ -92,8 +114,10 @@ def one_machine(ts: list[dict[str, Any]]) -> None:
     this kind differ in speed and in noise, and pooling them would state a power that no machine has."""
     machines = sorted({t["machine"] for t in ts})
     if len(machines) > 1:
-        raise ValueError(f"these trials ran on {len(machines)} machines ({', '.join(machines)}); a calibration is one "
-                         f"machine's: keep each machine's trials in their own folder (CALIBRATE_OUT)")
+        raise ValueError(
+            f"these trials ran on {len(machines)} machines ({', '.join(machines)}); a calibration is one "
+            f"machine's: keep each machine's trials in their own folder (CALIBRATE_OUT)"
+        )
 
 
 def resume_check(folder: str | Path, machine_name: str) -> str | None:
@@ -103,8 +127,10 @@ def resume_check(folder: str | Path, machine_name: str) -> str | None:
     theirs = sorted({t["machine"] for t in ts} - {machine_name})
     if not theirs:
         return None
-    return (f"{folder} holds trials of {', '.join(theirs)} and this is {machine_name}; a calibration is one "
-            f"machine's: CALIBRATE_OUT={str(folder).rstrip('/')}-{machine_name} starts this machine's own")
+    return (
+        f"{folder} holds trials of {', '.join(theirs)} and this is {machine_name}; a calibration is one "
+        f"machine's: CALIBRATE_OUT={str(folder).rstrip('/')}-{machine_name} starts this machine's own"
+    )
 
 
 def rates(ts: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -117,10 +143,18 @@ def rates(ts: list[dict[str, Any]]) -> list[dict[str, Any]]:
         alarms = sum(t["alarm"] for t in group)
         lo, hi = stats.wilson(alarms, len(group)) or (0.0, 1.0)
         step = [statistics.median(t["ratios"]["step_ms"]) for t in group if t["ratios"].get("step_ms")]
-        out.append({"slowdown": s, "trials": len(group), "alarms": alarms, "rate": alarms / len(group),
-                    "rate_ci95": (lo, hi), "step_ratio_median": statistics.median(step) if step else None,
-                    "step_ratio_range": (min(step), max(step)) if step else None,
-                    "flagged": sorted({m for t in group for m in t["flagged"]})})
+        out.append(
+            {
+                "slowdown": s,
+                "trials": len(group),
+                "alarms": alarms,
+                "rate": alarms / len(group),
+                "rate_ci95": (lo, hi),
+                "step_ratio_median": statistics.median(step) if step else None,
+                "step_ratio_range": (min(step), max(step)) if step else None,
+                "flagged": sorted({m for t in group for m in t["flagged"]}),
+            }
+        )
     return out
 
 
@@ -133,15 +167,24 @@ def floor(ts: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for metric in verdict.PAIRED:
         ratios = [r for t in aa for r in t["ratios"].get(metric, [])]
-        sample_cv = [c for t in aa for side in ("base", "new") if (c := stats.cv(t["samples"].get(metric, {}).get(side, [])))]
+        sample_cv = [
+            c for t in aa for side in ("base", "new") if (c := stats.cv(t["samples"].get(metric, {}).get(side, [])))
+        ]
         medians = [statistics.median(t["ratios"][metric]) for t in aa if t["ratios"].get(metric)]
         if not ratios:
             continue
-        out.append({"metric": metric, "trials": len(aa), "rounds": len(ratios),
-                    "sample_cv": statistics.median(sample_cv) if sample_cv else None,
-                    "ratio_cv": stats.cv(ratios), "ratio_robust_cv": stats.robust_cv(ratios),
-                    "median_ratio_range": (min(medians), max(medians)),
-                    "median_ratio_sd": statistics.pstdev(medians) if len(medians) > 1 else None})
+        out.append(
+            {
+                "metric": metric,
+                "trials": len(aa),
+                "rounds": len(ratios),
+                "sample_cv": statistics.median(sample_cv) if sample_cv else None,
+                "ratio_cv": stats.cv(ratios),
+                "ratio_robust_cv": stats.robust_cv(ratios),
+                "median_ratio_range": (min(medians), max(medians)),
+                "median_ratio_sd": statistics.pstdev(medians) if len(medians) > 1 else None,
+            }
+        )
     return out
 
 
@@ -150,19 +193,27 @@ def _pct(v: float | None, digits: int = 1) -> str:
 
 
 def _md(head: list[str], rows: list[list[str]]) -> str:
-    return "\n".join(["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(r) + " |" for r in rows])
+    return "\n".join(
+        ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(r) + " |" for r in rows]
+    )
 
 
 def _setting(ts: list[dict[str, Any]]) -> str:
     ident = ts[0]["identity"]
     machines = sorted({t["machine"] for t in ts})
-    return (f"{ident['profile']}, {ident['context_len']} tokens, {ident['mode']}, {ident['arm']}; "
-            f"`eagle-fix ab` with {', '.join(sorted({str(t['identity']['output_len']) for t in ts}))}-token samples, "
-            f"{', '.join(sorted({str(t['rounds']) for t in ts}))} rounds"
-            + (f" in {', '.join(sorted({str(t['blocks']) for t in ts}))} blocks" if any(t["blocks"] > 1 for t in ts) else "")
-            + ", threshold "
-            f"{', '.join(sorted({_pct(t['threshold'], 0) for t in ts}))}, alpha {ts[0]['alpha']:g}; "
-            f"{len(ts)} trial{'s' if len(ts) != 1 else ''} on {', '.join(f'`{m}`' for m in machines)}")
+    return (
+        f"{ident['profile']}, {ident['context_len']} tokens, {ident['mode']}, {ident['arm']}; "
+        f"`eagle-fix ab` with {', '.join(sorted({str(t['identity']['output_len']) for t in ts}))}-token samples, "
+        f"{', '.join(sorted({str(t['rounds']) for t in ts}))} rounds"
+        + (
+            f" in {', '.join(sorted({str(t['blocks']) for t in ts}))} blocks"
+            if any(t["blocks"] > 1 for t in ts)
+            else ""
+        )
+        + ", threshold "
+        f"{', '.join(sorted({_pct(t['threshold'], 0) for t in ts}))}, alpha {ts[0]['alpha']:g}; "
+        f"{len(ts)} trial{'s' if len(ts) != 1 else ''} on {', '.join(f'`{m}`' for m in machines)}"
+    )
 
 
 def _load(paths) -> list[dict[str, Any]]:
@@ -175,22 +226,63 @@ def rates_table(paths) -> str:
     ts = _load(paths)
     if not ts:  # a folder placed in the docs before its first trial lands
         return "no trials yet in " + ", ".join(f"`{Path(p).name}/`" for p in paths)
-    rows = [[_pct(r["slowdown"], 0) if r["slowdown"] else "0 (A/A)", str(r["trials"]), str(r["alarms"]),
-             f"{_pct(r['rate'], 0)} [{_pct(r['rate_ci95'][0], 0)}, {_pct(r['rate_ci95'][1], 0)}]",
-             f"{r['step_ratio_median']:.3f} ({r['step_ratio_range'][0]:.3f} – {r['step_ratio_range'][1]:.3f})"
-             if r["step_ratio_median"] else "–", ", ".join(r["flagged"]) or "–"] for r in rates(ts)]
-    return (_setting(ts) + "\n\n" + _md(["injected slowdown", "trials", "alarms (exit 1)", "alarm rate [95% Wilson]",
-                                         "model-step ratio new/base: median of trials (range)", "metrics flagged"], rows))
+    rows = [
+        [
+            _pct(r["slowdown"], 0) if r["slowdown"] else "0 (A/A)",
+            str(r["trials"]),
+            str(r["alarms"]),
+            f"{_pct(r['rate'], 0)} [{_pct(r['rate_ci95'][0], 0)}, {_pct(r['rate_ci95'][1], 0)}]",
+            f"{r['step_ratio_median']:.3f} ({r['step_ratio_range'][0]:.3f} – {r['step_ratio_range'][1]:.3f})"
+            if r["step_ratio_median"]
+            else "–",
+            ", ".join(r["flagged"]) or "–",
+        ]
+        for r in rates(ts)
+    ]
+    return (
+        _setting(ts)
+        + "\n\n"
+        + _md(
+            [
+                "injected slowdown",
+                "trials",
+                "alarms (exit 1)",
+                "alarm rate [95% Wilson]",
+                "model-step ratio new/base: median of trials (range)",
+                "metrics flagged",
+            ],
+            rows,
+        )
+    )
 
 
 def floor_table(paths) -> str:
     """The A/A trials' noise floor, per paired metric."""
     ts = _load(paths)
-    rows = [[f["metric"], str(f["trials"]), str(f["rounds"]), _pct(f["sample_cv"]), _pct(f["ratio_cv"]),
-             _pct(f["ratio_robust_cv"]), f"{f['median_ratio_range'][0]:.3f} – {f['median_ratio_range'][1]:.3f}"]
-            for f in floor(ts)]
-    return _md(["metric", "A/A trials", "rounds", "CV of a side's samples (median)", "CV of paired ratios",
-                "robust CV of paired ratios (MAD)", "trials' median ratio"], rows)
+    rows = [
+        [
+            f["metric"],
+            str(f["trials"]),
+            str(f["rounds"]),
+            _pct(f["sample_cv"]),
+            _pct(f["ratio_cv"]),
+            _pct(f["ratio_robust_cv"]),
+            f"{f['median_ratio_range'][0]:.3f} – {f['median_ratio_range'][1]:.3f}",
+        ]
+        for f in floor(ts)
+    ]
+    return _md(
+        [
+            "metric",
+            "A/A trials",
+            "rounds",
+            "CV of a side's samples (median)",
+            "CV of paired ratios",
+            "robust CV of paired ratios (MAD)",
+            "trials' median ratio",
+        ],
+        rows,
+    )
 
 
 def start_order_table(paths, metric: str = "step_ms") -> str:
@@ -201,18 +293,32 @@ def start_order_table(paths, metric: str = "step_ms") -> str:
     rows = []
     for t in ts:
         by = t["by_start_order"].get(metric) or {}
-        cell = lambda rs: f"{statistics.median(rs):.3f} ({len(rs)})" if rs else "–"  # noqa: E731
-        rows.append([f"`{t['file']}`", _pct(t["slowdown"], 0) if t["slowdown"] else "0 (A/A)",
-                     cell(by.get("base")), cell(by.get("new")), cell(t["ratios"].get(metric) or [])])
-    return (f"`{metric}` ratio new/base, median (rounds)\n\n"
-            + _md(["trial", "injected slowdown", "base's engine started first", "new's engine started first", "all rounds"],
-                  rows))
+        cell = lambda rs: f"{statistics.median(rs):.3f} ({len(rs)})" if rs else "–"
+        rows.append(
+            [
+                f"`{t['file']}`",
+                _pct(t["slowdown"], 0) if t["slowdown"] else "0 (A/A)",
+                cell(by.get("base")),
+                cell(by.get("new")),
+                cell(t["ratios"].get(metric) or []),
+            ]
+        )
+    return f"`{metric}` ratio new/base, median (rounds)\n\n" + _md(
+        ["trial", "injected slowdown", "base's engine started first", "new's engine started first", "all rounds"], rows
+    )
 
 
-def resampled(ts: list[dict[str, Any]], rounds: tuple[int, ...] = (16, 32, 48, 64, 96, 128),
-              shifts: tuple[float, ...] = (0.0, verdict.MIN_DETECTABLE), *, metric: str = "step_ms",
-              threshold: float = verdict.DEFAULT_THRESHOLD, alpha: float = verdict.DEFAULT_ALPHA,
-              draws: int = 400, seed: int = 0) -> list[dict[str, Any]]:
+def resampled(
+    ts: list[dict[str, Any]],
+    rounds: tuple[int, ...] = (16, 32, 48, 64, 96, 128),
+    shifts: tuple[float, ...] = (0.0, verdict.MIN_DETECTABLE),
+    *,
+    metric: str = "step_ms",
+    threshold: float = verdict.DEFAULT_THRESHOLD,
+    alpha: float = verdict.DEFAULT_ALPHA,
+    draws: int = 400,
+    seed: int = 0,
+) -> list[dict[str, Any]]:
     """What other round counts would have done on this noise: rounds drawn (with replacement) from
     the A/A trials' paired ratios of `metric`, multiplied by 1 + shift, judged by the gate's rule.
     A model of the gate, not a measurement of it: it keeps the noise's shape but not its order in
@@ -230,7 +336,9 @@ def resampled(ts: list[dict[str, Any]], rounds: tuple[int, ...] = (16, 32, 48, 6
             hits = 0
             for _ in range(draws):
                 new = [rng.choice(pool) * (1 + s) for _ in range(n)]
-                j = significance.judge([1.0] * n, new, higher_is_better=False, threshold=threshold, alpha=alpha, paired=True)
+                j = significance.judge(
+                    [1.0] * n, new, higher_is_better=False, threshold=threshold, alpha=alpha, paired=True
+                )
                 hits += j["verdict"] == "regression"
             row[s] = hits / draws
         out.append(row)
@@ -246,10 +354,21 @@ def resampled_table(paths) -> str:
         return "no A/A trials"
     head = ["rounds", "alarms on identical sides", f"alarms at +{verdict.MIN_DETECTABLE:.0%}"]
     default = verdict.default_rounds(ts[0]["identity"]["mode"])
-    return (f"{rows[0]['draws']} draws a cell from the {rows[0]['pool']} `{rows[0]['metric']}` ratios of the A/A trials, "
-            f"threshold {verdict.DEFAULT_THRESHOLD:.0%}, alpha {verdict.DEFAULT_ALPHA:g}, seeded\n\n"
-            + _md(head, [[str(r["rounds"]) + (f" (default, {ts[0]['identity']['mode']})" if r["rounds"] == default else ""),
-                          _pct(r[0.0], 0), _pct(r[verdict.MIN_DETECTABLE], 0)] for r in rows]))
+    return (
+        f"{rows[0]['draws']} draws a cell from the {rows[0]['pool']} `{rows[0]['metric']}` ratios of the A/A trials, "
+        f"threshold {verdict.DEFAULT_THRESHOLD:.0%}, alpha {verdict.DEFAULT_ALPHA:g}, seeded\n\n"
+        + _md(
+            head,
+            [
+                [
+                    str(r["rounds"]) + (f" (default, {ts[0]['identity']['mode']})" if r["rounds"] == default else ""),
+                    _pct(r[0.0], 0),
+                    _pct(r[verdict.MIN_DETECTABLE], 0),
+                ]
+                for r in rows
+            ],
+        )
+    )
 
 
 def _point(context: int, mode: str, arm: str) -> str:
@@ -300,27 +419,69 @@ def coverage(folders) -> list[dict[str, Any]]:
             status = "met" if caught >= GOAL_DETECTION * n_slow else f"missed: {caught} of {n_slow} caught"
         else:
             status = f"not yet: {max(GOAL_TRIALS - n_aa, 0)} A/A and {max(GOAL_TRIALS - n_slow, 0)} slowed trials to go"
-        rows.append({"point": _point(ctx, mode, arm), "profile": profile, "context_len": ctx, "mode": mode, "arm": arm,
-                     "machine": machine, "aa": n_aa, "false_alarms": false_alarms, "slow": n_slow, "caught": caught,
-                     "other_slowdowns": sorted(g["other"]), "status": status, "folders": g["folders"]})
+        rows.append(
+            {
+                "point": _point(ctx, mode, arm),
+                "profile": profile,
+                "context_len": ctx,
+                "mode": mode,
+                "arm": arm,
+                "machine": machine,
+                "aa": n_aa,
+                "false_alarms": false_alarms,
+                "slow": n_slow,
+                "caught": caught,
+                "other_slowdowns": sorted(g["other"]),
+                "status": status,
+                "folders": g["folders"],
+            }
+        )
     goal = {p: i for i, p in enumerate(GOAL_POINTS)}
-    return sorted(rows, key=lambda r: (r["profile"] != "cpu-quick", goal.get((r["context_len"], r["mode"], r["arm"]), len(goal)),
-                                       r["context_len"], r["mode"], r["arm"], r["machine"] or ""))
+    return sorted(
+        rows,
+        key=lambda r: (
+            r["profile"] != "cpu-quick",
+            goal.get((r["context_len"], r["mode"], r["arm"]), len(goal)),
+            r["context_len"],
+            r["mode"],
+            r["arm"],
+            r["machine"] or "",
+        ),
+    )
 
 
 def coverage_table(paths) -> str:
     """Which points the gate's defaults are calibrated at, on which machine, and how far each got."""
     rows = coverage(paths)
-    md = _md(["point", "machine", "A/A trials: false alarms", f"+{verdict.MIN_DETECTABLE:.0%} trials: caught",
-              "other slowdowns tried", "goal", "folder"],
-             [[r["point"], f"`{r['machine']}`" if r["machine"] else "–", f"{r['aa']}: {r['false_alarms']}" if r["aa"] else "–",
-               f"{r['slow']}: {r['caught']}" if r["slow"] else "–",
-               ", ".join(_pct(s, 0) for s in r["other_slowdowns"]) or "–", r["status"],
-               ", ".join(f"`{Path(f).name}/`" for f in r["folders"]) or "–"] for r in rows])
-    return (f"`eagle-fix ab`'s defaults ({verdict.rounds_text()}; {verdict.DEFAULT_SAMPLE_TOKENS}-token samples in "
-            f"{verdict.DEFAULT_BLOCKS} blocks, threshold {verdict.DEFAULT_THRESHOLD:.0%}, alpha {verdict.DEFAULT_ALPHA:g}); "
-            f"goal: no false alarm and at least {GOAL_DETECTION:.0%} of the +{verdict.MIN_DETECTABLE:.0%} trials caught, "
-            f"over at least {GOAL_TRIALS} trials of each\n\n" + md)
+    md = _md(
+        [
+            "point",
+            "machine",
+            "A/A trials: false alarms",
+            f"+{verdict.MIN_DETECTABLE:.0%} trials: caught",
+            "other slowdowns tried",
+            "goal",
+            "folder",
+        ],
+        [
+            [
+                r["point"],
+                f"`{r['machine']}`" if r["machine"] else "–",
+                f"{r['aa']}: {r['false_alarms']}" if r["aa"] else "–",
+                f"{r['slow']}: {r['caught']}" if r["slow"] else "–",
+                ", ".join(_pct(s, 0) for s in r["other_slowdowns"]) or "–",
+                r["status"],
+                ", ".join(f"`{Path(f).name}/`" for f in r["folders"]) or "–",
+            ]
+            for r in rows
+        ],
+    )
+    return (
+        f"`eagle-fix ab`'s defaults ({verdict.rounds_text()}; {verdict.DEFAULT_SAMPLE_TOKENS}-token samples in "
+        f"{verdict.DEFAULT_BLOCKS} blocks, threshold {verdict.DEFAULT_THRESHOLD:.0%}, alpha {verdict.DEFAULT_ALPHA:g}); "
+        f"goal: no false alarm and at least {GOAL_DETECTION:.0%} of the +{verdict.MIN_DETECTABLE:.0%} trials caught, "
+        f"over at least {GOAL_TRIALS} trials of each\n\n" + md
+    )
 
 
 def machine_noise_table(paths) -> str:
@@ -330,11 +491,20 @@ def machine_noise_table(paths) -> str:
     rows = []
     for p in paths:
         d = json.loads(Path(p).read_text())
-        for name, what in (("matmul_512_x20_ms", "fp32 matmul, one thread (compute)"),
-                           ("copy_64mib_ms", "64 MiB copy (memory bandwidth)")):
+        for name, what in (
+            ("matmul_512_x20_ms", "fp32 matmul, one thread (compute)"),
+            ("copy_64mib_ms", "64 MiB copy (memory bandwidth)"),
+        ):
             m = d[name]
-            rows.append([f"`{d['machine']}`", what, str(len(m["window_medians"])), _pct(m["cv"]),
-                         f"{m['min']:.2f} – {m['max']:.2f} ms"])
+            rows.append(
+                [
+                    f"`{d['machine']}`",
+                    what,
+                    str(len(m["window_medians"])),
+                    _pct(m["cv"]),
+                    f"{m['min']:.2f} – {m['max']:.2f} ms",
+                ]
+            )
     return _md(["machine", "loop", "one-second windows", "CV of the windows' medians", "range"], rows)
 
 

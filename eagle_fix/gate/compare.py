@@ -20,13 +20,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from eagle_fix.core import record
-from eagle_fix.gate import verdict
 from eagle_fix.core.errors import EagleFixError
-from eagle_fix.store.results import load_asv_commit, load_asv_file, load_jsonl
+from eagle_fix.gate import verdict
 from eagle_fix.gate.verdict import DEFAULT_ALPHA, DEFAULT_THRESHOLD, FAILING, Verdict
+from eagle_fix.store.results import load_asv_commit, load_asv_file, load_jsonl
 
-__all__ = ["DEFAULT_ALPHA", "DEFAULT_THRESHOLD", "FAILING", "Change", "Comparison", "compare_records",
-           "format_comparison", "load_side"]
+__all__ = [
+    "DEFAULT_ALPHA",
+    "DEFAULT_THRESHOLD",
+    "FAILING",
+    "Change",
+    "Comparison",
+    "compare_records",
+    "format_comparison",
+    "load_side",
+]
 
 # Derived from other gated numbers (so never judged twice).
 NOT_GATED = {"decode_pct_of_bandwidth", "prefill_pct_of_peak_flops"}
@@ -83,15 +91,24 @@ def check_machines(base: list[dict], new: list[dict], *, allow_cross_machine: bo
     if known_b and known_n and known_b != known_n:
         what = f"BASE ran on {', '.join(sorted(known_b))}, NEW on {', '.join(sorted(known_n))}"
         if not allow_cross_machine:
-            raise EagleFixError(f"{what}: a speed difference between machines is not a regression; compare runs of "
-                                f"one machine, or pass --allow-cross-machine to see the numbers anyway", exit_code=2)
+            raise EagleFixError(
+                f"{what}: a speed difference between machines is not a regression; compare runs of "
+                f"one machine, or pass --allow-cross-machine to see the numbers anyway",
+                exit_code=2,
+            )
         return what, unknown
     return None, unknown
 
 
-def compare_records(base: list[dict], new: list[dict], *, threshold: float = DEFAULT_THRESHOLD,
-                    alpha: float = DEFAULT_ALPHA, allow_missing: bool = False,
-                    allow_cross_machine: bool = False) -> Comparison:
+def compare_records(
+    base: list[dict],
+    new: list[dict],
+    *,
+    threshold: float = DEFAULT_THRESHOLD,
+    alpha: float = DEFAULT_ALPHA,
+    allow_missing: bool = False,
+    allow_cross_machine: bool = False,
+) -> Comparison:
     """Match points by their identity (eagle_fix.core.record.IDENTITY) and judge each metric."""
     if not (0 <= threshold < 1):
         raise EagleFixError(f"--threshold must be in [0, 1), got {threshold}", exit_code=2)
@@ -110,23 +127,33 @@ def compare_records(base: list[dict], new: list[dict], *, threshold: float = DEF
         base = [{**r, "fix": None} if r.get("arm") == "eagle3" else r for r in base]
         new = [{**r, "fix": None} if r.get("arm") == "eagle3" else r for r in new]
     b, n = record.index(base), record.index(new)
-    result = Comparison(only_new=sorted(set(n) - set(b), key=str), cross_machine=cross, unknown_machine=unknown,
-                        fix_ab=fix_ab, threshold=threshold, alpha=alpha)
+    result = Comparison(
+        only_new=sorted(set(n) - set(b), key=str),
+        cross_machine=cross,
+        unknown_machine=unknown,
+        fix_ab=fix_ab,
+        threshold=threshold,
+        alpha=alpha,
+    )
     if not set(b) & set(n):
         raise EagleFixError(
             f"BASE and NEW share no point ({', '.join(record.IDENTITY)}): BASE has {len(b)}, NEW {len(n)}; "
-            "were they run with the same profile and settings?", exit_code=2)
+            "were they run with the same profile and settings?",
+            exit_code=2,
+        )
     for key in sorted(b, key=str):
         rb, rn = b[key], n.get(key)
         if rn is None:
-            result.changes.append(Change(key, "status", None, None, None,
-                                         "n/a" if allow_missing else "missing", "in BASE, not in NEW"))
+            result.changes.append(
+                Change(key, "status", None, None, None, "n/a" if allow_missing else "missing", "in BASE, not in NEW")
+            )
             continue
         ok_b, ok_n = rb.get("status") == "ok", rn.get("status") == "ok"
         failed = verdict.status(ok_b, ok_n, record.cause(rn.get("error") if not ok_n else rb.get("error"), 120))
         if failed is not None:
-            result.changes.append(Change(key, "status", None, None, None, failed.verdict, failed.evidence,
-                                         judged=failed))
+            result.changes.append(
+                Change(key, "status", None, None, None, failed.verdict, failed.evidence, judged=failed)
+            )
             continue
         for m in record.METRICS:
             if m.column in NOT_GATED:
@@ -136,7 +163,9 @@ def compare_records(base: list[dict], new: list[dict], *, threshold: float = DEF
                 result.changes.append(Change(key, *change))
         new_flags = sorted(set(rn.get("flags") or []) - set(rb.get("flags") or []))
         if new_flags:
-            result.changes.append(Change(key, "flags", None, None, None, "regression", "; ".join(f.split(":")[0] for f in new_flags)))
+            result.changes.append(
+                Change(key, "flags", None, None, None, "regression", "; ".join(f.split(":")[0] for f in new_flags))
+            )
     return result
 
 
@@ -148,24 +177,39 @@ def _judge_metric(m: record.Metric, rb: dict, rn: dict, *, threshold: float, alp
         return (m.column, vb, vn, None, "n/a", "measured on one side only")
     if m.column == "acceptance_length" and (rb.get("synthetic_acceptance") or rn.get("synthetic_acceptance")):
         v = verdict.synthetic_acceptance()
-    elif m.column == "acceptance_length" and rb.get("num_drafts") and rn.get("num_drafts") \
-            and rb.get("num_accepted_tokens") is not None and rn.get("num_accepted_tokens") is not None:
+    elif (
+        m.column == "acceptance_length"
+        and rb.get("num_drafts")
+        and rn.get("num_drafts")
+        and rb.get("num_accepted_tokens") is not None
+        and rn.get("num_accepted_tokens") is not None
+    ):
         k = rn.get("num_speculative_tokens") or len(rn.get("accepted_per_position") or []) or 1
-        v = verdict.acceptance(rb["num_drafts"], rb["num_accepted_tokens"], rn["num_drafts"],
-                               rn["num_accepted_tokens"], base_length=vb, new_length=vn, k=k, alpha=alpha)
+        v = verdict.acceptance(
+            rb["num_drafts"],
+            rb["num_accepted_tokens"],
+            rn["num_drafts"],
+            rn["num_accepted_tokens"],
+            base_length=vb,
+            new_length=vn,
+            k=k,
+            alpha=alpha,
+        )
     elif not m.noisy:
         v = verdict.exact(vb, vn, higher_is_better=m.higher_is_better)
     else:
         sb = (rb.get("samples") or {}).get(m.column) or []
         sn = (rn.get("samples") or {}).get(m.column) or []
-        v = verdict.noisy(sb, sn, metric=m.column, threshold=threshold, alpha=alpha,
-                          busy=record.busy(rb) or record.busy(rn))
+        v = verdict.noisy(
+            sb, sn, metric=m.column, threshold=threshold, alpha=alpha, busy=record.busy(rb) or record.busy(rn)
+        )
     # the change of the headline numbers shown beside it (the samples' medians where there are samples)
     return (m.column, vb, vn, verdict.relative_change(vb, vn), v.verdict, v.evidence, v.power, v)
 
 
-def format_comparison(cmp: Comparison, *, threshold: float | None = None, strict: bool = False,
-                      show_same: bool = False) -> str:
+def format_comparison(
+    cmp: Comparison, *, threshold: float | None = None, strict: bool = False, show_same: bool = False
+) -> str:
     """A plain-text table, one line per point and metric (unchanged exact ones only with show_same), and a summary."""
     threshold = cmp.threshold if threshold is None else threshold
     note = " (cross-machine)" if cmp.cross_machine else ""
@@ -173,9 +217,17 @@ def format_comparison(cmp: Comparison, *, threshold: float | None = None, strict
     for c in cmp.changes:
         if c.verdict == "same" and not show_same:
             continue
-        rows.append((dict(zip(record.IDENTITY, c.key)), c.metric, verdict.number_cell(c.base),
-                     verdict.number_cell(c.new), verdict.change_cell(c.change), c.evidence,
-                     verdict.verdict_cell(c.verdict, c.power, strict=strict, note=note)))
+        rows.append(
+            (
+                dict(zip(record.IDENTITY, c.key)),
+                c.metric,
+                verdict.number_cell(c.base),
+                verdict.number_cell(c.new),
+                verdict.change_cell(c.change),
+                c.evidence,
+                verdict.verdict_cell(c.verdict, c.power, strict=strict, note=note),
+            )
+        )
     lines = verdict.table(rows)
     for k in cmp.only_new:
         lines.append(f"only in NEW: {record.describe(k)}")
@@ -188,8 +240,15 @@ def format_comparison(cmp: Comparison, *, threshold: float | None = None, strict
     blind = verdict.power_line(c.judged for c in cmp.changes if c.judged is not None)
     if blind:
         lines.append(blind)
-    lines.append(verdict.summary_line(len({c.key for c in cmp.changes}), [c.verdict for c in cmp.changes],
-                                      threshold=threshold, alpha=cmp.alpha, strict=strict))
+    lines.append(
+        verdict.summary_line(
+            len({c.key for c in cmp.changes}),
+            [c.verdict for c in cmp.changes],
+            threshold=threshold,
+            alpha=cmp.alpha,
+            strict=strict,
+        )
+    )
     return "\n".join(lines)
 
 
@@ -225,8 +284,15 @@ def load_side(spec: str, *, results_dir: str | os.PathLike = "results", machine:
 def _resolve_commit(rev: str) -> str:
     """A branch or tag name to its hash via git; anything else is taken as a hash prefix."""
     try:
-        return subprocess.run(["git", "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"],
-                              capture_output=True, text=True, check=True).stdout.strip() or rev
+        return (
+            subprocess.run(
+                ["git", "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout.strip()
+            or rev
+        )
     except (OSError, subprocess.CalledProcessError):
         return rev
 
@@ -235,15 +301,26 @@ def _resolve_commit(rev: str) -> str:
 
 
 def add_cli_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("base", metavar="BASE", help="`eagle-fix run` .jsonl, asv results .json, or a commit with asv "
-                                                     "results (COMMIT:ENV picks one of the commit's asv environments)")
+    parser.add_argument(
+        "base",
+        metavar="BASE",
+        help="`eagle-fix run` .jsonl, asv results .json, or a commit with asv "
+        "results (COMMIT:ENV picks one of the commit's asv environments)",
+    )
     parser.add_argument("new", metavar="NEW", help="same kinds as BASE")
-    parser.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
-                        help=f"relative wrong-way change that can fail the gate (default {DEFAULT_THRESHOLD * 100:g}%%)")
+    parser.add_argument(
+        "--threshold",
+        type=float,
+        default=DEFAULT_THRESHOLD,
+        help=f"relative wrong-way change that can fail the gate (default {DEFAULT_THRESHOLD * 100:g}%%)",
+    )
     parser.add_argument("--strict", action="store_true", help="an inconclusive metric (no samples) fails the gate too")
     parser.add_argument("--allow-missing", action="store_true", help="a point of BASE missing from NEW does not fail")
-    parser.add_argument("--allow-cross-machine", action="store_true",
-                        help="compare records of different machine fingerprints (marked on every row)")
+    parser.add_argument(
+        "--allow-cross-machine",
+        action="store_true",
+        help="compare records of different machine fingerprints (marked on every row)",
+    )
     parser.add_argument("--all", action="store_true", help="also list the exact metrics that did not change")
     parser.add_argument("--results-dir", default="results", help="results folder for commits (default %(default)s)")
     parser.add_argument("--machine", default=None, help="asv machine to read commits from (default: the only one)")
@@ -255,7 +332,12 @@ def cli_main(args: argparse.Namespace) -> int:
         raise EagleFixError(f"--threshold must be in [0, 1), got {args.threshold}", exit_code=2)
     base = load_side(args.base, results_dir=args.results_dir, machine=args.machine)
     new = load_side(args.new, results_dir=args.results_dir, machine=args.machine)
-    cmp = compare_records(base, new, threshold=args.threshold, allow_missing=args.allow_missing,
-                          allow_cross_machine=args.allow_cross_machine)
+    cmp = compare_records(
+        base,
+        new,
+        threshold=args.threshold,
+        allow_missing=args.allow_missing,
+        allow_cross_machine=args.allow_cross_machine,
+    )
     print(format_comparison(cmp, threshold=args.threshold, strict=args.strict, show_same=args.all))
     return 1 if cmp.failures(strict=args.strict) else 0

@@ -10,8 +10,9 @@ in eagle_fix.core.stats and eagle_fix.core.significance.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 from eagle_fix.core import record, significance, stats
 
@@ -72,8 +73,10 @@ def rounds_text(by_mode: dict[str, int] | None = None) -> str:
     counts = sorted(set(by_mode.values()))
     if len(counts) == 1:
         return f"{counts[0]} rounds"
-    return ", ".join(f"{n}{' rounds' if i == 0 else ''} {'/'.join(m for m in by_mode if by_mode[m] == n)}"
-                     for i, n in enumerate(counts))
+    return ", ".join(
+        f"{n}{' rounds' if i == 0 else ''} {'/'.join(m for m in by_mode if by_mode[m] == n)}"
+        for i, n in enumerate(counts)
+    )
 
 
 def failing(strict: bool = False) -> tuple[str, ...]:
@@ -98,8 +101,17 @@ def exact(base: float, new: float, *, higher_is_better: bool) -> Verdict:
     return Verdict("improved" if better else "regression", change, "exact", "sees any change")
 
 
-def acceptance(drafts_base: int, accepted_base, drafts_new: int, accepted_new, *, base_length: float,
-               new_length: float, k: int, alpha: float = DEFAULT_ALPHA) -> Verdict:
+def acceptance(
+    drafts_base: int,
+    accepted_base,
+    drafts_new: int,
+    accepted_new,
+    *,
+    base_length: float,
+    new_length: float,
+    k: int,
+    alpha: float = DEFAULT_ALPHA,
+) -> Verdict:
     """Acceptance length on vLLM's counts (two-proportion test, the draft as the unit, p < alpha).
     Under greedy sampling acceptance is exact, so no threshold applies."""
     p = significance.acceptance_change_p(drafts_base, accepted_base, drafts_new, accepted_new, k)
@@ -110,12 +122,25 @@ def acceptance(drafts_base: int, accepted_base, drafts_new: int, accepted_new, *
         verdict = "within noise" if moved else "same"
     drop = significance.acceptance_detectable_drop(drafts_base, accepted_base, drafts_new, k, alpha)
     power = f"could detect a drop >= {drop:.2g} tokens" if drop is not None else "could detect no drop"
-    return Verdict(verdict, relative_change(base_length, new_length), f"p={p:.3g} (counts)" if p is not None else "", power,
-                   detail={"p": p, "alpha": alpha, "detectable_drop": drop})
+    return Verdict(
+        verdict,
+        relative_change(base_length, new_length),
+        f"p={p:.3g} (counts)" if p is not None else "",
+        power,
+        detail={"p": p, "alpha": alpha, "detectable_drop": drop},
+    )
 
 
-def noisy(base: list, new: list, *, metric: str, threshold: float = DEFAULT_THRESHOLD,
-          alpha: float = DEFAULT_ALPHA, paired: bool = False, busy: str | None = None) -> Verdict:
+def noisy(
+    base: list,
+    new: list,
+    *,
+    metric: str,
+    threshold: float = DEFAULT_THRESHOLD,
+    alpha: float = DEFAULT_ALPHA,
+    paired: bool = False,
+    busy: str | None = None,
+) -> Verdict:
     """A speed metric on its samples (significance.judge): beyond the threshold and p < alpha, or no claim.
     `busy` (why the machine was not quiet) makes it inconclusive whatever the samples say."""
     m = record.METRIC[metric]
@@ -126,10 +151,16 @@ def noisy(base: list, new: list, *, metric: str, threshold: float = DEFAULT_THRE
     unit = "rounds" if paired else "samples a side"
     if not paired and (len(stats.clean(base)) < 2 or len(stats.clean(new)) < 2):
         needed = significance.samples_needed(alpha)
-        return Verdict("inconclusive", evidence=f"samples {len(base)} vs {len(new)}",
-                       power=f"needs >= {needed} {unit}", speed=True,
-                       detail={"alpha": alpha, "needed": needed, "detectable": None})
-    j = significance.judge(base, new, higher_is_better=m.higher_is_better, threshold=threshold, alpha=alpha, paired=paired)
+        return Verdict(
+            "inconclusive",
+            evidence=f"samples {len(base)} vs {len(new)}",
+            power=f"needs >= {needed} {unit}",
+            speed=True,
+            detail={"alpha": alpha, "needed": needed, "detectable": None},
+        )
+    j = significance.judge(
+        base, new, higher_is_better=m.higher_is_better, threshold=threshold, alpha=alpha, paired=paired
+    )
     parts = []
     if j.get("p") is not None:
         parts.append(f"p={j['p']:.3g}")
@@ -177,13 +208,17 @@ def power_line(verdicts: Iterable[Verdict], minimum: float = MIN_DETECTABLE) -> 
     seen = sorted(v.detectable for v in bad if v.detectable is not None)
     parts = []
     if seen:
-        parts.append(f"{len(seen)} could detect >= {seen[0]:.1%}" + (f" to {seen[-1]:.1%}" if seen[-1] != seen[0] else ""))
+        parts.append(
+            f"{len(seen)} could detect >= {seen[0]:.1%}" + (f" to {seen[-1]:.1%}" if seen[-1] != seen[0] else "")
+        )
     unseen = len(bad) - len(seen)
     if unseen:
         needs = sorted({v.power for v in bad if v.detectable is None and v.power})
         parts.append(f"{unseen} could detect nothing" + (f" ({'; '.join(needs)})" if needs else ""))
-    return (f"power: {len(bad)} of {len(speed)} speed rows could not detect a {minimum:.0%} slowdown, the gate's "
-            f"stated minimum: " + "; ".join(parts))
+    return (
+        f"power: {len(bad)} of {len(speed)} speed rows could not detect a {minimum:.0%} slowdown, the gate's "
+        f"stated minimum: " + "; ".join(parts)
+    )
 
 
 def verdict_cell(verdict: str, power: str = "", *, strict: bool = False, note: str = "") -> str:
@@ -216,20 +251,47 @@ def table(rows: Iterable[tuple]) -> list[str]:
     A row is (identity dict, metric, base cell, new cell, change cell, evidence, verdict cell)."""
     cells = [HEADER]
     for identity, metric, base, new, change, evidence, verdict in rows:
-        cells.append((str(identity.get("context_len")), str(identity.get("mode")), str(identity.get("arm")),
-                      str(identity.get("fix") or "-"), metric, base, new, change, evidence, verdict))
+        cells.append(
+            (
+                str(identity.get("context_len")),
+                str(identity.get("mode")),
+                str(identity.get("arm")),
+                str(identity.get("fix") or "-"),
+                metric,
+                base,
+                new,
+                change,
+                evidence,
+                verdict,
+            )
+        )
     widths = [max(len(r[i]) for r in cells) for i in range(len(HEADER))]
     return ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in cells]
 
 
-def summary_line(n_points: int, verdicts: Iterable[str], *, threshold: float, alpha: float, strict: bool,
-                 what: str = "points") -> str:
+def summary_line(
+    n_points: int, verdicts: Iterable[str], *, threshold: float, alpha: float, strict: bool, what: str = "points"
+) -> str:
     """'9 points: 1 regression, ... (threshold 5%, alpha 0.01 ...)': the counts and the rule that made them."""
     verdicts = list(verdicts)
-    order = ("regression", "failed", "missing", "improved", "fixed", "within noise", "inconclusive", "same",
-             NOT_GATED, "n/a", "failed-both")
+    order = (
+        "regression",
+        "failed",
+        "missing",
+        "improved",
+        "fixed",
+        "within noise",
+        "inconclusive",
+        "same",
+        NOT_GATED,
+        "n/a",
+        "failed-both",
+    )
     counts = [(v, sum(x == v for x in verdicts)) for v in order]
     counts += sorted((v, verdicts.count(v)) for v in set(verdicts) - set(order))
-    return (f"{n_points} {what}: " + ", ".join(f"{n} {v}" for v, n in counts if n)
-            + f" (threshold {threshold:.0%}, alpha {alpha:g}: a speed change fails only beyond the threshold "
-              f"with p < alpha" + ("; --strict: inconclusive fails" if strict else "") + ")")
+    return (
+        f"{n_points} {what}: "
+        + ", ".join(f"{n} {v}" for v, n in counts if n)
+        + f" (threshold {threshold:.0%}, alpha {alpha:g}: a speed change fails only beyond the threshold "
+        f"with p < alpha" + ("; --strict: inconclusive fails" if strict else "") + ")"
+    )

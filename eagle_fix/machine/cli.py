@@ -18,7 +18,9 @@ from eagle_fix.machine.roofline import matmul_peak
 
 def add_cli_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object {fingerprint, versions, limits}")
-    parser.add_argument("--refresh", action="store_true", help="measure the limits again instead of using the day's cache")
+    parser.add_argument(
+        "--refresh", action="store_true", help="measure the limits again instead of using the day's cache"
+    )
 
 
 def _fmt_bytes(n: int | None) -> str:
@@ -29,40 +31,52 @@ def render_text(fp: dict, vers: dict, lim: dict, commit: str | None) -> str:
     cpu, gpu = fp["cpu"], fp["cuda"]
     lines = [
         f"machine   {fp['name']}  (id {fp['id']})",
-        f"cpu       {cpu.get('vendor_id')} family {cpu.get('family')} model {cpu.get('model')} "
-        f"stepping {cpu.get('stepping')}  {cpu.get('model_name')!r}  [{cpu.get('arch')}]",
+        (
+            f"cpu       {cpu.get('vendor_id')} family {cpu.get('family')} model {cpu.get('model')} "
+            f"stepping {cpu.get('stepping')}  {cpu.get('model_name')!r}  [{cpu.get('arch')}]"
+        ),
         f"flags     {' '.join(cpu.get('flags') or []) or '(none of ' + ', '.join(ENGINE_FLAGS[:10]) + ')'}",
         f"cores     {cpu.get('cores')} usable, memory {_fmt_bytes(cpu.get('memory_total_bytes'))}",
     ]
     if gpu:
-        lines.append(f"gpu       {gpu.get('count')} x {gpu.get('name')}, {_fmt_bytes(gpu.get('memory_total_bytes'))}, "
-                     f"cc {gpu.get('compute_capability')}, SM {gpu.get('max_sm_clock_mhz')} MHz, "
-                     f"mem {gpu.get('max_memory_clock_mhz')} MHz, driver {gpu.get('driver_version')} "
-                     f"(CUDA {gpu.get('cuda_driver_version')})")
+        lines.append(
+            f"gpu       {gpu.get('count')} x {gpu.get('name')}, {_fmt_bytes(gpu.get('memory_total_bytes'))}, "
+            f"cc {gpu.get('compute_capability')}, SM {gpu.get('max_sm_clock_mhz')} MHz, "
+            f"mem {gpu.get('max_memory_clock_mhz')} MHz, driver {gpu.get('driver_version')} "
+            f"(CUDA {gpu.get('cuda_driver_version')})"
+        )
     else:
         lines.append("gpu       none (no NVML GPU)")
     vllm = f"{vers.get('vllm')} ({vers.get('vllm_distribution')})" if vers.get("vllm") else "not installed"
-    lines.append(f"versions  python {vers['python']}, torch {vers.get('torch')}, vllm {vllm}, "
-                 f"eagle-fix {vers.get('eagle-fix')}, asv {vers.get('asv')}")
+    lines.append(
+        f"versions  python {vers['python']}, torch {vers.get('torch')}, vllm {vllm}, "
+        f"eagle-fix {vers.get('eagle-fix')}, asv {vers.get('asv')}"
+    )
     lines.append(f"commit    {commit or '(not in git)'}")
     mm = lim.get("matmul_gflops") or {}
     threads = f"{lim['threads']} thread(s) ({lim.get('threads_rule')})" if lim.get("threads") else "GPU"
-    lines.append(f"limits    {lim.get('device')}, {threads}, measured {lim.get('measured_at')} in "
-                 f"{lim.get('measure_s')} s{' (cached)' if lim.get('cached') else ''}")
+    lines.append(
+        f"limits    {lim.get('device')}, {threads}, measured {lim.get('measured_at')} in "
+        f"{lim.get('measure_s')} s{' (cached)' if lim.get('cached') else ''}"
+    )
     sizes, paths = lim.get("matmul_size"), lim.get("matmul_paths") or {}
     for name, rate in mm.items():
         size = sizes.get(name) if isinstance(sizes, dict) else sizes
         lines.append(f"          matmul {name} {rate:.1f} GFLOP/s ({size}^2, {paths.get(name) or 'torch.mm'})")
     peak, peak_dtype, peak_path = matmul_peak(lim, None)
     if peak:
-        lines.append(f"          peak {peak:.1f} GFLOP/s: {peak_dtype}, {peak_path or 'torch.mm'} "
-                     f"(prefill's share of the roofline is taken of this)")
+        lines.append(
+            f"          peak {peak:.1f} GFLOP/s: {peak_dtype}, {peak_path or 'torch.mm'} "
+            f"(prefill's share of the roofline is taken of this)"
+        )
     lines.append(f"          copy bandwidth {lim.get('bandwidth_gbs', 0):.2f} GB/s")
     if lim.get("contended"):
-        lines.append(f"warning   contended: the measurement got {lim.get('cpu_share', 0):.0%} of its core(s) while "
-                     f"other processes kept {lim.get('others_busy_cores')} core(s) busy (steal "
-                     f"{lim.get('steal_cores')}, load average {lim.get('load_avg_1m')}), so these limits read "
-                     f"low; they are measured again next time (or run with --refresh on an idle machine)")
+        lines.append(
+            f"warning   contended: the measurement got {lim.get('cpu_share', 0):.0%} of its core(s) while "
+            f"other processes kept {lim.get('others_busy_cores')} core(s) busy (steal "
+            f"{lim.get('steal_cores')}, load average {lim.get('load_avg_1m')}), so these limits read "
+            f"low; they are measured again next time (or run with --refresh on an idle machine)"
+        )
     return "\n".join(lines)
 
 

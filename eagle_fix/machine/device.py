@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+
 def nvml_error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
@@ -41,19 +42,24 @@ def nvml_device(environ: dict[str, str] | None = None) -> tuple[Any | None, dict
                 # the two indices can name different devices
                 how["note"] = "CUDA_DEVICE_ORDER is not PCI_BUS_ID: CUDA's index may differ from NVML's"
             if _mig_enabled(pynvml, handle):
-                return None, {**how, "error": f"GPU {index} has MIG enabled: CUDA runs on one of its MIG "
-                                              "instances; name it by its MIG UUID in CUDA_VISIBLE_DEVICES "
-                                              "(nvidia-smi -L)"}
+                return None, {
+                    **how,
+                    "error": f"GPU {index} has MIG enabled: CUDA runs on one of its MIG "
+                    "instances; name it by its MIG UUID in CUDA_VISIBLE_DEVICES "
+                    "(nvidia-smi -L)",
+                }
             return handle, how
         if first.startswith("MIG-GPU-"):
-            return None, {**how, "error": f"legacy MIG name {first!r} (GPU UUID/GI/CI) has no NVML lookup; "
-                                          "name the MIG instance by its MIG-<uuid> (nvidia-smi -L)"}
+            return None, {
+                **how,
+                "error": f"legacy MIG name {first!r} (GPU UUID/GI/CI) has no NVML lookup; "
+                "name the MIG instance by its MIG-<uuid> (nvidia-smi -L)",
+            }
         if first.startswith(("GPU-", "MIG-")):
             handle = pynvml.nvmlDeviceGetHandleByUUID(first)
             how["resolved_by"] = "mig uuid" if first.startswith("MIG-") else "uuid"
             return handle, how
-        return None, {**how, "error": f"CUDA_VISIBLE_DEVICES entry {first!r} is neither an index nor a "
-                                      "GPU-/MIG- UUID"}
+        return None, {**how, "error": f"CUDA_VISIBLE_DEVICES entry {first!r} is neither an index nor a GPU-/MIG- UUID"}
     except Exception as exc:  # noqa: BLE001 -- NVMLError_NotFound, InvalidArgument, NoPermission, ...
         return None, {**how, "error": f"NVML could not resolve CUDA_VISIBLE_DEVICES={first!r} ({nvml_error(exc)})"}
 
@@ -76,7 +82,9 @@ def gpu_used_bytes(handle: Any) -> int:
     import pynvml
 
     version = getattr(pynvml, "nvmlMemory_v2", None)
-    info = pynvml.nvmlDeviceGetMemoryInfo(handle, version=version) if version else pynvml.nvmlDeviceGetMemoryInfo(handle)
+    info = (
+        pynvml.nvmlDeviceGetMemoryInfo(handle, version=version) if version else pynvml.nvmlDeviceGetMemoryInfo(handle)
+    )
     return int(info.used)
 
 
@@ -89,7 +97,7 @@ def gpu_total_bytes() -> tuple[int | None, str | None]:
         import pynvml
 
         return int(pynvml.nvmlDeviceGetMemoryInfo(handle).total), None
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:  # noqa: BLE001 -- any NVML failure is a null with its reason
         return None, f"NVML memory info failed ({nvml_error(exc)})"
 
 
@@ -105,8 +113,10 @@ def gpu_process_bytes(handle: Any, pids: set[int]) -> tuple[int | None, str | No
         return None, f"NVML per-process memory unavailable ({nvml_error(exc)})"
     mine = [p for p in procs if int(getattr(p, "pid", -1)) in pids]
     if not mine:
-        return None, (f"none of the engine's {len(pids)} processes is in NVML's list of {len(procs)} "
-                      "(a container's PID namespace hides host pids)")
+        return None, (
+            f"none of the engine's {len(pids)} processes is in NVML's list of {len(procs)} "
+            "(a container's PID namespace hides host pids)"
+        )
     used = [getattr(p, "usedGpuMemory", None) for p in mine]
     if any(u is None for u in used):
         return None, "NVML lists the engine's processes without their memory (not permitted here)"
@@ -123,10 +133,14 @@ def device_info() -> dict[str, Any]:
         try:
             name = pynvml.nvmlDeviceGetName(handle)
             driver = pynvml.nvmlSystemGetDriverVersion()
-            return {"kind": "cuda", "name": name.decode() if isinstance(name, bytes) else name,
-                    "driver": driver.decode() if isinstance(driver, bytes) else driver,
-                    "nvml_resolved_by": how.get("resolved_by"), "visible": how.get("visible")}
-        except Exception as exc:  # noqa: BLE001
+            return {
+                "kind": "cuda",
+                "name": name.decode() if isinstance(name, bytes) else name,
+                "driver": driver.decode() if isinstance(driver, bytes) else driver,
+                "nvml_resolved_by": how.get("resolved_by"),
+                "visible": how.get("visible"),
+            }
+        except Exception as exc:  # noqa: BLE001 -- any NVML failure is named, never a crash
             how = {**how, "error": f"NVML device query failed ({nvml_error(exc)})"}
     model = "cpu"
     try:

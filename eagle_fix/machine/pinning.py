@@ -60,9 +60,11 @@ def engine_threads() -> tuple[int, str]:
         try:
             ids = _parse_id_list(bind.split("|")[0])
         except ValueError:
-            raise EagleFixError(f"VLLM_CPU_OMP_THREADS_BIND={bind!r} is not a CPU list like '0-3' or '0,2|1,3': fix or unset it")
+            raise EagleFixError(
+                f"VLLM_CPU_OMP_THREADS_BIND={bind!r} is not a CPU list like '0-3' or '0,2|1,3': fix or unset it"
+            )
         return max(1, len(ids)), f"VLLM_CPU_OMP_THREADS_BIND={bind!r}: its first CPU list"
-    mems = re.search(r"^Mems_allowed_list:\s*(\S+)", read("/proc/self/status"), re.M)
+    mems = re.search(r"^Mems_allowed_list:\s*(\S+)", read("/proc/self/status"), re.MULTILINE)
     nodes = _parse_id_list(mems.group(1)) if mems else []
     visible = os.environ.get("CPU_VISIBLE_MEMORY_NODES", "").strip()
     if visible and "VLLM_CPU_SIM_MULTI_NUMA" not in os.environ:
@@ -76,8 +78,9 @@ def engine_threads() -> tuple[int, str]:
         reserve = int(os.environ["VLLM_CPU_NUM_OF_RESERVED_CPU"])
     if selected <= reserve:
         return selected, f"vllm-cpu auto bind: {selected} core(s) on NUMA node {node}, too few to reserve {reserve}"
-    return selected - reserve, (f"vllm-cpu auto bind: {selected} core(s) on NUMA node {node}, "
-                                f"{reserve} reserved for the scheduler")
+    return selected - reserve, (
+        f"vllm-cpu auto bind: {selected} core(s) on NUMA node {node}, {reserve} reserved for the scheduler"
+    )
 
 
 # Set EAGLE_FIX_PIN=0 to leave the engine's processes where the OS puts them (for a before/after
@@ -132,8 +135,11 @@ def pin_off_workers(root: int) -> dict[str, Any]:
     allowed = os.sched_getaffinity(root)
     others = allowed - worker_cpus
     if not worker_cpus or not others:
-        return {"pinned": False, "worker_cpus": sorted(worker_cpus), "reason":
-                "the workers' cores are all the cores allowed: nowhere else to put the rest"}
+        return {
+            "pinned": False,
+            "worker_cpus": sorted(worker_cpus),
+            "reason": "the workers' cores are all the cores allowed: nowhere else to put the rest",
+        }
     moved = 0
     for pid in [root, *[p for p in procs if p not in workers]]:
         for tid in _tasks(pid):
@@ -142,5 +148,10 @@ def pin_off_workers(root: int) -> dict[str, Any]:
                 moved += 1
             except OSError:  # a thread that ended meanwhile
                 pass
-    return {"pinned": True, "worker_cpus": sorted(worker_cpus), "other_cpus": sorted(others), "threads": moved,
-            "reason": "frontend and engine core moved off the workers' cores"}
+    return {
+        "pinned": True,
+        "worker_cpus": sorted(worker_cpus),
+        "other_cpus": sorted(others),
+        "threads": moved,
+        "reason": "frontend and engine core moved off the workers' cores",
+    }

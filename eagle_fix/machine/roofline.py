@@ -7,8 +7,17 @@ from typing import Any
 from eagle_fix.core.errors import EagleFixError
 from eagle_fix.core.record import roofline_share
 
-_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4, "float64": 8,
-                "float8_e4m3fn": 1, "float8_e5m2": 1, "int8": 1}
+_DTYPE_BYTES = {
+    "bfloat16": 2,
+    "float16": 2,
+    "half": 2,
+    "float32": 4,
+    "float": 4,
+    "float64": 8,
+    "float8_e4m3fn": 1,
+    "float8_e5m2": 1,
+    "int8": 1,
+}
 _EAGLE3_ARCHS = {"LlamaForCausalLMEagle3", "Eagle3LlamaForCausalLM", "Eagle3Speculator"}
 
 
@@ -32,7 +41,10 @@ def model_shape(config: dict) -> dict[str, Any]:
     if not isinstance(config, dict):
         raise EagleFixError("model_shape needs a config.json dict")
     if isinstance(config.get("transformer_layer_config"), dict):  # speculators format
-        config = {**config["transformer_layer_config"], **{k: v for k, v in config.items() if k != "transformer_layer_config"}}
+        config = {
+            **config["transformer_layer_config"],
+            **{k: v for k, v in config.items() if k != "transformer_layer_config"},
+        }
     archs = set(config.get("architectures") or [])
     eagle3 = bool(archs & _EAGLE3_ARCHS) or str(config.get("speculators_model_type", "")).lower() == "eagle3"
     try:
@@ -76,11 +88,24 @@ def model_shape(config: dict) -> dict[str, Any]:
         weight_read = linear + norms + head
     return {
         "kind": "eagle3" if eagle3 else "target",
-        "layers": layers, "hidden": hidden, "heads": heads, "kv_heads": kv_heads, "head_dim": head_dim,
-        "intermediate": inter, "vocab": vocab, "draft_vocab": draft_vocab, "target_hidden": target_hidden,
-        "params": params, "layer_linear_params": linear, "fc_params": fc, "lm_head_params": head,
-        "embedding_params": embedding, "norm_params": norms, "weight_read_params": weight_read,
-        "bytes_per_param": bpp, "weight_bytes": params * bpp,
+        "layers": layers,
+        "hidden": hidden,
+        "heads": heads,
+        "kv_heads": kv_heads,
+        "head_dim": head_dim,
+        "intermediate": inter,
+        "vocab": vocab,
+        "draft_vocab": draft_vocab,
+        "target_hidden": target_hidden,
+        "params": params,
+        "layer_linear_params": linear,
+        "fc_params": fc,
+        "lm_head_params": head,
+        "embedding_params": embedding,
+        "norm_params": norms,
+        "weight_read_params": weight_read,
+        "bytes_per_param": bpp,
+        "weight_bytes": params * bpp,
         "kv_bytes_per_token": 2 * layers * kv_heads * head_dim * bpp,
     }
 
@@ -107,8 +132,9 @@ def kv_budget_bytes(target_cfg: dict, draft_cfg: dict | None, *, max_model_len: 
     return max(KV_MIN_BYTES, int(need * KV_HEADROOM))
 
 
-def point_work(target_cfg: dict, draft_cfg: dict | None, *, context_len: int, batch_size: int = 1,
-               k: int = 3) -> dict[str, Any]:
+def point_work(
+    target_cfg: dict, draft_cfg: dict | None, *, context_len: int, batch_size: int = 1, k: int = 3
+) -> dict[str, Any]:
     """FLOPs of the prefill and bytes of one decode step at a sweep point.
 
     Counted: the linear layers (2 FLOPs per weight per token; the lm_head only for the last prompt
@@ -130,25 +156,35 @@ def point_work(target_cfg: dict, draft_cfg: dict | None, *, context_len: int, ba
     t_flops = 2 * t["layer_linear_params"] * ctx + 2 * t["lm_head_params"] + _attention_flops(t, ctx)
     d_flops = 0.0
     if d is not None:
-        d_flops = 2 * (d["layer_linear_params"] + d["fc_params"]) * ctx + 2 * d["lm_head_params"] + _attention_flops(d, ctx)
+        d_flops = (
+            2 * (d["layer_linear_params"] + d["fc_params"]) * ctx + 2 * d["lm_head_params"] + _attention_flops(d, ctx)
+        )
     bpp_t = t["bytes_per_param"]
     target_step = t["weight_read_params"] * bpp_t + t["kv_bytes_per_token"] * ctx * b
     out: dict[str, Any] = {
-        "context_len": ctx, "batch_size": b, "k": k if d is not None else None,
+        "context_len": ctx,
+        "batch_size": b,
+        "k": k if d is not None else None,
         "target_prefill_flops": t_flops * b,
         "draft_prefill_flops": d_flops * b if d is not None else None,
         "attention_flops": (_attention_flops(t, ctx) + (_attention_flops(d, ctx) if d else 0)) * b,
         "prefill_flops": (t_flops + d_flops) * b,
         "target_kv_bytes": t["kv_bytes_per_token"] * ctx * b,
         "target_bytes_per_step": target_step,
-        "draft_bytes_per_step": None, "draft_fc_bytes": None, "eagle3_bytes_per_verified_step": None,
+        "draft_bytes_per_step": None,
+        "draft_fc_bytes": None,
+        "eagle3_bytes_per_verified_step": None,
     }
     if d is not None:
         bpp_d = d["bytes_per_param"]
         draft_step = (d["weight_read_params"] - d["fc_params"]) * bpp_d + d["kv_bytes_per_token"] * ctx * b
         fc_bytes = d["fc_params"] * bpp_d
-        out.update(draft_kv_bytes=d["kv_bytes_per_token"] * ctx * b, draft_bytes_per_step=draft_step,
-                   draft_fc_bytes=fc_bytes, eagle3_bytes_per_verified_step=target_step + k * draft_step + fc_bytes)
+        out.update(
+            draft_kv_bytes=d["kv_bytes_per_token"] * ctx * b,
+            draft_bytes_per_step=draft_step,
+            draft_fc_bytes=fc_bytes,
+            eagle3_bytes_per_verified_step=target_step + k * draft_step + fc_bytes,
+        )
     return out
 
 
@@ -168,8 +204,16 @@ def matmul_peak(limits: dict, dtype: str | None) -> tuple[float | None, str | No
     return rates[best], best, paths.get(best)
 
 
-def roofline(work: dict, limits: dict, *, ttft_s: float | None, decode_tok_s: float | None,
-             acceptance_length: float | None, batch_size: int = 1, dtype: str | None = None) -> dict[str, Any]:
+def roofline(
+    work: dict,
+    limits: dict,
+    *,
+    ttft_s: float | None,
+    decode_tok_s: float | None,
+    acceptance_length: float | None,
+    batch_size: int = 1,
+    dtype: str | None = None,
+) -> dict[str, Any]:
     """How a measured point compares with this machine's limits (percentages 0-100).
 
     decode_tok_s is the whole batch's output tokens per second; acceptance_length is tokens per
@@ -197,7 +241,9 @@ def roofline(work: dict, limits: dict, *, ttft_s: float | None, decode_tok_s: fl
     if decode_tok_s and bw:
         decode_pct = decode_tok_s / tokens_per_step * step_bytes / (bw * 1e9) * 100
     sol_base = bw * 1e9 / work["target_bytes_per_step"] * batch_size if bw else None
-    sol_e3 = bw * 1e9 / eagle3_bytes * acceptance_length * batch_size if bw and acceptance_length and eagle3_bytes else None
+    sol_e3 = (
+        bw * 1e9 / eagle3_bytes * acceptance_length * batch_size if bw and acceptance_length and eagle3_bytes else None
+    )
     flags = []
     peak_words = f"the {peak_dtype} matmul peak ({peak_path or 'path unnamed'}, {peak or 0:.3g} GFLOP/s)"
     prefill_pct, why = roofline_share("prefill_pct_of_peak_flops", prefill_pct, peak_words)
@@ -210,6 +256,9 @@ def roofline(work: dict, limits: dict, *, ttft_s: float | None, decode_tok_s: fl
         "sol_decode_tok_s_baseline": sol_base,
         "sol_decode_tok_s_eagle3": sol_e3,
         "bytes_per_output_token": step_bytes / tokens_per_step,
-        "peak_gflops": peak, "peak_dtype": peak_dtype, "peak_path": peak_path, "bandwidth_gbs": bw,
+        "peak_gflops": peak,
+        "peak_dtype": peak_dtype,
+        "peak_path": peak_path,
+        "bandwidth_gbs": bw,
         "roofline_flags": flags,
     }

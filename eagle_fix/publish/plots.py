@@ -11,16 +11,37 @@ from eagle_fix.served.summary import parse_load, summarize
 
 # name, title, y label, column(s), arms drawn
 PLOTS = (
-    ("throughput", "Output throughput (end to end: prefill included)", "output tokens/s", "output_throughput_tok_s",
-     ("eagle3", "baseline")),
-    ("decode_throughput", "Decode throughput (after the first token), median and its interval (95%, or the "
-                          "samples' range below 6 samples: 1 - 2*0.5^n)", "tokens/s",
-     "decode_throughput_tok_s",
-     ("eagle3", "baseline")),
-    ("acceptance_length", "Acceptance length (1 + accepted / drafts), 95% count interval", "tokens per step",
-     "acceptance_length", ("eagle3",)),
-    ("roofline", "Decode traffic as % of the measured memory bandwidth", "% of bandwidth", "decode_pct_of_bandwidth",
-     ("eagle3", "baseline")),
+    (
+        "throughput",
+        "Output throughput (end to end: prefill included)",
+        "output tokens/s",
+        "output_throughput_tok_s",
+        ("eagle3", "baseline"),
+    ),
+    (
+        "decode_throughput",
+        (
+            "Decode throughput (after the first token), median and its interval (95%, or the "
+            "samples' range below 6 samples: 1 - 2*0.5^n)"
+        ),
+        "tokens/s",
+        "decode_throughput_tok_s",
+        ("eagle3", "baseline"),
+    ),
+    (
+        "acceptance_length",
+        "Acceptance length (1 + accepted / drafts), 95% count interval",
+        "tokens per step",
+        "acceptance_length",
+        ("eagle3",),
+    ),
+    (
+        "roofline",
+        "Decode traffic as % of the measured memory bandwidth",
+        "% of bandwidth",
+        "decode_pct_of_bandwidth",
+        ("eagle3", "baseline"),
+    ),
     ("drafter_coverage", "Drafter coverage (share of steps that drafted)", "fraction", "drafter_coverage", ("eagle3",)),
     ("memory", "Peak memory", "GiB", ("peak_gpu_memory_bytes", "peak_host_memory_bytes"), ("eagle3", "baseline")),
 )
@@ -44,8 +65,13 @@ SERIES = ("machine_id", "output_len", "num_speculative_tokens", "batch_size", "v
 MAX_SERIES = 8  # lines per axes; more become small multiples
 # Split into panels in this order until no panel holds more than MAX_SERIES lines: machines and
 # workloads first (their numbers are not comparable), then mode, release, fix arm.
-FACETS = (("machine_id", "output_len", "batch_size"), ("mode",), ("vllm_version",), ("fix",),
-          ("num_speculative_tokens",))
+FACETS = (
+    ("machine_id", "output_len", "batch_size"),
+    ("mode",),
+    ("vllm_version",),
+    ("fix",),
+    ("num_speculative_tokens",),
+)
 ARM_STYLE = {"eagle3": "-", "baseline": "--"}
 MODE_MARKER = {"compile": "o", "eager": "s"}
 
@@ -58,8 +84,9 @@ def plot_series(df, columns, arms) -> list[dict]:
     names = dict(zip(df["machine_id"], df["machine_name"]))
     out = []
     for values, g in df.groupby(list(SERIES), dropna=False, sort=True):
-        key = {k: record.plain(v) if not (isinstance(v, float) and math.isnan(v)) else None
-               for k, v in zip(SERIES, values)}
+        key = {
+            k: record.plain(v) if not (isinstance(v, float) and math.isnan(v)) else None for k, v in zip(SERIES, values)
+        }
         key["machine_name"] = names.get(values[0], str(values[0]))
         g = g.sort_values("context_len")
         for column in columns:
@@ -79,17 +106,24 @@ def _facets(series) -> list[str]:
             panels[k] = panels.get(k, 0) + 1
         if max(panels.values(), default=0) <= MAX_SERIES:
             break
-        dims += [d for d in facet if len({s[d] for s in series
-                                          if d != "num_speculative_tokens" or s["arm"] == "eagle3"}) > 1]
+        dims += [
+            d for d in facet if len({s[d] for s in series if d != "num_speculative_tokens" or s["arm"] == "eagle3"}) > 1
+        ]
     return dims
 
 
 def _describe(s: dict, dims) -> str:
-    words = {"machine_id": s["machine_name"], "output_len": f"{s['output_len']} out" if s["output_len"] else "out ?",
-             "num_speculative_tokens": f"k={s['num_speculative_tokens']}" if s["num_speculative_tokens"] else None,
-             "batch_size": f"batch {s['batch_size']}", "vllm_version": f"vLLM {s['vllm_version']}",
-             "arm": s["arm"], "mode": s["mode"], "fix": f"fix {s['fix']}" if s["fix"] else None,
-             "column": s["column"].split("_")[1] if s.get("column") else None}
+    words = {
+        "machine_id": s["machine_name"],
+        "output_len": f"{s['output_len']} out" if s["output_len"] else "out ?",
+        "num_speculative_tokens": f"k={s['num_speculative_tokens']}" if s["num_speculative_tokens"] else None,
+        "batch_size": f"batch {s['batch_size']}",
+        "vllm_version": f"vLLM {s['vllm_version']}",
+        "arm": s["arm"],
+        "mode": s["mode"],
+        "fix": f"fix {s['fix']}" if s["fix"] else None,
+        "column": s["column"].split("_")[1] if s.get("column") else None,
+    }
     return ", ".join(w for d in dims if (w := words.get(d)))
 
 
@@ -113,8 +147,9 @@ def plot_figure(df, title: str, ylabel: str, columns, arms):
     # a panel that still holds too many lines (no key left to split on) is cut into several
     cut = []
     for key, members in panels.items():
-        cut += [(key, members[i:i + MAX_SERIES]) for i in range(0, len(members), MAX_SERIES)]
+        cut += [(key, members[i : i + MAX_SERIES]) for i in range(0, len(members), MAX_SERIES)]
     dims = [*SERIES, *(["column"] if len(columns) > 1 else [])]
+
     def values(d):  # k is the EAGLE3 arm's; the baseline's None is no second value
         return {s.get(d) for s in series if d != "num_speculative_tokens" or s["arm"] == "eagle3"}
 
@@ -127,8 +162,9 @@ def plot_figure(df, title: str, ylabel: str, columns, arms):
 
     ncols = 1 if len(cut) == 1 else 2
     nrows = math.ceil(len(cut) / ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(7.5 * ncols, 4.2 * nrows + 1.2), squeeze=False,
-                             layout="constrained")
+    fig, axes = plt.subplots(
+        nrows, ncols, figsize=(7.5 * ncols, 4.2 * nrows + 1.2), squeeze=False, layout="constrained"
+    )
     ctxs = sorted(df["context_len"].dropna().unique())
     handles: dict[str, object] = {}
     for ax, (key, members) in zip(axes.flat, cut):
@@ -139,9 +175,16 @@ def plot_figure(df, title: str, ylabel: str, columns, arms):
                 ys = ys / GIB
             label = _describe(s, varying) or _describe(s, ["arm", "mode"])
             err = _error_bars(g, column, ys)
-            cont = ax.errorbar(g["context_len"].astype(float), ys, yerr=err, capsize=3,
-                               marker=MODE_MARKER.get(s["mode"], "^"), linestyle=ARM_STYLE.get(s["arm"], ":"),
-                               color=colour[tuple(str(s.get(d)) for d in varying if d != "arm")], label=label)
+            cont = ax.errorbar(
+                g["context_len"].astype(float),
+                ys,
+                yerr=err,
+                capsize=3,
+                marker=MODE_MARKER.get(s["mode"], "^"),
+                linestyle=ARM_STYLE.get(s["arm"], ":"),
+                color=colour[tuple(str(s.get(d)) for d in varying if d != "arm")],
+                label=label,
+            )
             cont.lines[0].set_gid("|".join(str(s.get(d)) for d in [*SERIES, "column"]))
             handles.setdefault(label, cont)
         ax.set_xscale("log", base=2)
@@ -151,14 +194,20 @@ def plot_figure(df, title: str, ylabel: str, columns, arms):
         if facet:
             ax.set_title(_describe(members[0], facet), fontsize=9)
         ax.grid(True, alpha=0.3)
-    for ax in list(axes.flat)[len(cut):]:
+    for ax in list(axes.flat)[len(cut) :]:
         ax.set_visible(False)
     common = _describe(series[0], shared)
     fig.suptitle(title + (f"\n{common}" if common else ""), fontsize=10)
     # below the axes, never over the data
     widest = max(len(label) for label in handles)
-    fig.legend(list(handles.values()), list(handles), loc="outside lower center", fontsize=7,
-               ncol=max(1, min(3, len(handles), (110 * ncols) // (widest + 8))), frameon=False)
+    fig.legend(
+        list(handles.values()),
+        list(handles),
+        loc="outside lower center",
+        fontsize=7,
+        ncol=max(1, min(3, len(handles), (110 * ncols) // (widest + 8))),
+        frameon=False,
+    )
     return fig
 
 
@@ -195,8 +244,13 @@ def map_heatmap(records: list[dict], out: Path) -> Path | None:
     meds = [c["throughput_ratio"]["median"] for c in summary if c["throughput_ratio"]["median"] is not None]
     spread = max(abs(m - 1.0) for m in meds) or 0.1
     norm = TwoSlopeNorm(vcenter=1.0, vmin=1.0 - spread * 1.05, vmax=1.0 + spread * 1.05)
-    fig, axes = plt.subplots(1, len(panels), figsize=(1.6 + 1.5 * len(concs) * len(panels), 1.4 + 0.9 * len(contexts)),
-                             squeeze=False, layout="constrained")
+    fig, axes = plt.subplots(
+        1,
+        len(panels),
+        figsize=(1.6 + 1.5 * len(concs) * len(panels), 1.4 + 0.9 * len(contexts)),
+        squeeze=False,
+        layout="constrained",
+    )
     for ax, (mode, fix) in zip(axes[0], panels):
         grid = [[math.nan] * len(concs) for _ in contexts]
         for c in summary:
@@ -214,8 +268,9 @@ def map_heatmap(records: list[dict], out: Path) -> Path | None:
         ax.set_ylabel("context (tokens)")
         ax.set_title(f"{mode}, fix {fix}", fontsize=9)
     fig.colorbar(image, ax=list(axes[0]), label="EAGLE3 / baseline output throughput")
-    fig.suptitle("Served throughput ratio (median of paired rounds, [interval]); below 1: speculation costs",
-                 fontsize=9)
+    fig.suptitle(
+        "Served throughput ratio (median of paired rounds, [interval]); below 1: speculation costs", fontsize=9
+    )
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110)
     plt.close(fig)

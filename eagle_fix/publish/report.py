@@ -24,15 +24,21 @@ def write_report(paths, out: Path) -> dict:
     map_md = map_report_section(paths, out)  # eagle-fix map files (.ndjson), at the report's end
     paths = [p for p in paths if Path(p).suffix != ".ndjson"]
     df = fill_speedup(latest(load_results(paths))) if paths or not map_md else None
-    md = ["# eagle-fix report", "",
-          "Newest measurement per profile, machine, vLLM version and point. asv results carry the EAGLE3 arm; "
-          "`eagle-fix run` files carry every arm, and where both hold one measurement the run's row (with its "
-          "samples) is shown once. Speedup is EAGLE3 decode throughput over the baseline's at the same point: "
-          "from the same run where it ran both arms, else from the newest baseline of the same profile, "
-          "machine, vLLM and device. Plots draw one line per machine, workload (output tokens, k), vLLM "
-          "release, arm, mode and fix arm.", ""]
+    md = [
+        "# eagle-fix report",
+        "",
+        (
+            "Newest measurement per profile, machine, vLLM version and point. asv results carry the EAGLE3 arm; "
+            "`eagle-fix run` files carry every arm, and where both hold one measurement the run's row (with its "
+            "samples) is shown once. Speedup is EAGLE3 decode throughput over the baseline's at the same point: "
+            "from the same run where it ran both arms, else from the newest baseline of the same profile, "
+            "machine, vLLM and device. Plots draw one line per machine, workload (output tokens, k), vLLM "
+            "release, arm, mode and fix arm."
+        ),
+        "",
+    ]
     written: dict[str, list[Path]] = {}
-    for profile, pdf in (df.groupby("profile") if df is not None else ()):
+    for profile, pdf in df.groupby("profile") if df is not None else ():
         pdir = out / str(profile)
         pdir.mkdir(parents=True, exist_ok=True)
         files = [p for spec in PLOTS if (p := save_plot(pdf, pdir, *spec)) is not None]
@@ -41,14 +47,24 @@ def write_report(paths, out: Path) -> dict:
         for version, vdf in sorted(pdf.groupby("vllm_version"), key=lambda kv: (release_key(str(kv[0])), kv[0])):
             machines = ", ".join(f"`{m}`" for m in sorted(vdf["machine_name"].unique()))
             shared = workload_text(vdf)
-            md += ["", f"vLLM {version}, {len(vdf)} points ({(vdf['status'] != 'ok').sum()} failed) on {machines}"
-                   + (f"; {shared}" if shared else ""), "", markdown_table(vdf)]
+            md += [
+                "",
+                f"vLLM {version}, {len(vdf)} points ({(vdf['status'] != 'ok').sum()} failed) on {machines}"
+                + (f"; {shared}" if shared else ""),
+                "",
+                markdown_table(vdf),
+            ]
             notes = _notes(vdf)
             if notes:
                 md += [""] + notes
             ab = fix_ab_table(vdf)
             if ab:
-                md += ["", "Fix A/B (EAGLE3 arm): acceptance length / drafter coverage, or why the point failed", "", ab]
+                md += [
+                    "",
+                    "Fix A/B (EAGLE3 arm): acceptance length / drafter coverage, or why the point failed",
+                    "",
+                    ab,
+                ]
         md.append("")
         md += [f"![{p.stem}]({profile}/{p.name})" for p in files]
         md.append("")
@@ -64,14 +80,19 @@ def write_report(paths, out: Path) -> dict:
 def _notes(df) -> list[str]:
     """What a reader must know about some rows: synthetic acceptance, rows only asv holds."""
     notes = []
-    if (df["synthetic_acceptance"] == True).any():  # noqa: E712 (an object column of True/False/None)
-        notes.append("Rows marked synthetic acceptance ran with an acceptance rate given to the engine "
-                     "(random weights accept nothing): their acceptance and speedup are not measurements.")
+    if (df["synthetic_acceptance"] == True).any():
+        notes.append(
+            "Rows marked synthetic acceptance ran with an acceptance rate given to the engine "
+            "(random weights accept nothing): their acceptance and speedup are not measurements."
+        )
     asv = df[df["source"] == "asv"] if "source" in df else df.iloc[:0]
     if len(asv):
         replayed = (asv.get("asv_source") == "replayed").sum() if "asv_source" in asv else 0
-        notes.append(f"{len(asv)} row(s) come from asv results alone (no `eagle-fix run` file holds them)"
-                     + (f", {replayed} of them replayed from earlier records" if replayed else "") + ".")
+        notes.append(
+            f"{len(asv)} row(s) come from asv results alone (no `eagle-fix run` file holds them)"
+            + (f", {replayed} of them replayed from earlier records" if replayed else "")
+            + "."
+        )
     return notes
 
 
@@ -84,12 +105,17 @@ def _html(markdown: str) -> str:
             continue
         if table:
             rows = [r.strip("|").split("|") for r in table if not r.startswith("|---")]
-            body.append("<table>" + "".join(
-                "<tr>" + "".join(f"<{t}>{html.escape(c.strip())}</{t}>" for c in r) + "</tr>"
-                for t, r in zip(["th"] + ["td"] * len(rows), rows)) + "</table>")
+            body.append(
+                "<table>"
+                + "".join(
+                    "<tr>" + "".join(f"<{t}>{html.escape(c.strip())}</{t}>" for c in r) + "</tr>"
+                    for t, r in zip(["th"] + ["td"] * len(rows), rows)
+                )
+                + "</table>"
+            )
             table = []
         if line.startswith("!["):
-            src = line[line.index("(") + 1:-1]
+            src = line[line.index("(") + 1 : -1]
             body.append(f'<img src="{html.escape(src)}" alt="{html.escape(src)}">')
         elif line.startswith("## "):
             body.append(f"<h2>{html.escape(line[3:])}</h2>")
@@ -98,7 +124,11 @@ def _html(markdown: str) -> str:
         elif line.strip():
             body.append(f"<p>{html.escape(line)}</p>")
     style = "body{font-family:sans-serif}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 6px}"
-    return f"<!doctype html><meta charset=utf-8><title>eagle-fix report</title><style>{style}</style>\n" + "\n".join(body) + "\n"
+    return (
+        f"<!doctype html><meta charset=utf-8><title>eagle-fix report</title><style>{style}</style>\n"
+        + "\n".join(body)
+        + "\n"
+    )
 
 
 def _map_files(paths) -> list[Path]:
@@ -117,9 +147,17 @@ def map_report_section(paths, out: Path) -> list[str]:
     md = []
     for f in _map_files(paths):
         png = map_heatmap(read_map(f), out / "map" / f"{f.stem}.png")
-        md += [f"## Served map `{f.name}`", "", "EAGLE3 / no-speculation ratios of vLLM bench's output_throughput and "
-               "median_tpot_ms per context and load (paired alternating rounds), and the break-even concurrency.", "",
-               map_table([f]), ""]
+        md += [
+            f"## Served map `{f.name}`",
+            "",
+            (
+                "EAGLE3 / no-speculation ratios of vLLM bench's output_throughput and "
+                "median_tpot_ms per context and load (paired alternating rounds), and the break-even concurrency."
+            ),
+            "",
+            map_table([f]),
+            "",
+        ]
         if png is not None:
             md += [f"![{png.stem}](map/{png.name})", ""]
     return md
@@ -129,14 +167,26 @@ def map_report_section(paths, out: Path) -> list[str]:
 
 
 def add_cli_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("results", nargs="*", metavar="RESULTS", default=["results"],
-                        help="`eagle-fix run` .jsonl files, asv results .json files, or folders (default: results/)")
+    parser.add_argument(
+        "results",
+        nargs="*",
+        metavar="RESULTS",
+        default=["results"],
+        help="`eagle-fix run` .jsonl files, asv results .json files, or folders (default: results/)",
+    )
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output folder (default: %(default)s)")
-    parser.add_argument("--table", metavar="KIND", help=f"print one table of RESULTS: {', '.join(DOC_TABLES)}; "
-                        f"or of the files named: {', '.join(FILE_TABLES)} "
-                        "(key=value arguments filter the rows of the first kind, e.g. profile=cpu)")
-    parser.add_argument("--docs", action="store_true", help="regenerate the tables in README.md and docs/ from the "
-                        "committed files each one names")
+    parser.add_argument(
+        "--table",
+        metavar="KIND",
+        help=f"print one table of RESULTS: {', '.join(DOC_TABLES)}; "
+        f"or of the files named: {', '.join(FILE_TABLES)} "
+        "(key=value arguments filter the rows of the first kind, e.g. profile=cpu)",
+    )
+    parser.add_argument(
+        "--docs",
+        action="store_true",
+        help="regenerate the tables in README.md and docs/ from the committed files each one names",
+    )
     parser.add_argument("--check", action="store_true", help="with --docs: change nothing, exit 1 if a table differs")
 
 
@@ -161,4 +211,3 @@ def print_report(paths, out: Path) -> None:
     for profile, files in written.items():
         print(f"profile {profile}: {len(files)} plot(s) in {out / profile}/")
     print(f"report: {out / 'report.md'} and {out / 'index.html'}")
-

@@ -27,8 +27,17 @@ def _story_candidates(results_dir: Path, root: Path) -> dict[str, list[dict]]:
             if not extra.get("records_file"):
                 continue
             key = (data["commit_hash"], params.get("source") or "measured", params.get("engine") or "?")
-            run = runs.setdefault(key, {"machine": machine_dir.name, "commit": key[0], "source": key[1],
-                                        "engine": key[2], "date": 0, "files": []})
+            run = runs.setdefault(
+                key,
+                {
+                    "machine": machine_dir.name,
+                    "commit": key[0],
+                    "source": key[1],
+                    "engine": key[2],
+                    "date": 0,
+                    "files": [],
+                },
+            )
             run["date"] = max(run["date"], int(data.get("date") or 0))
             path = Path(extra["records_file"])
             path = path if path.is_absolute() else root / path
@@ -104,8 +113,10 @@ def story_label(run: dict) -> str:
     """A run in words: what it is on this view, its workload, fix arms, commit, engine and source."""
     contexts = sorted({r["context_len"] for r in run["records"]})
     span = "–".join(dict.fromkeys(f"{c / 1024:g}K" for c in (contexts[:1] + contexts[-1:]))) or "no contexts"
-    return (f"{' + '.join(run['roles'])}: {run['workload']}, {span}, fix {'/'.join(_fixes(run)) or '–'}, "
-            f"commit {run['commit'][:8]}, {run['engine']}, {run['source']}")
+    return (
+        f"{' + '.join(run['roles'])}: {run['workload']}, {span}, fix {'/'.join(_fixes(run)) or '–'}, "
+        f"commit {run['commit'][:8]}, {run['engine']}, {run['source']}"
+    )
 
 
 def story_figure(runs: list[dict], path: Path) -> None:
@@ -117,8 +128,12 @@ def story_figure(runs: list[dict], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panels = (("tpot_ms", "decode ms / token\n(lower is better)"), ("speedup", "speedup vs no speculation\n(above 1: pays)"),
-              ("acceptance_length", "acceptance length\n(tokens per step)"), ("drafter_coverage", "drafter coverage\n(share of steps drafted)"))
+    panels = (
+        ("tpot_ms", "decode ms / token\n(lower is better)"),
+        ("speedup", "speedup vs no speculation\n(above 1: pays)"),
+        ("acceptance_length", "acceptance length\n(tokens per step)"),
+        ("drafter_coverage", "drafter coverage\n(share of steps drafted)"),
+    )
     fig, axes = plt.subplots(len(runs), len(panels), figsize=(4.2 * len(panels), 3.2 * len(runs)), squeeze=False)
     for row, run in zip(axes, runs):
         recs = run["records"]
@@ -127,25 +142,47 @@ def story_figure(runs: list[dict], path: Path) -> None:
             for r in recs:
                 if column != "tpot_ms" and r.get("arm") != "eagle3":
                     continue
-                label = ("no speculation", None) if r.get("arm") == "baseline" else (f"EAGLE3 fix {r.get('fix') or 'on'}", r.get("fix") or "on")
+                label = (
+                    ("no speculation", None)
+                    if r.get("arm") == "baseline"
+                    else (f"EAGLE3 fix {r.get('fix') or 'on'}", r.get("fix") or "on")
+                )
                 series.setdefault((label, r.get("mode")), []).append(r)
             for ((label, fix), mode), rs in sorted(series.items(), key=lambda kv: str(kv[0])):
                 rs = sorted(rs, key=lambda r: r["context_len"])
                 color, style = FIX_STYLE.get(fix, ("black", "-"))
                 marker = "o" if mode == "eager" else "s"
-                ok = [r for r in rs if r.get("status") == "ok" and r.get(column) is not None
-                      and not withheld(r, column)]
+                ok = [
+                    r for r in rs if r.get("status") == "ok" and r.get(column) is not None and not withheld(r, column)
+                ]
                 xs = [r["context_len"] for r in ok]
                 ys = [r[column] for r in ok]
                 ci = [((r.get("ci95") or {}).get(column) or [None, None]) for r in ok]
-                err = [[max(0.0, y - (c[0] if c[0] is not None else y)) for y, c in zip(ys, ci)],
-                       [max(0.0, (c[1] if c[1] is not None else y) - y) for y, c in zip(ys, ci)]]
-                ax.errorbar(xs, ys, yerr=err if any(map(any, err)) else None, color=color, linestyle=style,
-                            marker=marker, capsize=3, label=f"{label}, {mode}")
+                err = [
+                    [max(0.0, y - (c[0] if c[0] is not None else y)) for y, c in zip(ys, ci)],
+                    [max(0.0, (c[1] if c[1] is not None else y) - y) for y, c in zip(ys, ci)],
+                ]
+                ax.errorbar(
+                    xs,
+                    ys,
+                    yerr=err if any(map(any, err)) else None,
+                    color=color,
+                    linestyle=style,
+                    marker=marker,
+                    capsize=3,
+                    label=f"{label}, {mode}",
+                )
                 failed = [r["context_len"] for r in rs if r.get("status") != "ok"]
                 if failed:
-                    ax.plot(failed, [0] * len(failed), "x", color=color, markersize=12, mew=3,
-                            label=f"{label}, {mode}: FAILED")
+                    ax.plot(
+                        failed,
+                        [0] * len(failed),
+                        "x",
+                        color=color,
+                        markersize=12,
+                        mew=3,
+                        label=f"{label}, {mode}: FAILED",
+                    )
             ax.set_xscale("log", base=2)
             contexts = sorted({r["context_len"] for r in recs})
             ax.set_xticks(contexts, [f"{c / 1024:g}K" for c in contexts])
@@ -155,8 +192,10 @@ def story_figure(runs: list[dict], path: Path) -> None:
             ax.tick_params(labelsize=7)
             if column == "speedup":
                 ax.axhline(1.0, color="grey", linewidth=0.8)
-        row[0].set_ylabel(f"{run['machine']}\n{' + '.join(run.get('roles') or ['run'])}\n{run['commit'][:8]}, "
-                          f"{run['source']}", fontsize=8)
+        row[0].set_ylabel(
+            f"{run['machine']}\n{' + '.join(run.get('roles') or ['run'])}\n{run['commit'][:8]}, {run['source']}",
+            fontsize=8,
+        )
         handles, labels = row[-1].get_legend_handles_labels()
         h0, l0 = row[0].get_legend_handles_labels()
         seen = dict(zip(l0 + labels, h0 + handles))
@@ -169,10 +208,13 @@ def story_figure(runs: list[dict], path: Path) -> None:
 def story_html(runs: list[dict]) -> str:
     """The block above asv's grid: which runs it tells and why, the figure, every failed point with its
     cause, and where to look next."""
+
     def row(run: dict, r: dict, why: str) -> str:
-        return (f"<tr><td>{html.escape(run['machine'])}</td><td>{run['commit'][:8]} ({run['source']})</td>"
-                f"<td>{r['context_len']}</td><td>{r.get('mode')}</td><td>{r.get('arm')}</td>"
-                f"<td>{r.get('fix') or '–'}</td><td>{html.escape(why)}</td></tr>")
+        return (
+            f"<tr><td>{html.escape(run['machine'])}</td><td>{run['commit'][:8]} ({run['source']})</td>"
+            f"<td>{r['context_len']}</td><td>{r.get('mode')}</td><td>{r.get('arm')}</td>"
+            f"<td>{r.get('fix') or '–'}</td><td>{html.escape(why)}</td></tr>"
+        )
 
     told = "".join(f"<li><b>{html.escape(run['machine'])}</b>: {html.escape(run['label'])}</li>" for run in runs)
     fails = []
@@ -185,22 +227,34 @@ def story_html(runs: list[dict]) -> str:
                 fails.append(row(run, r, f"speed withheld: {busy}"))
             for f in record.implausible(r):
                 fails.append(row(run, r, f"withheld: {f}"))
-    table = ("<table class='table table-condensed' style='font-size:12px;width:auto'><tr><th>machine</th><th>run</th>"
-             "<th>context</th><th>mode</th><th>arm</th><th>fix</th><th>failed or withheld: cause</th></tr>"
-             + "".join(fails) + "</table>" if fails else "<p>No point failed.</p>")
+    table = (
+        "<table class='table table-condensed' style='font-size:12px;width:auto'><tr><th>machine</th><th>run</th>"
+        "<th>context</th><th>mode</th><th>arm</th><th>fix</th><th>failed or withheld: cause</th></tr>"
+        + "".join(fails)
+        + "</table>"
+        if fails
+        else "<p>No point failed.</p>"
+    )
     per_context = "?x-axis=context_len"
-    links = " · ".join(f"<a href='#bench_eagle.{b}{per_context}'>{t}</a>" for b, t in (
-        ("Sweep.track_tpot", "EAGLE3 decode ms/token"), ("Baseline.track_tpot", "no-speculation decode ms/token"),
-        ("Sweep.track_relative_decode_time", "relative decode time"),
-        ("Sweep.track_target_passes_per_token", "passes per token"),
-        ("Sweep.track_drafter_skipped_share", "drafter skipped share")))
-    return (f"<div id='{STORY_ID}' style='padding:10px 20px'><h2>EAGLE3 at long context: what each machine has "
-            f"shown</h2><p>Per machine, its newest fix A/B, its most complete context curve and its newest run "
-            f"(one row each where they differ):</p><ul style='font-size:12px'>{told}</ul>"
-            f"<img src='{STORY_PNG}' alt='decode time, speedup, acceptance and drafter coverage per context' "
-            f"style='max-width:100%'>{table}<p>Per context in asv's graphs: {links}. Every asv graph below is lower "
-            f"is better; replayed results carry <code>source-replayed</code>, workloads their own "
-            f"<code>workload</code> label. More tables and plots: <a href='eagle-fix/index.html'>the report</a>.</p></div>")
+    links = " · ".join(
+        f"<a href='#bench_eagle.{b}{per_context}'>{t}</a>"
+        for b, t in (
+            ("Sweep.track_tpot", "EAGLE3 decode ms/token"),
+            ("Baseline.track_tpot", "no-speculation decode ms/token"),
+            ("Sweep.track_relative_decode_time", "relative decode time"),
+            ("Sweep.track_target_passes_per_token", "passes per token"),
+            ("Sweep.track_drafter_skipped_share", "drafter skipped share"),
+        )
+    )
+    return (
+        f"<div id='{STORY_ID}' style='padding:10px 20px'><h2>EAGLE3 at long context: what each machine has "
+        f"shown</h2><p>Per machine, its newest fix A/B, its most complete context curve and its newest run "
+        f"(one row each where they differ):</p><ul style='font-size:12px'>{told}</ul>"
+        f"<img src='{STORY_PNG}' alt='decode time, speedup, acceptance and drafter coverage per context' "
+        f"style='max-width:100%'>{table}<p>Per context in asv's graphs: {links}. Every asv graph below is lower "
+        f"is better; replayed results carry <code>source-replayed</code>, workloads their own "
+        f"<code>workload</code> label. More tables and plots: <a href='eagle-fix/index.html'>the report</a>.</p></div>"
+    )
 
 
 def add_story(html_dir: Path, results_dir: Path, repo: Path) -> int:
@@ -211,7 +265,9 @@ def add_story(html_dir: Path, results_dir: Path, repo: Path) -> int:
     story_figure(runs, html_dir / STORY_PNG)
     index = html_dir / "index.html"
     text = index.read_text(encoding="utf-8")
-    text = re.sub(rf"<div id='{STORY_ID}'.*?</div>(?=<!-- /{STORY_ID} -->)<!-- /{STORY_ID} -->", "", text, flags=re.S)
+    text = re.sub(
+        rf"<div id='{STORY_ID}'.*?</div>(?=<!-- /{STORY_ID} -->)<!-- /{STORY_ID} -->", "", text, flags=re.DOTALL
+    )
     anchor = '<div id="summarygrid-display"'
     at = text.index(anchor)
     at = text.index(">", at) + 1

@@ -76,17 +76,27 @@ def fix_ab_table(df) -> str | None:
 
     lead = workload_columns(ab)
     ctxs = sorted(int(c) for c in ab["context_len"].unique())
-    lines = ["| " + " | ".join(label for _, label, _ in lead) + " | fix | doctor | mode | "
-             + " | ".join(f"{c}" for c in ctxs) + " |",
-             "|" + "|".join("---" for _ in lead) + "|---|---|---|" + "|".join("---" for _ in ctxs) + "|"]
+    lines = [
+        "| "
+        + " | ".join(label for _, label, _ in lead)
+        + " | fix | doctor | mode | "
+        + " | ".join(f"{c}" for c in ctxs)
+        + " |",
+        "|" + "|".join("---" for _ in lead) + "|---|---|---|" + "|".join("---" for _ in ctxs) + "|",
+    ]
     keys = [c for c, _, _ in lead] + ["fix", "mode"]
     for values, g in ab.astype({c: object for c, _, _ in lead}).groupby(keys, sort=True, dropna=False):
         by_ctx = {int(r["context_len"]): cell(r) for _, r in g.iterrows()}
         state = g["fix_state"].dropna().iloc[0] if "fix_state" in g and g["fix_state"].notna().any() else "–"
         head = [format_cell(v, fmt, c) for v, (c, _, fmt) in zip(values, lead)]
         fix, mode = values[-2:]
-        lines.append("| " + " | ".join(head) + f" | {fix} | {state} | {mode} | "
-                     + " | ".join(by_ctx.get(c, "–") for c in ctxs) + " |")
+        lines.append(
+            "| "
+            + " | ".join(head)
+            + f" | {fix} | {state} | {mode} | "
+            + " | ".join(by_ctx.get(c, "–") for c in ctxs)
+            + " |"
+        )
     return "\n".join(lines)
 
 
@@ -134,8 +144,10 @@ def _lead_head(df) -> list[str]:
 
 def md_table(head: list[str], rows: list[list[str]]) -> str:
     """A markdown table of the given heading and rows of cells."""
-    return "\n".join(["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
-                     + ["| " + " | ".join(r) + " |" for r in rows])
+    return "\n".join(
+        ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+        + ["| " + " | ".join(r) + " |" for r in rows]
+    )
 
 
 def summary_table(df) -> str:
@@ -145,12 +157,21 @@ def summary_table(df) -> str:
     rows, labels = [], []
     for _, r in df.iterrows():
         r = r.to_dict()
-        rows.append([*_lead(df, r), f"{r['context_len']:.0f}", r["mode"], r["arm"] + (f" ({r['fix']})" if r.get("fix") not in (None, "on")
-                                                                     and isinstance(r.get("fix"), str) else ""),
-                     _ci(r, "decode_throughput_tok_s", "{:.1f}"), _ci(r, "acceptance_length", "{:.2f}"),
-                     format_cell(r.get("drafter_coverage"), "{:.0%}", "drafter_coverage"),
-                     format_cell(r.get("speedup"), "{:.2f}x", "speedup"), format_cell(r.get("ttft_s"), "{:.1f}", "ttft_s"),
-                     format_cell(r.get("peak_host_memory_bytes"), "{:.2f}", "peak_host_memory_bytes")])
+        rows.append(
+            [
+                *_lead(df, r),
+                f"{r['context_len']:.0f}",
+                r["mode"],
+                r["arm"]
+                + (f" ({r['fix']})" if r.get("fix") not in (None, "on") and isinstance(r.get("fix"), str) else ""),
+                _ci(r, "decode_throughput_tok_s", "{:.1f}"),
+                _ci(r, "acceptance_length", "{:.2f}"),
+                format_cell(r.get("drafter_coverage"), "{:.0%}", "drafter_coverage"),
+                format_cell(r.get("speedup"), "{:.2f}x", "speedup"),
+                format_cell(r.get("ttft_s"), "{:.1f}", "ttft_s"),
+                format_cell(r.get("peak_host_memory_bytes"), "{:.2f}", "peak_host_memory_bytes"),
+            ]
+        )
         has_interval = "[" in rows[-1][len(_lead_head(df)) + 3]
         labels.append(_median_label(r, "decode_throughput_tok_s") if has_interval else None)
     at = len(_lead_head(df)) + 3
@@ -158,8 +179,21 @@ def summary_table(df) -> str:
     for row, cell in zip(rows, cells):
         row[at] = cell
     # acceptance's interval is a count interval (Wilson, the draft as the unit): a real 95% at any size
-    return md_table([*_lead_head(df), "context", "mode", "arm", head, "accept len [95% ci]", "coverage", "speedup",
-                     "TTFT s", "host GiB"], rows)
+    return md_table(
+        [
+            *_lead_head(df),
+            "context",
+            "mode",
+            "arm",
+            head,
+            "accept len [95% ci]",
+            "coverage",
+            "speedup",
+            "TTFT s",
+            "host GiB",
+        ],
+        rows,
+    )
 
 
 def acceptance_table(df) -> str:
@@ -170,12 +204,35 @@ def acceptance_table(df) -> str:
         r = r.to_dict()
         ppa = r.get("per_position_acceptance")
         per = " / ".join(f"{x:.2f}" for x in ppa) if isinstance(ppa, list) and ppa else "–"
-        rows.append([*_lead(df, r), f"{r['context_len']:.0f}", r["mode"], str(r.get("fix") or "–"), r["status"],
-                     format_cell(r.get("num_drafts"), "{:.0f}", "n"),
-                     format_cell(r.get("num_accepted_tokens"), "{:.0f}", "n"),
-                     _ci(r, "acceptance_length", "{:.2f}"), per, format_cell(r.get("drafter_coverage"), "{:.0%}", "c")])
-    return md_table([*_lead_head(df), "context", "mode", "fix", "status", "drafts", "accepted",
-                     "acceptance length [95% ci]", "per position", "coverage"], rows)
+        rows.append(
+            [
+                *_lead(df, r),
+                f"{r['context_len']:.0f}",
+                r["mode"],
+                str(r.get("fix") or "–"),
+                r["status"],
+                format_cell(r.get("num_drafts"), "{:.0f}", "n"),
+                format_cell(r.get("num_accepted_tokens"), "{:.0f}", "n"),
+                _ci(r, "acceptance_length", "{:.2f}"),
+                per,
+                format_cell(r.get("drafter_coverage"), "{:.0%}", "c"),
+            ]
+        )
+    return md_table(
+        [
+            *_lead_head(df),
+            "context",
+            "mode",
+            "fix",
+            "status",
+            "drafts",
+            "accepted",
+            "acceptance length [95% ci]",
+            "per position",
+            "coverage",
+        ],
+        rows,
+    )
 
 
 def roofline_table(df) -> str:
@@ -186,15 +243,37 @@ def roofline_table(df) -> str:
         r = r.to_dict()
         lim = r.get("limits") if isinstance(r.get("limits"), dict) else {}
         sol = r.get("sol_decode_tok_s_eagle3") if r["arm"] == "eagle3" else r.get("sol_decode_tok_s_baseline")
-        rows.append([*_lead(df, r), f"{r['context_len']:.0f}", r["mode"], r["arm"],
-                     format_cell(r.get("ttft_s"), "{:.2f}", "t"),
-                     format_cell(r.get("prefill_pct_of_peak_flops"), "{:.1f}%", "p"),
-                     format_cell(r.get("decode_throughput_tok_s"), "{:.1f}", "d"),
-                     format_cell(r.get("decode_pct_of_bandwidth"), "{:.1f}%", "b"), format_cell(sol, "{:.0f}", "s"),
-                     format_cell((lim.get("matmul_gflops") or {}).get("bf16"), "{:.0f}", "g"),
-                     format_cell(lim.get("bandwidth_gbs"), "{:.1f}", "w")])
-    return md_table([*_lead_head(df), "context", "mode", "arm", "TTFT s", "prefill % of peak", "decode tok/s",
-                     "decode % of bandwidth", "speed-of-light tok/s", "bf16 GFLOP/s", "GB/s"], rows)
+        rows.append(
+            [
+                *_lead(df, r),
+                f"{r['context_len']:.0f}",
+                r["mode"],
+                r["arm"],
+                format_cell(r.get("ttft_s"), "{:.2f}", "t"),
+                format_cell(r.get("prefill_pct_of_peak_flops"), "{:.1f}%", "p"),
+                format_cell(r.get("decode_throughput_tok_s"), "{:.1f}", "d"),
+                format_cell(r.get("decode_pct_of_bandwidth"), "{:.1f}%", "b"),
+                format_cell(sol, "{:.0f}", "s"),
+                format_cell((lim.get("matmul_gflops") or {}).get("bf16"), "{:.0f}", "g"),
+                format_cell(lim.get("bandwidth_gbs"), "{:.1f}", "w"),
+            ]
+        )
+    return md_table(
+        [
+            *_lead_head(df),
+            "context",
+            "mode",
+            "arm",
+            "TTFT s",
+            "prefill % of peak",
+            "decode tok/s",
+            "decode % of bandwidth",
+            "speed-of-light tok/s",
+            "bf16 GFLOP/s",
+            "GB/s",
+        ],
+        rows,
+    )
 
 
 def noise_table(df) -> str:
@@ -209,21 +288,43 @@ def noise_table(df) -> str:
         decode_cv, step_cv = stats.cv(decode), stats.cv(samples.get("step_ms") or [])
         if decode_cv is not None and step_cv is not None:
             both.append((decode_cv, step_cv))
-        rows.append([*_lead(df, r), f"{r['context_len']:.0f}", r["mode"], r["arm"], str(len(decode) or "–"),
-                     format_cell(decode_cv, "{:.1%}", "cv"), format_cell(step_cv, "{:.1%}", "cv"),
-                     _ci(r, "step_ms", "{:.2f}")])
+        rows.append(
+            [
+                *_lead(df, r),
+                f"{r['context_len']:.0f}",
+                r["mode"],
+                r["arm"],
+                str(len(decode) or "–"),
+                format_cell(decode_cv, "{:.1%}", "cv"),
+                format_cell(step_cv, "{:.1%}", "cv"),
+                _ci(r, "step_ms", "{:.2f}"),
+            ]
+        )
         labels.append(_median_label(r, "step_ms") if "[" in rows[-1][-1] else None)
     head, cells = _labelled_column([row[-1] for row in rows], labels, "step ms")
     for row, cell in zip(rows, cells):
         row[-1] = cell
-    table = md_table([*_lead_head(df), "context", "mode", "arm", "samples", "CV of decode tok/s (wall clock)",
-                      "CV of step ms (median engine step)", head], rows)
+    table = md_table(
+        [
+            *_lead_head(df),
+            "context",
+            "mode",
+            "arm",
+            "samples",
+            "CV of decode tok/s (wall clock)",
+            "CV of step ms (median engine step)",
+            head,
+        ],
+        rows,
+    )
     if len(both) < 2:
         return table
     wall, step = stats.median([w for w, _ in both]), stats.median([s for _, s in both])
     lower = sum(s < w for w, s in both)
-    return (f"{table}\n\nOver the {len(both)} points timed both ways: median CV {wall:.1%} by the wall clock, "
-            f"{step:.1%} by the engine step; the step's CV is the lower in {lower} of {len(both)}.")
+    return (
+        f"{table}\n\nOver the {len(both)} points timed both ways: median CV {wall:.1%} by the wall clock, "
+        f"{step:.1%} by the engine step; the step's CV is the lower in {lower} of {len(both)}."
+    )
 
 
 def machines_table(df) -> str:
@@ -238,12 +339,36 @@ def machines_table(df) -> str:
         cpu = fp.get("cpu") or {}
         lim = lim if isinstance(lim, dict) else {}
         mm = lim.get("matmul_gflops") or {}
-        rows.append([fp.get("name", "?"), fp["id"], str(cpu.get("model_name", "–")),
-                     f"{cpu.get('family')}/{cpu.get('model')}/{cpu.get('stepping')}",
-                     " ".join(cpu.get("flags") or []) or "–", str(cpu.get("cores", "–")),
-                     format_cell(cpu.get("memory_total_bytes"), "{:.1f}", "memory_bytes"),
-                     format_cell(lim.get("threads"), "{:.0f}", "n"), format_cell(mm.get("bf16"), "{:.0f}", "g"),
-                     format_cell(mm.get("fp32"), "{:.0f}", "g"), format_cell(lim.get("bandwidth_gbs"), "{:.1f}", "w"),
-                     "yes" if lim.get("contended") else "no"])
-    return md_table(["machine", "id", "CPU", "family/model/stepping", "flags", "cores", "GiB", "threads",
-                     "bf16 GFLOP/s", "fp32 GFLOP/s", "copy GB/s", "contended"], rows)
+        rows.append(
+            [
+                fp.get("name", "?"),
+                fp["id"],
+                str(cpu.get("model_name", "–")),
+                f"{cpu.get('family')}/{cpu.get('model')}/{cpu.get('stepping')}",
+                " ".join(cpu.get("flags") or []) or "–",
+                str(cpu.get("cores", "–")),
+                format_cell(cpu.get("memory_total_bytes"), "{:.1f}", "memory_bytes"),
+                format_cell(lim.get("threads"), "{:.0f}", "n"),
+                format_cell(mm.get("bf16"), "{:.0f}", "g"),
+                format_cell(mm.get("fp32"), "{:.0f}", "g"),
+                format_cell(lim.get("bandwidth_gbs"), "{:.1f}", "w"),
+                "yes" if lim.get("contended") else "no",
+            ]
+        )
+    return md_table(
+        [
+            "machine",
+            "id",
+            "CPU",
+            "family/model/stepping",
+            "flags",
+            "cores",
+            "GiB",
+            "threads",
+            "bf16 GFLOP/s",
+            "fp32 GFLOP/s",
+            "copy GB/s",
+            "contended",
+        ],
+        rows,
+    )

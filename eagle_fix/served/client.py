@@ -43,17 +43,51 @@ def server_tpot_ms(before: dict[str, float] | None, after: dict[str, float] | No
     return 1000.0 * total / n if n > 0 else None
 
 
-def bench_args(base_url: str, model: str, dataset_path: str | os.PathLike, *, num_prompts: int, output_len: int,
-               max_concurrency: int | None, request_rate: float | None, seed: int) -> list[str]:
+def bench_args(
+    base_url: str,
+    model: str,
+    dataset_path: str | os.PathLike,
+    *,
+    num_prompts: int,
+    output_len: int,
+    max_concurrency: int | None,
+    request_rate: float | None,
+    seed: int,
+) -> list[str]:
     """`vllm bench serve`'s arguments for one cell: the suite's prompts (custom dataset, no chat template,
     file order kept), greedy, every request running to output_len tokens."""
-    args = ["--backend", "openai", "--base-url", base_url, "--endpoint", "/v1/completions", "--model", model,
-            "--dataset-name", "custom", "--dataset-path", str(dataset_path), "--skip-chat-template",
-            "--disable-shuffle", "--custom-output-len", str(output_len), "--num-prompts", str(num_prompts),
-            "--temperature", "0", "--ignore-eos", "--seed", str(seed), "--disable-tqdm",
-            "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,90,99",
-            # keeps the per-request errors in the returned result (it saves nothing without --save-result)
-            "--save-detailed"]
+    args = [
+        "--backend",
+        "openai",
+        "--base-url",
+        base_url,
+        "--endpoint",
+        "/v1/completions",
+        "--model",
+        model,
+        "--dataset-name",
+        "custom",
+        "--dataset-path",
+        str(dataset_path),
+        "--skip-chat-template",
+        "--disable-shuffle",
+        "--custom-output-len",
+        str(output_len),
+        "--num-prompts",
+        str(num_prompts),
+        "--temperature",
+        "0",
+        "--ignore-eos",
+        "--seed",
+        str(seed),
+        "--disable-tqdm",
+        "--percentile-metrics",
+        "ttft,tpot,itl,e2el",
+        "--metric-percentiles",
+        "50,90,99",
+        # keeps the per-request errors in the returned result (it saves nothing without --save-result)
+        "--save-detailed",
+    ]
     if max_concurrency:
         args += ["--max-concurrency", str(max_concurrency)]
     if request_rate:
@@ -98,7 +132,7 @@ def run_bench(argv: list[str], timeout_s: float) -> dict[str, Any]:
     with contextlib.redirect_stdout(out):
         try:
             return asyncio.run(bounded())
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise TimeoutError(f"vllm bench serve did not finish within {timeout_s:.0f} s") from None
 
 
@@ -106,6 +140,5 @@ def write_prompts(path: Path, prompts: list[list[int]], vocab_size: int = 512) -
     """The custom dataset's JSONL: one {"prompt": text} per request, the token ids as words."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w") as f:
-        for ids in prompts:
-            f.write(json.dumps({"prompt": ids_to_text(ids, vocab_size)}) + "\n")
+        f.writelines(json.dumps({"prompt": ids_to_text(ids, vocab_size)}) + "\n" for ids in prompts)
     return path

@@ -48,7 +48,7 @@ from eagle_fix.pairs.profiles import DEFAULT_PROFILES, MAP_PROFILES, PROFILES, M
 from eagle_fix.pairs.tokenizer import write_tokenizer
 from eagle_fix.served import client
 from eagle_fix.served.server import ServerDied, ServerProcess, check_port
-from eagle_fix.served.summary import KIND, format_summary, num, parse_load, load_label, read_map, summarize
+from eagle_fix.served.summary import KIND, format_summary, load_label, num, parse_load, read_map, summarize
 from eagle_fix.sweep import road
 from eagle_fix.sweep.load import LoadSampler
 from eagle_fix.sweep.plan import injected, refuse_injected_delay
@@ -56,17 +56,61 @@ from eagle_fix.sweep.plan import injected, refuse_injected_delay
 SCHEMA = 1
 # vLLM bench's per-request lists: dropped from the record (vllm bench serve drops them too unless
 # --save-detailed); the record keeps its summaries.
-DROPPED = ("input_lens", "output_lens", "start_times", "ttfts", "itls", "generated_texts", "errors", "latencies",
-           "queue_times")
+DROPPED = (
+    "input_lens",
+    "output_lens",
+    "start_times",
+    "ttfts",
+    "itls",
+    "generated_texts",
+    "errors",
+    "latencies",
+    "queue_times",
+)
 # Our keys beside vLLM's (never one of vLLM's names: a reader tells whose a number is by its name).
 OUR_KEYS = (
-    "schema", "kind", "profile", "context_len", "prompt_len", "load", "arm", "mode", "fix", "round", "position",
-    "output_len", "num_speculative_tokens", "prefix_caching", "status", "error", "seed",
-    "server_tpot_ms", "drafter_coverage", "drafter_steps", "drafter_proposals", "max_seq_len_drafted",
+    "schema",
+    "kind",
+    "profile",
+    "context_len",
+    "prompt_len",
+    "load",
+    "arm",
+    "mode",
+    "fix",
+    "round",
+    "position",
+    "output_len",
+    "num_speculative_tokens",
+    "prefix_caching",
+    "status",
+    "error",
+    "seed",
+    "server_tpot_ms",
+    "drafter_coverage",
+    "drafter_steps",
+    "drafter_proposals",
+    "max_seq_len_drafted",
     "drafter_counters_error",
-    "kv_cache_capacity_tokens", "kv_max_concurrency", "server_startup_s", "server_restarts", "server_args",
-    "server_log", "bench_command", "machine_id", "machine_name", "machine", "vllm_version", "torch_version",
-    "git_commit", "env", "load_avg_mean", "load_avg_max", "other_busy_cores", "timestamp", "wall_s",
+    "kv_cache_capacity_tokens",
+    "kv_max_concurrency",
+    "server_startup_s",
+    "server_restarts",
+    "server_args",
+    "server_log",
+    "bench_command",
+    "machine_id",
+    "machine_name",
+    "machine",
+    "vllm_version",
+    "torch_version",
+    "git_commit",
+    "env",
+    "load_avg_mean",
+    "load_avg_max",
+    "other_busy_cores",
+    "timestamp",
+    "wall_s",
 )
 
 
@@ -107,7 +151,12 @@ class Grid:
     max_concurrency: int
 
     def cells(self) -> list[dict[str, Any]]:
-        return [{"context_len": c, "load": load, "mode": m} for m in self.modes for c in self.contexts for load in self.loads]
+        return [
+            {"context_len": c, "load": load, "mode": m}
+            for m in self.modes
+            for c in self.contexts
+            for load in self.loads
+        ]
 
     def num_prompts(self, load: str) -> int:
         conc, _ = parse_load(load)
@@ -119,11 +168,18 @@ def resolve(args: MapArgs) -> Grid:
     if args.profile in MAP_PROFILES:
         mp = MAP_PROFILES[args.profile]
     elif args.profile in PROFILES:
-        mp = MapProfile(args.profile, args.profile, PROFILES[args.profile].contexts, (1, 2, 4, 8, 16),
-                        fixes=("on",), modes=("eager", "compile"))
+        mp = MapProfile(
+            args.profile,
+            args.profile,
+            PROFILES[args.profile].contexts,
+            (1, 2, 4, 8, 16),
+            fixes=("on",),
+            modes=("eager", "compile"),
+        )
     else:
-        raise EagleFixError(f"unknown profile {args.profile!r}: choose one of {', '.join([*MAP_PROFILES, *PROFILES])}",
-                            exit_code=2)
+        raise EagleFixError(
+            f"unknown profile {args.profile!r}: choose one of {', '.join([*MAP_PROFILES, *PROFILES])}", exit_code=2
+        )
     prof = PROFILES[mp.profile]
     contexts = args.contexts or mp.contexts
     concs = args.concurrencies if args.concurrencies is not None else mp.concurrencies
@@ -147,9 +203,20 @@ def resolve(args: MapArgs) -> Grid:
     short = [c for c in contexts if c - output_len - k - 1 < 16]
     if short:
         raise EagleFixError(f"context {short[0]} leaves no prompt for {output_len} output tokens", exit_code=2)
-    return Grid(mp.name, prof, tuple(contexts), loads, tuple(modes), tuple(fixes), tuple(args.arms),
-                args.rounds or mp.rounds, output_len, args.prompts_per_slot or mp.prompts_per_slot,
-                mp.prefix_caching if args.prefix_caching is None else args.prefix_caching, max(concs or (1,)))
+    return Grid(
+        mp.name,
+        prof,
+        tuple(contexts),
+        loads,
+        tuple(modes),
+        tuple(fixes),
+        tuple(args.arms),
+        args.rounds or mp.rounds,
+        output_len,
+        args.prompts_per_slot or mp.prompts_per_slot,
+        mp.prefix_caching if args.prefix_caching is None else args.prefix_caching,
+        max(concs or (1,)),
+    )
 
 
 def engine_spec(grid: Grid, arm: str, mode: str, fix: str | None, *, seed: int = 0) -> EngineSpec:
@@ -157,14 +224,22 @@ def engine_spec(grid: Grid, arm: str, mode: str, fix: str | None, *, seed: int =
     as many sequences as the largest load keeps in flight (under a request rate, every request of the cell
     may be)."""
     in_flight = max([grid.max_concurrency] + [grid.num_prompts(ld) for ld in grid.loads if ld.startswith("r")])
-    return road.engine_spec(grid.sweep_profile, arm=arm, mode=mode, fix=fix, max_model_len=max(grid.contexts),
-                            max_num_seqs=in_flight, seed=seed)
+    return road.engine_spec(
+        grid.sweep_profile,
+        arm=arm,
+        mode=mode,
+        fix=fix,
+        max_model_len=max(grid.contexts),
+        max_num_seqs=in_flight,
+        seed=seed,
+    )
 
 
 def prompt_len(grid: Grid, context_len: int) -> int:
     """As the sweep's: the sequence ends at the context, with room for the output and k draft positions."""
-    return road.prompt_len(context_len, output_len=grid.output_len,
-                           num_speculative_tokens=grid.sweep_profile.num_speculative_tokens)
+    return road.prompt_len(
+        context_len, output_len=grid.output_len, num_speculative_tokens=grid.sweep_profile.num_speculative_tokens
+    )
 
 
 def cell_seed(base: int, context_len: int, load: str, round_: int, arm: str, fix: str | None, mode: str) -> int:
@@ -215,9 +290,13 @@ class Servers:
             raise ServerDied(self.start_error[key])
         name = f"server-{self.mode}-{arm}" + (f"-fix-{key[1]}" if key[1] else "") + f"-{self.restarts.get(key, 0)}.log"
         try:
-            srv = ServerProcess(engine_spec(self.grid, arm, self.mode, key[1], seed=self.args.seed), self.log_dir / name,
-                                port=self.args.port if not self.up else None, prefix_caching=self.grid.prefix_caching,
-                                startup_timeout_s=self.args.startup_timeout_s)
+            srv = ServerProcess(
+                engine_spec(self.grid, arm, self.mode, key[1], seed=self.args.seed),
+                self.log_dir / name,
+                port=self.args.port if not self.up else None,
+                prefix_caching=self.grid.prefix_caching,
+                startup_timeout_s=self.args.startup_timeout_s,
+            )
         except ServerDied as exc:
             self.start_error[key] = f"server could not start: {exc}"
             raise ServerDied(self.start_error[key]) from None
@@ -230,8 +309,17 @@ class Servers:
         self.up.clear()
 
 
-def measure(grid: Grid, servers: Servers, cell: dict[str, Any], arm: str, fix: str | None, round_: int,
-            position: int, common: dict[str, Any], args: MapArgs) -> dict[str, Any]:
+def measure(
+    grid: Grid,
+    servers: Servers,
+    cell: dict[str, Any],
+    arm: str,
+    fix: str | None,
+    round_: int,
+    position: int,
+    common: dict[str, Any],
+    args: MapArgs,
+) -> dict[str, Any]:
     """One arm of one cell in one round: a server, vLLM's client, the drafter's counters; one record."""
     lifecycle.check()
     conc, rate = parse_load(cell["load"])
@@ -239,13 +327,25 @@ def measure(grid: Grid, servers: Servers, cell: dict[str, Any], arm: str, fix: s
     plen = prompt_len(grid, cell["context_len"])
     seed = cell_seed(args.seed, cell["context_len"], cell["load"], round_, arm, fix, cell["mode"])
     rec: dict[str, Any] = {
-        **dict.fromkeys(OUR_KEYS), **common, "profile": grid.name, "context_len": cell["context_len"], "prompt_len": plen, "load": cell["load"],
-        "arm": arm, "mode": cell["mode"], "fix": fix if arm == "eagle3" else None, "round": round_,
-        "position": position, "output_len": grid.output_len,
+        **dict.fromkeys(OUR_KEYS),
+        **common,
+        "profile": grid.name,
+        "context_len": cell["context_len"],
+        "prompt_len": plen,
+        "load": cell["load"],
+        "arm": arm,
+        "mode": cell["mode"],
+        "fix": fix if arm == "eagle3" else None,
+        "round": round_,
+        "position": position,
+        "output_len": grid.output_len,
         "num_speculative_tokens": grid.sweep_profile.num_speculative_tokens if arm == "eagle3" else None,
-        "prefix_caching": grid.prefix_caching, "seed": seed,
+        "prefix_caching": grid.prefix_caching,
+        "seed": seed,
         # vLLM bench's own names for the load, filled here too so a failed cell carries them
-        "max_concurrency": conc, "request_rate": rate if rate else "inf", "num_prompts": n,
+        "max_concurrency": conc,
+        "request_rate": rate if rate else "inf",
+        "num_prompts": n,
     }
     t0 = time.monotonic()
     srv = None
@@ -255,14 +355,26 @@ def measure(grid: Grid, servers: Servers, cell: dict[str, Any], arm: str, fix: s
         rec.update(status="failed", error=str(exc), wall_s=round(time.monotonic() - t0, 2))
         return rec
     key = (arm, rec["fix"])
-    rec.update(server_startup_s=round(srv.startup_s, 2), server_restarts=servers.restarts.get(key, 0),
-               server_args=srv.args, server_log=_relative(srv.log_path, args))
+    rec.update(
+        server_startup_s=round(srv.startup_s, 2),
+        server_restarts=servers.restarts.get(key, 0),
+        server_args=srv.args,
+        server_log=_relative(srv.log_path, args),
+    )
     rec["kv_cache_capacity_tokens"], rec["kv_max_concurrency"] = kv_capacity(srv.log_path)
     vocab = grid.sweep_profile.target_config()["vocab_size"]
     prompts = make_prompts(plen, n, vocab_size=vocab, seed=seed)
     dataset = client.write_prompts(servers.log_dir / "prompts" / f"{seed}.jsonl", prompts, vocab)
-    argv = client.bench_args(srv.base_url, str(srv.spec.target), dataset, num_prompts=n, output_len=grid.output_len,
-                      max_concurrency=conc, request_rate=rate, seed=seed)
+    argv = client.bench_args(
+        srv.base_url,
+        str(srv.spec.target),
+        dataset,
+        num_prompts=n,
+        output_len=grid.output_len,
+        max_concurrency=conc,
+        request_rate=rate,
+        seed=seed,
+    )
     rec["bench_command"] = client.bench_command(argv)
     counter_error = srv.reset_drafter_stats() if arm == "eagle3" else None
     srv.mark(f"point {json.dumps({k: rec[k] for k in ('context_len', 'load', 'arm', 'fix', 'round')})}")
@@ -299,9 +411,12 @@ def measure(grid: Grid, servers: Servers, cell: dict[str, Any], arm: str, fix: s
         counters, why = srv.drafter_stats()
         if counters is not None:
             steps, proposals = counters.get("spec_steps"), counters.get("proposals")
-            rec.update(drafter_steps=steps, drafter_proposals=proposals,
-                       max_seq_len_drafted=counters.get("max_seq_len_drafted"),
-                       drafter_coverage=proposals / steps if steps and proposals is not None else None)
+            rec.update(
+                drafter_steps=steps,
+                drafter_proposals=proposals,
+                max_seq_len_drafted=counters.get("max_seq_len_drafted"),
+                drafter_coverage=proposals / steps if steps and proposals is not None else None,
+            )
         rec["drafter_counters_error"] = why or counter_error
     return rec
 
@@ -324,9 +439,17 @@ def run_map(args: MapArgs, *, emit=None) -> list[dict[str, Any]]:
     log_dir = args.log_dir or ((out.parent / f"{out.stem}-logs") if out else Path("runs") / "map-logs")
     fp = fingerprint.fingerprint()
     versions = fingerprint.versions()
-    common = {"schema": SCHEMA, "kind": KIND, "machine_id": fp["id"], "machine_name": fp.get("name"), "machine": fp,
-              "vllm_version": versions.get("vllm"), "torch_version": versions.get("torch"),
-              "git_commit": fingerprint.git_commit(), "env": injected() or None}
+    common = {
+        "schema": SCHEMA,
+        "kind": KIND,
+        "machine_id": fp["id"],
+        "machine_name": fp.get("name"),
+        "machine": fp,
+        "vllm_version": versions.get("vllm"),
+        "torch_version": versions.get("torch"),
+        "git_commit": fingerprint.git_commit(),
+        "env": injected() or None,
+    }
     eagle_arms = [("eagle3", f) for f in grid.fixes] if "eagle3" in grid.arms else []
     arms = eagle_arms + ([("baseline", None)] if "baseline" in grid.arms else [])
     records = []
@@ -340,7 +463,7 @@ def run_map(args: MapArgs, *, emit=None) -> list[dict[str, Any]]:
                     order = arms[::-1] if round_order(r)[0] == "base" else arms
                     for position, (arm, fix) in enumerate(order):
                         rec = measure(grid, servers, cell, arm, fix, r, position, common, args)
-                        rec["timestamp"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+                        rec["timestamp"] = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
                         if out is not None:
                             record.append(out, rec)
                         records.append(rec)
@@ -376,9 +499,12 @@ def _ints(text: str | None, flag: str) -> tuple[int, ...] | None:
 
 
 def add_cli_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--profile", default=DEFAULT_PROFILES["map"],
-                        help=f"{' | '.join(MAP_PROFILES)}, or a sweep profile (its pair and contexts, concurrency "
-                             f"1,2,4,8,16, eager and compile) (default: %(default)s)")
+    parser.add_argument(
+        "--profile",
+        default=DEFAULT_PROFILES["map"],
+        help=f"{' | '.join(MAP_PROFILES)}, or a sweep profile (its pair and contexts, concurrency "
+        f"1,2,4,8,16, eager and compile) (default: %(default)s)",
+    )
     parser.add_argument("--out", type=Path, help="the map file: one JSON line per cell, round and arm (.ndjson)")
     parser.add_argument("--contexts", help="comma-separated context lengths (default: the profile's)")
     parser.add_argument("--concurrency", help="comma-separated --max-concurrency values of vLLM's client")
@@ -389,15 +515,23 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rounds", help="paired rounds per cell (default: the profile's)")
     parser.add_argument("--output-len", help="output tokens per request (default: the profile's)")
     parser.add_argument("--prompts-per-slot", help="requests per cell = this x the concurrency")
-    parser.add_argument("--prefix-caching", action=argparse.BooleanOptionalAction, default=None,
-                        help="the servers' prefix cache (default: the profile's, off)")
+    parser.add_argument(
+        "--prefix-caching",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="the servers' prefix cache (default: the profile's, off)",
+    )
     parser.add_argument("--port", type=int, help="the first server's port on 127.0.0.1 (default: a free one)")
     parser.add_argument("--seed", type=int, default=0, help="workload seed (default: %(default)s)")
     parser.add_argument("--log-dir", type=Path, help="server logs and prompt files (default: beside --out)")
     parser.add_argument("--cell-timeout", type=float, default=1800.0, help="seconds per cell before it fails")
     parser.add_argument("--summary", type=Path, metavar="FILE", help="print the summary of a map file; run nothing")
-    parser.add_argument("--write-tokenizer", type=Path, metavar="DIR",
-                        help="write tokenizer.json and tokenizer_config.json for the model in DIR; run nothing")
+    parser.add_argument(
+        "--write-tokenizer",
+        type=Path,
+        metavar="DIR",
+        help="write tokenizer.json and tokenizer_config.json for the model in DIR; run nothing",
+    )
 
 
 def from_cli_args(args: argparse.Namespace) -> MapArgs:
@@ -407,22 +541,35 @@ def from_cli_args(args: argparse.Namespace) -> MapArgs:
     out = args.out
     if out is not None:
         if out.suffix == ".jsonl":
-            raise EagleFixError(f"--out {out}: name it .ndjson; a .jsonl under results/ is read as `eagle-fix run` "
-                                f"records by eagle-fix report", exit_code=2)
+            raise EagleFixError(
+                f"--out {out}: name it .ndjson; a .jsonl under results/ is read as `eagle-fix run` "
+                f"records by eagle-fix report",
+                exit_code=2,
+            )
         if out.is_dir() or not out.parent.is_dir():
             raise EagleFixError(f"--out {out}: give a file path in an existing folder", exit_code=2)
     # the calibration knobs reach the served engine too (the plugin loads in its engine core)
     refuse_injected_delay(out, exit_code=2)
-    return MapArgs(profile=args.profile, out=out, contexts=_ints(args.contexts, "--contexts"),
-                   concurrencies=_ints(args.concurrency, "--concurrency"),
-                   request_rates=_floats(args.request_rate, "--request-rate"),
-                   modes=csv(args.modes), fixes=csv(args.fix), arms=csv(args.arms) or ("eagle3", "baseline"),
-                   rounds=parse_positive_int(args.rounds, "--rounds") if args.rounds else None,
-                   output_len=parse_positive_int(args.output_len, "--output-len") if args.output_len else None,
-                   prompts_per_slot=parse_positive_int(args.prompts_per_slot, "--prompts-per-slot")
-                   if args.prompts_per_slot else None,
-                   prefix_caching=args.prefix_caching, port=args.port, seed=args.seed, log_dir=args.log_dir,
-                   cell_timeout_s=args.cell_timeout)
+    return MapArgs(
+        profile=args.profile,
+        out=out,
+        contexts=_ints(args.contexts, "--contexts"),
+        concurrencies=_ints(args.concurrency, "--concurrency"),
+        request_rates=_floats(args.request_rate, "--request-rate"),
+        modes=csv(args.modes),
+        fixes=csv(args.fix),
+        arms=csv(args.arms) or ("eagle3", "baseline"),
+        rounds=parse_positive_int(args.rounds, "--rounds") if args.rounds else None,
+        output_len=parse_positive_int(args.output_len, "--output-len") if args.output_len else None,
+        prompts_per_slot=parse_positive_int(args.prompts_per_slot, "--prompts-per-slot")
+        if args.prompts_per_slot
+        else None,
+        prefix_caching=args.prefix_caching,
+        port=args.port,
+        seed=args.seed,
+        log_dir=args.log_dir,
+        cell_timeout_s=args.cell_timeout,
+    )
 
 
 def cli_main(args: argparse.Namespace) -> int:
@@ -437,17 +584,24 @@ def cli_main(args: argparse.Namespace) -> int:
     started = time.monotonic()
 
     def emit(rec: dict[str, Any]) -> None:
-        what = (f"{rec['mode']} {rec['context_len']} {rec['load']} {rec['arm']} round {rec['round']}: "
-                + (f"{rec.get('output_throughput', 0):.1f} tok/s, TPOT {rec.get('median_tpot_ms', 0):.1f} ms"
-                   + (f" (server {rec['server_tpot_ms']:.1f} ms)" if num(rec.get("server_tpot_ms")) is not None else "")
-                   + (f", acceptance {rec['spec_decode_acceptance_length']:.2f}"
-                      if num(rec.get("spec_decode_acceptance_length")) is not None else "")
-                   if rec["status"] == "ok" else f"FAILED: {record.cause(rec.get('error'))}"))
+        what = f"{rec['mode']} {rec['context_len']} {rec['load']} {rec['arm']} round {rec['round']}: " + (
+            f"{rec.get('output_throughput', 0):.1f} tok/s, TPOT {rec.get('median_tpot_ms', 0):.1f} ms"
+            + (f" (server {rec['server_tpot_ms']:.1f} ms)" if num(rec.get("server_tpot_ms")) is not None else "")
+            + (
+                f", acceptance {rec['spec_decode_acceptance_length']:.2f}"
+                if num(rec.get("spec_decode_acceptance_length")) is not None
+                else ""
+            )
+            if rec["status"] == "ok"
+            else f"FAILED: {record.cause(rec.get('error'))}"
+        )
         print(f"[{(time.monotonic() - started) / 60:5.1f} min] {what}", file=sys.stderr, flush=True)
 
     records = run_map(margs, emit=emit)
     print(format_summary(summarize(records)))
     failed = sum(r["status"] != "ok" for r in records)
-    print(f"{len(records)} measurements ({failed} failed) in {(time.monotonic() - started) / 60:.1f} min"
-          + (f"; records: {margs.out}" if margs.out else ""))
+    print(
+        f"{len(records)} measurements ({failed} failed) in {(time.monotonic() - started) / 60:.1f} min"
+        + (f"; records: {margs.out}" if margs.out else "")
+    )
     return 1 if failed else 0

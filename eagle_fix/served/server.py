@@ -32,8 +32,8 @@ from eagle_fix.engine.logs import log_tail, report_child_exits, since_last_mark
 from eagle_fix.engine.process import ChildProcess, child_startup, in_spawned_vllm_process
 from eagle_fix.engine.spec import EngineSpec
 from eagle_fix.engine.worker import merge_drafter_stats, plugin_missing
-from eagle_fix.served.client import parse_metrics
 from eagle_fix.pairs.tokenizer import ids_to_text
+from eagle_fix.served.client import parse_metrics
 
 HOST = "127.0.0.1"
 SERVER_MODULE = "eagle_fix.served.server"
@@ -57,28 +57,48 @@ def check_port(port: int, host: str = HOST) -> None:
             s.bind((host, port))
         except OSError as exc:
             why = "in use" if exc.errno == errno.EADDRINUSE else (exc.strerror or str(exc))
-            raise EagleFixError(f"port {port} on {host} is {why}: give another --port, or none for a free one",
-                                exit_code=2) from None
+            raise EagleFixError(
+                f"port {port} on {host} is {why}: give another --port, or none for a free one", exit_code=2
+            ) from None
 
 
 def server_args(spec: EngineSpec, port: int, *, host: str = HOST, prefix_caching: bool = False) -> list[str]:
     """The api_server's command-line arguments for an engine setting (EngineSpec.llm_kwargs, as flags)."""
     kw = spec.llm_kwargs()
-    args = ["--model", str(kw["model"]), "--host", host, "--port", str(port),
-            "--max-model-len", str(kw["max_model_len"]), "--load-format", str(kw["load_format"]),
-            "--seed", str(kw["seed"]), "--max-num-seqs", str(kw["max_num_seqs"]),
-            "--enable-prefix-caching" if prefix_caching else "--no-enable-prefix-caching",
-            "--worker-extension-cls", str(kw["worker_extension_cls"]),
-            "--disable-uvicorn-access-log"]
+    args = [
+        "--model",
+        str(kw["model"]),
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--max-model-len",
+        str(kw["max_model_len"]),
+        "--load-format",
+        str(kw["load_format"]),
+        "--seed",
+        str(kw["seed"]),
+        "--max-num-seqs",
+        str(kw["max_num_seqs"]),
+        "--enable-prefix-caching" if prefix_caching else "--no-enable-prefix-caching",
+        "--worker-extension-cls",
+        str(kw["worker_extension_cls"]),
+        "--disable-uvicorn-access-log",
+    ]
     if kw.get("enforce_eager"):
         args.append("--enforce-eager")
-    for key, flag in (("max_num_batched_tokens", "--max-num-batched-tokens"),
-                      ("gpu_memory_utilization", "--gpu-memory-utilization"),
-                      ("kv_cache_memory_bytes", "--kv-cache-memory-bytes")):
+    for key, flag in (
+        ("max_num_batched_tokens", "--max-num-batched-tokens"),
+        ("gpu_memory_utilization", "--gpu-memory-utilization"),
+        ("kv_cache_memory_bytes", "--kv-cache-memory-bytes"),
+    ):
         if kw.get(key):
             args += [flag, str(kw[key])]
-    for key, flag in (("compilation_config", "--compilation-config"), ("hf_overrides", "--hf-overrides"),
-                      ("speculative_config", "--speculative-config")):
+    for key, flag in (
+        ("compilation_config", "--compilation-config"),
+        ("hf_overrides", "--hf-overrides"),
+        ("speculative_config", "--speculative-config"),
+    ):
         if kw.get(key):
             args += [flag, json.dumps(kw[key])]
     return args
@@ -91,9 +111,19 @@ class ServerProcess(ChildProcess):
     # once none of the group runs, so "killed" means no server process left
     settle_s = 10.0
 
-    def __init__(self, spec: EngineSpec, log_path: Path, *, port: int | None = None, host: str = HOST,
-                 prefix_caching: bool = False, startup_timeout_s: float = 1800.0, python: str | None = None,
-                 env: dict[str, str] | None = None, grace_s: float = 20.0):
+    def __init__(
+        self,
+        spec: EngineSpec,
+        log_path: Path,
+        *,
+        port: int | None = None,
+        host: str = HOST,
+        prefix_caching: bool = False,
+        startup_timeout_s: float = 1800.0,
+        python: str | None = None,
+        env: dict[str, str] | None = None,
+        grace_s: float = 20.0,
+    ):
         lifecycle.check()
         if port is not None:
             check_port(port, host)
@@ -164,16 +194,26 @@ class ServerProcess(ChildProcess):
         return self.alive() and self._get("/health", timeout_s) == 200
 
     def post(self, path: str, body: dict[str, Any], timeout_s: float = 120.0) -> Any:
-        req = urllib.request.Request(self.base_url + path, data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})
+        req = urllib.request.Request(
+            self.base_url + path, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+        )
         with urllib.request.urlopen(req, timeout=timeout_s) as r:
             raw = r.read()
         return json.loads(raw) if raw.strip() else None
 
     def warm_up(self) -> None:
         """One short request: first-call costs (allocators, kernels for small shapes) out of every cell."""
-        self.post("/v1/completions", {"model": str(self.spec.target), "prompt": ids_to_text(range(1, 257)),
-                                      "max_tokens": 8, "temperature": 0, "ignore_eos": True}, timeout_s=600)
+        self.post(
+            "/v1/completions",
+            {
+                "model": str(self.spec.target),
+                "prompt": ids_to_text(range(1, 257)),
+                "max_tokens": 8,
+                "temperature": 0,
+                "ignore_eos": True,
+            },
+            timeout_s=600,
+        )
 
     # ------------------------------------------------------------------ the drafter's counters
 
@@ -201,7 +241,7 @@ class ServerProcess(ChildProcess):
         try:
             self.rpc("eagle_fix_reset_drafter_stats")
             return None
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 -- a failed reset is a recorded reason, not a failed cell
             return f"drafter counters not reset: {type(exc).__name__}: {exc}"[:300]
 
     def metrics(self, timeout_s: float = 30.0) -> dict[str, float] | None:
@@ -228,8 +268,15 @@ class ServerProcess(ChildProcess):
         return super().death_message(headline, cause)
 
     def describe(self) -> dict[str, Any]:
-        return {"port": self.port, "host": self.host, "pid": self.pid, "prefix_caching": self.prefix_caching,
-                "args": self.args, "log": str(self.log_path), "spec": asdict(self.spec)}
+        return {
+            "port": self.port,
+            "host": self.host,
+            "pid": self.pid,
+            "prefix_caching": self.prefix_caching,
+            "args": self.args,
+            "log": str(self.log_path),
+            "spec": asdict(self.spec),
+        }
 
 
 # ============================================================================ the server's process
@@ -254,6 +301,8 @@ if in_spawned_vllm_process(__name__):
 if __name__ == "__main__":
     if len(sys.argv) >= 4 and sys.argv[1] == "--serve" and sys.argv[3] == "--":
         sys.exit(_serve_main(int(sys.argv[2]), sys.argv[4:]))
-    print("usage: python -m eagle_fix.served.server --serve LIFELINE_FD -- API_SERVER_ARGS... (started by eagle-fix map)",
-          file=sys.stderr)
+    print(
+        "usage: python -m eagle_fix.served.server --serve LIFELINE_FD -- API_SERVER_ARGS... (started by eagle-fix map)",
+        file=sys.stderr,
+    )
     sys.exit(2)

@@ -7,8 +7,9 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from eagle_fix.core import record, stats
 from eagle_fix.core.errors import EagleFixError
@@ -20,7 +21,7 @@ CELL = ("profile", "context_len", "load", "mode", "fix")
 
 
 def load_label(max_concurrency: int | None, request_rate: float | None) -> str:
-    """"c4" (--max-concurrency 4, all sent at once) or "r0.5" (--request-rate 0.5, Poisson)."""
+    """ "c4" (--max-concurrency 4, all sent at once) or "r0.5" (--request-rate 0.5, Poisson)."""
     return f"r{request_rate:g}" if request_rate else f"c{max_concurrency}"
 
 
@@ -63,18 +64,32 @@ def summarize(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     rounds where both arms ran, their median and
     interval (stats.ratio_summary), acceptance per round, drafter coverage, failures with causes."""
     recs = list(records)
-    base = {(r["profile"], r["context_len"], r["load"], r["mode"], r["round"]): r
-            for r in recs if r["arm"] == "baseline"}
+    base = {
+        (r["profile"], r["context_len"], r["load"], r["mode"], r["round"]): r for r in recs if r["arm"] == "baseline"
+    }
     cells: dict[tuple, dict[str, Any]] = {}
     for r in recs:
         if r["arm"] != "eagle3":
             continue
         key = (r["profile"], r["context_len"], r["load"], r["mode"], r.get("fix"))
-        c = cells.setdefault(key, {**dict(zip(CELL, key)), "thr": [], "tpot": [], "stpot": [], "acceptance": [],
-                                   "coverage": [],
-                                   "failed": [], "rounds": 0, "eagle3_output_throughput": [],
-                                   "baseline_output_throughput": [], "kv_max_concurrency": None,
-                                   "kv_room_eagle3": None, "kv_room_baseline": None})
+        c = cells.setdefault(
+            key,
+            {
+                **dict(zip(CELL, key)),
+                "thr": [],
+                "tpot": [],
+                "stpot": [],
+                "acceptance": [],
+                "coverage": [],
+                "failed": [],
+                "rounds": 0,
+                "eagle3_output_throughput": [],
+                "baseline_output_throughput": [],
+                "kv_max_concurrency": None,
+                "kv_room_eagle3": None,
+                "kv_room_baseline": None,
+            },
+        )
         c["rounds"] += 1
         b = base.get((r["profile"], r["context_len"], r["load"], r["mode"], r["round"]))
         for side in (r, b):
@@ -95,9 +110,15 @@ def summarize(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
         if b is not None and b.get("status") == "ok":
             c["baseline_output_throughput"].append(b.get("output_throughput"))
         if r.get("status") == "ok" and b is not None and b.get("status") == "ok":
-            c["thr"] += stats.paired_ratios([num(b.get("output_throughput")) or 0.0], [num(r.get("output_throughput")) or 0.0])
-            c["tpot"] += stats.paired_ratios([num(b.get("median_tpot_ms")) or 0.0], [num(r.get("median_tpot_ms")) or 0.0])
-            c["stpot"] += stats.paired_ratios([num(b.get("server_tpot_ms")) or 0.0], [num(r.get("server_tpot_ms")) or 0.0])
+            c["thr"] += stats.paired_ratios(
+                [num(b.get("output_throughput")) or 0.0], [num(r.get("output_throughput")) or 0.0]
+            )
+            c["tpot"] += stats.paired_ratios(
+                [num(b.get("median_tpot_ms")) or 0.0], [num(r.get("median_tpot_ms")) or 0.0]
+            )
+            c["stpot"] += stats.paired_ratios(
+                [num(b.get("server_tpot_ms")) or 0.0], [num(r.get("server_tpot_ms")) or 0.0]
+            )
     out = []
     for c in cells.values():
         c["throughput_ratio"] = stats.ratio_summary(c.pop("thr"))
@@ -144,9 +165,10 @@ def format_summary(summary: list[dict[str, Any]]) -> str:
             return f"{s['median']:.3f}{ci}"
 
         acc = stats.median(c["acceptance"]) if c["acceptance"] else None
-        lines.append(f"{c['mode']} fix {c['fix']} context {c['context_len']} {c['load']}: throughput x{iv(t)}, "
-                     f"TPOT x{iv(p)} (client), x{iv(sp)} (server)"
-                     + (f", acceptance {acc:.2f}" if acc is not None else ""))
+        lines.append(
+            f"{c['mode']} fix {c['fix']} context {c['context_len']} {c['load']}: throughput x{iv(t)}, "
+            f"TPOT x{iv(p)} (client), x{iv(sp)} (server)" + (f", acceptance {acc:.2f}" if acc is not None else "")
+        )
         for f in c["failed"]:
             lines.append(f"  failed: {f}")
     return "\n".join(lines)

@@ -12,8 +12,8 @@ import subprocess
 from pathlib import Path
 
 from eagle_fix.core import record
-from eagle_fix.core.settings import ASV_FIX_ENV, ASV_RECORDS_ENV, RUN_OUT_ENV
 from eagle_fix.core.errors import EagleFixError
+from eagle_fix.core.settings import ASV_FIX_ENV, ASV_RECORDS_ENV, RUN_OUT_ENV
 from eagle_fix.machine.fingerprint import fingerprint, versions
 
 # The fix arm the asv suite measures: `on` (default), or `off` / `upstream` to record the bug.
@@ -59,8 +59,16 @@ def asv_value(column: str, value: float) -> float:
     return metric.to_asv(value) if metric.to_asv else value
 
 
-def point_value(records: list[dict], column: str, *, context_len: int, mode: str, arm: str = "eagle3",
-                fix: str | None = None, position: int | None = None) -> float:
+def point_value(
+    records: list[dict],
+    column: str,
+    *,
+    context_len: int,
+    mode: str,
+    arm: str = "eagle3",
+    fix: str | None = None,
+    position: int | None = None,
+) -> float:
     """The asv value of one record's number. Raises PointFailed when the point failed, is missing from
     the sweep, or has no such number though it ran; returns NaN only for a number the point cannot
     have (GPU memory without a GPU) or may not publish (a %-of-roofline share withheld as above 100%)."""
@@ -69,13 +77,16 @@ def point_value(records: list[dict], column: str, *, context_len: int, mode: str
         if not record.is_point(rec, context_len=context_len, mode=mode, arm=arm, fix=fix):
             continue
         if rec.get("status") != "ok":
-            raise PointFailed(f"point {context_len} {mode} {arm} failed: {str(rec.get('error') or '').splitlines()[0][:300]}")
+            raise PointFailed(
+                f"point {context_len} {mode} {arm} failed: {str(rec.get('error') or '').splitlines()[0][:300]}"
+            )
         value = rec.get(column)
         if position is not None:
             value = value[position - 1] if isinstance(value, list) and len(value) >= position else None
         if column in record.ROOFLINE_SHARES and (
-                (value is None and any(column in str(f) for f in rec.get("roofline_flags") or []))
-                or (value is not None and float(value) > 100)):
+            (value is None and any(column in str(f) for f in rec.get("roofline_flags") or []))
+            or (value is not None and float(value) > 100)
+        ):
             # A share withheld as above 100% of a limit (the record's roofline_flags say why; an
             # unread record may still hold it): asv's n/a, never a negative "unused" share.
             return float("nan")
@@ -102,19 +113,29 @@ def replay_records(path: str | os.PathLike, *, profile: str) -> dict:
     here = versions()["vllm"]
     releases = {str(r.get("vllm_version")) for r in recs}
     if releases != {here}:
-        raise EagleFixError(f"{RECORDS_ENV}={path}: records of vLLM {', '.join(sorted(releases))}, this environment "
-                            f"has {here}; replay them with that release's python (asv run -E existing:...)")
+        raise EagleFixError(
+            f"{RECORDS_ENV}={path}: records of vLLM {', '.join(sorted(releases))}, this environment "
+            f"has {here}; replay them with that release's python (asv run -E existing:...)"
+        )
     fid = fingerprint()["id"]
     ids = {r.get("machine_id") for r in recs}
     if ids != {fid}:
-        raise EagleFixError(f"{RECORDS_ENV}={path}: records of machine {', '.join(map(str, sorted(ids, key=str)))}, "
-                            f"this is {fid}; replay them on the machine that measured them")
+        raise EagleFixError(
+            f"{RECORDS_ENV}={path}: records of machine {', '.join(map(str, sorted(ids, key=str)))}, "
+            f"this is {fid}; replay them on the machine that measured them"
+        )
     profiles = {r.get("profile") for r in recs}
     if profiles != {profile}:
-        raise EagleFixError(f"{RECORDS_ENV}={path}: records of profile {', '.join(map(str, profiles))}; set "
-                            f"EAGLE_FIX_PROFILE to it")
-    return {"profile": profile, "contexts": sorted({r["context_len"] for r in recs}), "records": recs,
-            "out": str(path), "replayed": True}
+        raise EagleFixError(
+            f"{RECORDS_ENV}={path}: records of profile {', '.join(map(str, profiles))}; set EAGLE_FIX_PROFILE to it"
+        )
+    return {
+        "profile": profile,
+        "contexts": sorted({r["context_len"] for r in recs}),
+        "records": recs,
+        "out": str(path),
+        "replayed": True,
+    }
 
 
 def in_records(records: list[dict], *, context_len: int, mode: str, arm: str) -> bool:
@@ -137,8 +158,9 @@ def run_out_path(profile: str, *, conf_dir: str | os.PathLike | None = None) -> 
 
 def _git_head(cwd: Path) -> str | None:
     try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True,
-                              text=True, check=True).stdout.strip()
+        return subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, check=True
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return None
 
@@ -174,14 +196,20 @@ def device_keys() -> dict[str, str]:
         driver = pynvml.nvmlSystemGetDriverVersion()
         cuda = pynvml.nvmlSystemGetCudaDriverVersion_v2()
         name, driver = (v.decode() if isinstance(v, bytes) else v for v in (name, driver))
-        return {"device": name if count else "cpu", "gpu": name, "gpu_count": str(count),
-                "driver": driver, "cuda": f"{cuda // 1000}.{cuda % 1000 // 10}"}
+        return {
+            "device": name if count else "cpu",
+            "gpu": name,
+            "gpu_count": str(count),
+            "driver": driver,
+            "cuda": f"{cuda // 1000}.{cuda % 1000 // 10}",
+        }
     finally:
         pynvml.nvmlShutdown()
 
 
-def write_asv_machine(*, machine: str | None = None, asv: str = "asv",
-                      path: str | os.PathLike | None = None, extra: dict | None = None) -> dict:
+def write_asv_machine(
+    *, machine: str | None = None, asv: str = "asv", path: str | os.PathLike | None = None, extra: dict | None = None
+) -> dict:
     """`asv machine --yes` under the machine's fingerprint name (eagle_fix.machine.fingerprint), then add the
     fingerprint and device_keys() (and extra) to that entry; returns the entry.
 
@@ -195,7 +223,7 @@ def write_asv_machine(*, machine: str | None = None, asv: str = "asv",
     env = dict(os.environ)
     if path != Path.home() / ".asv-machine.json":
         env["HOME"] = str(path.parent)  # asv only knows ~/.asv-machine.json
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
     if proc.returncode != 0:
         raise EagleFixError(f"`{' '.join(cmd)}` failed: {proc.stderr.strip()[-500:]}")
     data = json.loads(path.read_text())
@@ -203,8 +231,13 @@ def write_asv_machine(*, machine: str | None = None, asv: str = "asv",
     data = {"version": data.get("version", 1), name: data[name]}
     data[name].update(device_keys())
     cpu = fp.get("cpu") or {}
-    for k, v in {"arch": cpu.get("arch"), "cpu": cpu.get("model_name"), "num_cpu": cpu.get("cores"),
-                 "ram": f"{cpu['memory_total_bytes'] / 2**30:.1f} GiB" if cpu.get("memory_total_bytes") else None, "os": f"{platform.system()} {platform.release()}"}.items():
+    for k, v in {
+        "arch": cpu.get("arch"),
+        "cpu": cpu.get("model_name"),
+        "num_cpu": cpu.get("cores"),
+        "ram": f"{cpu['memory_total_bytes'] / 2**30:.1f} GiB" if cpu.get("memory_total_bytes") else None,
+        "os": f"{platform.system()} {platform.release()}",
+    }.items():
         if v is not None and not data[name].get(k):
             data[name][k] = str(v)
     if str(data[name].get("ram", "")).isdigit():  # asv's own default: bytes, unreadable as a filter

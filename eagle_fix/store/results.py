@@ -7,12 +7,13 @@ import json
 import math
 import os
 import re
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from eagle_fix.core import record
-from eagle_fix.store.asv import FIX_ENV, LEGACY_TRACKS, TRACKS, asv_value
 from eagle_fix.core.errors import EagleFixError
+from eagle_fix.store.asv import FIX_ENV, LEGACY_TRACKS, TRACKS, asv_value
 
 # --------------------------------------------------------------------------- JSON lines
 
@@ -49,8 +50,12 @@ def asv_dirs(folder: Path) -> list[Path]:
 def _asv_result_files(results_dir: Path) -> list[Path]:
     """asv's per-machine folders are the ones holding a machine.json."""
     skip = {"machine.json", "benchmarks.json"}
-    return sorted(p for d in asv_dirs(Path(results_dir)) for p in d.glob("*/*.json")
-                  if p.name not in skip and (p.parent / "machine.json").is_file())
+    return sorted(
+        p
+        for d in asv_dirs(Path(results_dir))
+        for p in d.glob("*/*.json")
+        if p.name not in skip and (p.parent / "machine.json").is_file()
+    )
 
 
 # Where the sweeps behind asv runs keep their records, under the results folder: setup_cache writes
@@ -113,16 +118,29 @@ def _same_numbers(asv_row: dict, rec: dict) -> tuple[int, int]:
     return agree, clash
 
 
-def _behind(row: dict, ctx, mode, fix: str | None, release: str | None, machine: str, fingerprint: str | None,
-            named: list[dict], others) -> dict:
+def _behind(
+    row: dict,
+    ctx,
+    mode,
+    fix: str | None,
+    release: str | None,
+    machine: str,
+    fingerprint: str | None,
+    named: list[dict],
+    others,
+) -> dict:
     """The sweep record behind one asv point. The named sidecar (same machine and commit) is the run
     asv measured unless its numbers say otherwise: two sweeps at one commit (another profile) share
     the name. A replay is filed under the commit it replayed at, not the sweep's, so failing a named
     record, a record of the same machine and release whose numbers agree is the one replayed."""
+
     def fits(r):
-        return (r.get("arm") == "eagle3" and (r.get("context_len"), r.get("mode")) == (ctx, mode)
-                and (fix is None or (r.get("fix") or "on") == fix)
-                and (release is None or str(r.get("vllm_version")) == release))
+        return (
+            r.get("arm") == "eagle3"
+            and (r.get("context_len"), r.get("mode")) == (ctx, mode)
+            and (fix is None or (r.get("fix") or "on") == fix)
+            and (release is None or str(r.get("vllm_version")) == release)
+        )
 
     found = [r for r in named if fits(r) and _same_numbers(row, r)[1] == 0]
     if found:
@@ -132,8 +150,14 @@ def _behind(row: dict, ctx, mode, fix: str | None, release: str | None, machine:
     if release is None:
         return {}
     mine = {machine, fingerprint} - {None}
-    found = [r for r in others() if fits(r) and (r.get("machine_name") in mine or r.get("machine_id") in mine)
-             and _same_numbers(row, r)[0] > 0 and _same_numbers(row, r)[1] == 0]
+    found = [
+        r
+        for r in others()
+        if fits(r)
+        and (r.get("machine_name") in mine or r.get("machine_id") in mine)
+        and _same_numbers(row, r)[0] > 0
+        and _same_numbers(row, r)[1] == 0
+    ]
     return found[-1] if found else {}
 
 
@@ -213,15 +237,23 @@ def load_asv_file(path: str | os.PathLike) -> list[dict]:
         base = _behind(row, ctx, mode, fix, release, machine, fingerprint, named, others)
         rec = record.upgrade({**{k: base.get(k) for k in record.FIELDS if k in base}, **row})
         rec.update({k: v for k, v in workload.items() if v is not None})
-        rec.update(context_len=ctx, mode=mode, arm="eagle3", fix=fix or base.get("fix") or "on",
-                   profile=workload.get("profile") or base.get("profile")
-                   or (data.get("env_vars") or {}).get("EAGLE_FIX_PROFILE"),
-                   vllm_version=release or base.get("vllm_version"),
-                   git_commit=commit, timestamp=base.get("timestamp") or when,
-                   machine_name=params.get("machine") or machine,
-                   machine_id=fingerprint or base.get("machine_id") or machine, status="failed" if failed else "ok",
-                   error=_asv_error(failed, base.get("error")) if failed else None,
-                   asv_source=params.get("source"))
+        rec.update(
+            context_len=ctx,
+            mode=mode,
+            arm="eagle3",
+            fix=fix or base.get("fix") or "on",
+            profile=workload.get("profile")
+            or base.get("profile")
+            or (data.get("env_vars") or {}).get("EAGLE_FIX_PROFILE"),
+            vllm_version=release or base.get("vllm_version"),
+            git_commit=commit,
+            timestamp=base.get("timestamp") or when,
+            machine_name=params.get("machine") or machine,
+            machine_id=fingerprint or base.get("machine_id") or machine,
+            status="failed" if failed else "ok",
+            error=_asv_error(failed, base.get("error")) if failed else None,
+            asv_source=params.get("source"),
+        )
         out.append(rec)
     return out
 
@@ -255,7 +287,7 @@ def _iso_ms(ms) -> str | None:
         return None
     import datetime as dt
 
-    return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).isoformat(timespec="seconds")
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).isoformat(timespec="seconds")
 
 
 def _asv_error(failed: list[str], sweep_error: str | None) -> str:
@@ -288,8 +320,13 @@ def asv_commits(results_dir: str | os.PathLike) -> list[str]:
     return sorted(out)
 
 
-def load_asv_commit(results_dir: str | os.PathLike, commit: str, machine: str | None = None,
-                    env: str | None = None, name: str | None = None) -> list[dict]:
+def load_asv_commit(
+    results_dir: str | os.PathLike,
+    commit: str,
+    machine: str | None = None,
+    env: str | None = None,
+    name: str | None = None,
+) -> list[dict]:
     """Records for one commit (a prefix is enough) and one asv environment from the asv results under
     results_dir. A commit with several environments (releases replayed at it, a fix arm, another
     workload) needs `env`, an environment name or a part of one only it has: merging them would let
@@ -304,12 +341,18 @@ def load_asv_commit(results_dir: str | os.PathLike, commit: str, machine: str | 
         )
     if len(matches) > 1:
         raise EagleFixError(f"commit {commit!r} is ambiguous in {results_dir}/: {matches}", exit_code=2)
-    files = [p for p in _asv_result_files(results_dir)
-             if p.name.startswith(matches[0][:8]) and (machine is None or p.parent.name == machine)]
+    files = [
+        p
+        for p in _asv_result_files(results_dir)
+        if p.name.startswith(matches[0][:8]) and (machine is None or p.parent.name == machine)
+    ]
     machines = sorted({p.parent.name for p in files})
     if len(machines) > 1:
-        raise EagleFixError(f"commit {commit!r} has asv results from several machines {machines}: "
-                            f"pass --machine NAME (results of different machines are not one history)", exit_code=2)
+        raise EagleFixError(
+            f"commit {commit!r} has asv results from several machines {machines}: "
+            f"pass --machine NAME (results of different machines are not one history)",
+            exit_code=2,
+        )
     if machine and not files:
         raise EagleFixError(f"no asv results for commit {commit!r} on machine {machine!r}", exit_code=2)
     envs = {p: asv_environment(p) for p in files}
@@ -317,14 +360,19 @@ def load_asv_commit(results_dir: str | os.PathLike, commit: str, machine: str | 
         exact = [p for p, name in envs.items() if name == env]
         files = exact or [p for p, name in envs.items() if env in name]
         if not files:
-            raise EagleFixError(f"commit {name or commit!r} has no asv environment {env!r}; it has "
-                                f"{', '.join(sorted(set(envs.values())))}", exit_code=2)
+            raise EagleFixError(
+                f"commit {name or commit!r} has no asv environment {env!r}; it has "
+                f"{', '.join(sorted(set(envs.values())))}",
+                exit_code=2,
+            )
     names = sorted({envs[p] for p in files})
     if len(names) > 1:
         what = "matches" if env is not None else "has"
         raise EagleFixError(
             f"commit {name or commit!r} {what} {len(names)} asv environments ({', '.join(names)}), which are not one "
-            f"run: pick one as {name or commit}:ENV, e.g. {name or commit}:{names[0]}", exit_code=2)
+            f"run: pick one as {name or commit}:ENV, e.g. {name or commit}:{names[0]}",
+            exit_code=2,
+        )
     return [r for p in files for r in load_asv_file(p)]
 
 

@@ -13,8 +13,20 @@ from eagle_fix.core import record
 from eagle_fix.sweep.loop import run_sweep
 from eagle_fix.sweep.plan import RunArgs, add_cli_args  # noqa: F401  (cli.py reads add_cli_args here)
 
-SUMMARY_COLUMNS = ["context_len", "mode", "arm", "fix", "status", "output_throughput_tok_s", "decode_throughput_tok_s",
-                   "ttft_s", "acceptance_length", "drafter_coverage", "speedup", "peak_host_memory_bytes"]
+SUMMARY_COLUMNS = [
+    "context_len",
+    "mode",
+    "arm",
+    "fix",
+    "status",
+    "output_throughput_tok_s",
+    "decode_throughput_tok_s",
+    "ttft_s",
+    "acceptance_length",
+    "drafter_coverage",
+    "speedup",
+    "peak_host_memory_bytes",
+]
 
 
 def summary_table(records: list[dict[str, Any]]) -> str:
@@ -43,9 +55,13 @@ def cli_main(args: argparse.Namespace) -> int:
     print(f"\n{len(records)} points ({len(failed)} failed) in {run_args.out}", file=sys.stderr)
     if failed:
         for r in failed:
-            print(f"failed: {r['context_len']} {r['mode']} {r['arm']} {r.get('fix') or ''}: {record.cause(r.get('error'), 300)}",
-                  file=sys.stderr)
-        print(f"re-run failed points with: eagle-fix run ... --out {run_args.out} --resume (after removing their lines)",
-              file=sys.stderr)
+            print(
+                f"failed: {r['context_len']} {r['mode']} {r['arm']} {r.get('fix') or ''}: {record.cause(r.get('error'), 300)}",
+                file=sys.stderr,
+            )
+        print(
+            f"re-run failed points with: eagle-fix run ... --out {run_args.out} --resume (after removing their lines)",
+            file=sys.stderr,
+        )
         return 1
     return 0

@@ -10,6 +10,7 @@ import threading
 import time
 from typing import Any
 
+
 def limits_with_age(limits: Any, now: _dt.datetime | None = None) -> Any:
     """The limits as measured, with how old they were when this sweep started (`age_s`) beside
     `cached`: a figure cached hours ago says nothing of the contention of this run, and a reader
@@ -21,8 +22,8 @@ def limits_with_age(limits: Any, now: _dt.datetime | None = None) -> Any:
     try:
         measured = _dt.datetime.fromisoformat(str(out.get("measured_at")))
         if measured.tzinfo is None:
-            measured = measured.replace(tzinfo=_dt.timezone.utc)
-        now = now or _dt.datetime.now(_dt.timezone.utc)
+            measured = measured.replace(tzinfo=_dt.UTC)
+        now = now or _dt.datetime.now(_dt.UTC)
         out["age_s"] = max(0, round((now - measured).total_seconds()))
     except ValueError:
         out["age_s"] = None  # no or unreadable measured_at: the age is unknown, not zero
@@ -69,8 +70,11 @@ class LoadSampler:
         if self._busy0 is not None and busy1 is not None and elapsed > 0:
             own = sum(own1.get(k, 0.0) - self._own0.get(k, 0.0) for k in own1)
             others = round(max(0.0, (busy1 - self._busy0 - own) / elapsed), 2)
-        self._result = {"load_avg_mean": round(sum(self._samples) / len(self._samples), 2),
-                        "load_avg_max": round(max(self._samples), 2), "other_busy_cores": others}
+        self._result = {
+            "load_avg_mean": round(sum(self._samples) / len(self._samples), 2),
+            "load_avg_max": round(max(self._samples), 2),
+            "other_busy_cores": others,
+        }
         return self._result
 
     def _own_cpu(self) -> dict[Any, float]:
@@ -90,7 +94,7 @@ class LoadSampler:
             try:
                 c = proc.cpu_times()
                 out[(proc.pid, proc.create_time())] = c.user + c.system
-            except Exception:  # noqa: BLE001 -- exited between listing and reading
+            except Exception:  # noqa: BLE001, S112 -- exited between listing and reading
                 continue
         return out
 

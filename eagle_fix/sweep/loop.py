@@ -14,8 +14,9 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from eagle_fix.core import record
 from eagle_fix.core.errors import EagleFixError
@@ -87,12 +88,28 @@ def run_sweep(args: RunArgs) -> list[dict[str, Any]]:
                         finally:
                             during = load.stop()
                         if died is not None:
-                            rec = _record(run, p, fields, status="failed", error=str(died), ready=engine.ready,
-                                          memory=sampler.peaks(), load=during)
+                            rec = _record(
+                                run,
+                                p,
+                                fields,
+                                status="failed",
+                                error=str(died),
+                                ready=engine.ready,
+                                memory=sampler.peaks(),
+                                load=during,
+                            )
                             records.append(_emit(run, rec, progress))
                             break  # restart the engine for the remaining points
-                        rec = _record(run, p, fields, status="ok", result=result, ready=engine.ready,
-                                      memory=sampler.peaks(), load=during)
+                        rec = _record(
+                            run,
+                            p,
+                            fields,
+                            status="ok",
+                            result=result,
+                            ready=engine.ready,
+                            memory=sampler.peaks(),
+                            load=during,
+                        )
                         if p.arm == "baseline":
                             baselines[record.key(rec)] = rec
                         else:
@@ -127,28 +144,58 @@ def _check_before_measuring(run: Resolved, todo: list[Point]) -> None:
 
 def _finished(records: list, points: list, run: Resolved) -> str:
     where = f" in {run.out}" if run.out else ""
-    return (f"{len(records)} of {len(points)} points finished{where}; resume with "
-            f"`eagle-fix run ... --out {run.out} --resume`")
+    return (
+        f"{len(records)} of {len(points)} points finished{where}; resume with "
+        f"`eagle-fix run ... --out {run.out} --resume`"
+    )
 
 
 # --------------------------------------------------------------------------- records
 
 
-def _record(run: Resolved, p: Point, fields: dict[str, Any], *, status: str, result: PointReply | None = None,
-            error: str | None = None, ready: dict | None = None, memory: dict | None = None,
-            load: dict | None = None) -> dict[str, Any]:
-    rec = record.new(**run.identity(p), **fields["common"], prompt_len=run.prompt_len(p.context_len),
-                     status=status, error=error, engine_log=_relative(fields["log"], run),
-                     load_avg_1m=os.getloadavg()[0],  # a busy machine's speed is not evidence (compare)
-                     timestamp=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
+def _record(
+    run: Resolved,
+    p: Point,
+    fields: dict[str, Any],
+    *,
+    status: str,
+    result: PointReply | None = None,
+    error: str | None = None,
+    ready: dict | None = None,
+    memory: dict | None = None,
+    load: dict | None = None,
+) -> dict[str, Any]:
+    rec = record.new(
+        **run.identity(p),
+        **fields["common"],
+        prompt_len=run.prompt_len(p.context_len),
+        status=status,
+        error=error,
+        engine_log=_relative(fields["log"], run),
+        load_avg_1m=os.getloadavg()[0],  # a busy machine's speed is not evidence (compare)
+        timestamp=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+    )
     spec = fields.get("spec")
     if spec is not None:  # what was asked of the engine, recorded on failed points too
         # CPU: the VLLM_CPU_KVCACHE_SPACE budget, in the same unit
-        rec["kv_cache_memory_bytes"] = spec.kv_cache_memory_bytes or (int(spec.kv_cache_gib * 2**30) if spec.kv_cache_gib else None)
+        rec["kv_cache_memory_bytes"] = spec.kv_cache_memory_bytes or (
+            int(spec.kv_cache_gib * 2**30) if spec.kv_cache_gib else None
+        )
         rec["gpu_memory_utilization"] = spec.gpu_memory_utilization
     if ready:
-        for k in ("startup_s", "compile_s", "kv_cache_capacity_tokens", "vllm_version", "torch_version", "model_runner",
-                  "compilation_mode", "cudagraph_mode", "attention_backend", "vllm_cudagraph_pool_bytes", "pinning"):
+        for k in (
+            "startup_s",
+            "compile_s",
+            "kv_cache_capacity_tokens",
+            "vllm_version",
+            "torch_version",
+            "model_runner",
+            "compilation_mode",
+            "cudagraph_mode",
+            "attention_backend",
+            "vllm_cudagraph_pool_bytes",
+            "pinning",
+        ):
             rec[k] = ready.get(k)
     if memory:
         rec.update(memory)
@@ -178,8 +225,10 @@ def check_resumed_settings(run: Resolved, done: list[dict[str, Any]]) -> None:
             continue
         for key, want in asked.items():
             if want is not None and rec.get(key) is not None and rec[key] != want:
-                raise EagleFixError(f"--resume {run.out}: its compiled points ran with {key} {rec[key]}, this run "
-                                    f"asks for {want}; write to another --out")
+                raise EagleFixError(
+                    f"--resume {run.out}: its compiled points ran with {key} {rec[key]}, this run "
+                    f"asks for {want}; write to another --out"
+                )
 
 
 def _relative(path: Path, run: Resolved) -> str:
@@ -200,28 +249,49 @@ def _common_fields(run: Resolved) -> dict[str, Any]:
     (before any engine starts, cached per fingerprint for a day), the code, the knobs."""
     fp = fingerprint()
     env = injected() or None
-    return {"device": device_info(), "git_commit": git_commit(), "env": env, "machine": fp,
-            "machine_id": fp["id"], "machine_name": fp["name"], "limits": limits_with_age(machine_limits()),
-            "synthetic_acceptance": run.profile.synthetic_acceptance_length is not None}
+    return {
+        "device": device_info(),
+        "git_commit": git_commit(),
+        "env": env,
+        "machine": fp,
+        "machine_id": fp["id"],
+        "machine_name": fp["name"],
+        "limits": limits_with_age(machine_limits()),
+        "synthetic_acceptance": run.profile.synthetic_acceptance_length is not None,
+    }
 
 
 def _roofline(rec: dict[str, Any], run: Resolved) -> None:
     """%-of-roofline of a measured point against the limits measured in the same run."""
     if not rec.get("limits"):
         return
-    work = point_work(run.profile.target_config(),  # the profile's hf_overrides applied (reduced depth)
-                      read_config(run.profile.draft, "draft") if rec["arm"] == "eagle3" else None,
-                      context_len=rec["context_len"], batch_size=rec["batch_size"],
-                      k=rec["num_speculative_tokens"] or run.args.num_speculative_tokens)
-    roof = roofline(work, rec["limits"], ttft_s=rec.get("ttft_s"), decode_tok_s=rec.get("decode_throughput_tok_s"),
-                    acceptance_length=rec.get("acceptance_length") if rec["arm"] == "eagle3" else None,
-                    batch_size=rec["batch_size"])
-    for k in ("prefill_pct_of_peak_flops", "decode_pct_of_bandwidth", "sol_decode_tok_s_baseline", "sol_decode_tok_s_eagle3",
-              "roofline_flags"):
+    work = point_work(
+        run.profile.target_config(),  # the profile's hf_overrides applied (reduced depth)
+        read_config(run.profile.draft, "draft") if rec["arm"] == "eagle3" else None,
+        context_len=rec["context_len"],
+        batch_size=rec["batch_size"],
+        k=rec["num_speculative_tokens"] or run.args.num_speculative_tokens,
+    )
+    roof = roofline(
+        work,
+        rec["limits"],
+        ttft_s=rec.get("ttft_s"),
+        decode_tok_s=rec.get("decode_throughput_tok_s"),
+        acceptance_length=rec.get("acceptance_length") if rec["arm"] == "eagle3" else None,
+        batch_size=rec["batch_size"],
+    )
+    for k in (
+        "prefill_pct_of_peak_flops",
+        "decode_pct_of_bandwidth",
+        "sol_decode_tok_s_baseline",
+        "sol_decode_tok_s_eagle3",
+        "roofline_flags",
+    ):
         rec[k] = roof.get(k)
 
 
 # --------------------------------------------------------------------------- engines
+
 
 def groups(points: Iterable[Point]) -> list[list[Point]]:
     groups: dict[tuple, list[Point]] = {}
@@ -236,11 +306,23 @@ def _fix_state(run: Resolved, p: Point) -> tuple[dict[str, Any] | None, str | No
     if p.arm == "baseline":
         return None, None
     env = {**os.environ, MODE_ENV: PLUGIN_MODE_OF_ARM[p.fix or "on"], "HF_HUB_OFFLINE": "1"}
-    cmd = [sys.executable, "-m", "eagle_fix.cli", "doctor", "--json", "--target", str(run.profile.target),
-           "--draft", str(run.profile.draft), "--max-model-len", str(max(run.contexts)),
-           "--num-speculative-tokens", str(run.args.num_speculative_tokens)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "eagle_fix.cli",
+        "doctor",
+        "--json",
+        "--target",
+        str(run.profile.target),
+        "--draft",
+        str(run.profile.draft),
+        "--max-model-len",
+        str(max(run.contexts)),
+        "--num-speculative-tokens",
+        str(run.args.num_speculative_tokens),
+    ]
     try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, check=False)
     except (OSError, subprocess.SubprocessError) as exc:
         return None, f"doctor did not run: {exc}"
     try:
@@ -248,5 +330,3 @@ def _fix_state(run: Resolved, p: Point) -> tuple[dict[str, Any] | None, str | No
     except ValueError:
         tail = (out.stderr.strip().splitlines() or ["no output"])[-1]
         return None, f"doctor exited {out.returncode}: {tail[:300]}"
-
-

@@ -54,7 +54,7 @@ class RunArgs:
     cudagraph_mode: str | None = None
 
     @classmethod
-    def from_cli_args(cls, args: argparse.Namespace) -> "RunArgs":
+    def from_cli_args(cls, args: argparse.Namespace) -> RunArgs:
         return cls(
             profile=args.profile,
             target=Path(args.target) if args.target else None,
@@ -66,12 +66,15 @@ class RunArgs:
             batch_size=parse_positive_int(args.batch_size, "--batch-size") if args.batch_size else None,
             output_len=parse_positive_int(args.output_len, "--output-len") if args.output_len else None,
             num_speculative_tokens=parse_positive_int(args.num_speculative_tokens, "--num-speculative-tokens")
-            if args.num_speculative_tokens else None,
+            if args.num_speculative_tokens
+            else None,
             repeats=parse_positive_int(args.repeats, "--repeats"),
             ttft_repeats=parse_positive_int(args.ttft_repeats, "--ttft-repeats"),
             out=Path(args.out) if args.out else None,
             resume=args.resume,
-            point_timeout_s=float(parse_positive_int(args.point_timeout, "--point-timeout")) if args.point_timeout else None,
+            point_timeout_s=float(parse_positive_int(args.point_timeout, "--point-timeout"))
+            if args.point_timeout
+            else None,
             log_dir=Path(args.log_dir) if args.log_dir else None,
             seed=int(args.seed),
             progress=not args.no_progress,
@@ -98,8 +101,9 @@ class Resolved:
     log_dir: Path
 
     def prompt_len(self, context_len: int) -> int:
-        return road.prompt_len(context_len, output_len=self.output_len,
-                               num_speculative_tokens=self.args.num_speculative_tokens)
+        return road.prompt_len(
+            context_len, output_len=self.output_len, num_speculative_tokens=self.args.num_speculative_tokens
+        )
 
     def compile_settings(self) -> tuple[str | None, str | None]:
         """(compilation mode, CUDA-graph mode) its compiled engines ask vLLM for: the flags', else the profile's."""
@@ -107,24 +111,43 @@ class Resolved:
 
     def engine_spec(self, p: Point) -> EngineSpec:
         """The engine of the point's (mode, arm, fix): long enough for the sweep's longest context."""
-        return road.engine_spec(self.profile, arm=p.arm, mode=p.mode, fix=p.fix, max_model_len=max(self.contexts),
-                                num_speculative_tokens=self.args.num_speculative_tokens,
-                                max_num_seqs=self.args.batch_size, seed=self.args.seed,
-                                compilation_mode=self.args.compilation_mode, cudagraph_mode=self.args.cudagraph_mode)
+        return road.engine_spec(
+            self.profile,
+            arm=p.arm,
+            mode=p.mode,
+            fix=p.fix,
+            max_model_len=max(self.contexts),
+            num_speculative_tokens=self.args.num_speculative_tokens,
+            max_num_seqs=self.args.batch_size,
+            seed=self.args.seed,
+            compilation_mode=self.args.compilation_mode,
+            cudagraph_mode=self.args.cudagraph_mode,
+        )
 
     def command(self, p: Point, *, repeats: int | None = None, ttft_repeats: int | None = None) -> PointCommand:
         """What the engine measures at the point: the run's repeats unless told otherwise (eagle-fix ab)."""
-        return road.point_command(p.context_len, output_len=self.output_len,
-                                  num_speculative_tokens=self.args.num_speculative_tokens,
-                                  batch_size=self.args.batch_size, seed=self.args.seed,
-                                  repeats=self.args.repeats if repeats is None else repeats,
-                                  ttft_repeats=self.args.ttft_repeats if ttft_repeats is None else ttft_repeats)
+        return road.point_command(
+            p.context_len,
+            output_len=self.output_len,
+            num_speculative_tokens=self.args.num_speculative_tokens,
+            batch_size=self.args.batch_size,
+            seed=self.args.seed,
+            repeats=self.args.repeats if repeats is None else repeats,
+            ttft_repeats=self.args.ttft_repeats if ttft_repeats is None else ttft_repeats,
+        )
 
     def identity(self, p: Point) -> dict[str, Any]:
         """The record identity of a point of this sweep (eagle_fix.core.record.IDENTITY)."""
-        return {"profile": self.profile.name, "context_len": p.context_len, "mode": p.mode, "arm": p.arm,
-                "fix": p.fix, "batch_size": self.args.batch_size, "output_len": self.output_len,
-                "num_speculative_tokens": self.args.num_speculative_tokens if p.arm == "eagle3" else None}
+        return {
+            "profile": self.profile.name,
+            "context_len": p.context_len,
+            "mode": p.mode,
+            "arm": p.arm,
+            "fix": p.fix,
+            "batch_size": self.args.batch_size,
+            "output_len": self.output_len,
+            "num_speculative_tokens": self.args.num_speculative_tokens if p.arm == "eagle3" else None,
+        }
 
 
 def csv(value: str) -> list[str]:
@@ -133,7 +156,11 @@ def csv(value: str) -> list[str]:
 
 def resolve(args: RunArgs) -> Resolved:
     """Validate everything before any engine starts; nothing already written is touched."""
-    for name, values, allowed in (("--modes", args.modes, ENGINE_MODES), ("--arms", args.arms, ARMS), ("--fix", args.fixes, FIX_ARMS)):
+    for name, values, allowed in (
+        ("--modes", args.modes, ENGINE_MODES),
+        ("--arms", args.arms, ARMS),
+        ("--fix", args.fixes, FIX_ARMS),
+    ):
         bad = [v for v in values if v not in allowed]
         if bad or not values:
             raise EagleFixError(f"{name} {','.join(bad) or '(empty)'}: unknown; choose from {','.join(allowed)}")
@@ -144,23 +171,34 @@ def resolve(args: RunArgs) -> Resolved:
     name = args.profile or default_profile("run", models_named=args.target is not None and args.draft is not None)
     profile = get_profile(name, target=args.target, draft=args.draft)
     # the profile owns its batch and k; a flag given overrides them
-    args = replace(args, batch_size=args.batch_size or profile.batch_size,
-                   num_speculative_tokens=args.num_speculative_tokens or profile.num_speculative_tokens)
+    args = replace(
+        args,
+        batch_size=args.batch_size or profile.batch_size,
+        num_speculative_tokens=args.num_speculative_tokens or profile.num_speculative_tokens,
+    )
     target, draft = Path(profile.target), Path(profile.draft)
     validate_pair(target, draft, load_format=profile.load_format)
     contexts = tuple(args.contexts or profile.contexts)
     for c in contexts:
         if c <= 0:
             raise EagleFixError(f"--contexts {c}: must be positive, e.g. --contexts 8192,16384")
-    limit = None if os.environ.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN") else read_config(target, "target").get("max_position_embeddings")
+    limit = (
+        None
+        if os.environ.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN")
+        else read_config(target, "target").get("max_position_embeddings")
+    )
     over = [c for c in contexts if limit and c > int(limit)]
     if over:
-        raise EagleFixError(f"--contexts {over[0]} is beyond the target's limit ({limit} positions); use --contexts up to {limit}")
+        raise EagleFixError(
+            f"--contexts {over[0]} is beyond the target's limit ({limit} positions); use --contexts up to {limit}"
+        )
     output_len = args.output_len or profile.output_len
     k = args.num_speculative_tokens
     short = [c for c in contexts if c <= output_len + k + 64]
     if short:
-        raise EagleFixError(f"--contexts {short[0]} leaves no room for a prompt with --output-len {output_len}; use a longer context")
+        raise EagleFixError(
+            f"--contexts {short[0]} leaves no room for a prompt with --output-len {output_len}; use a longer context"
+        )
     out = args.out
     refuse_injected_delay(out)  # checks the knobs' values with or without --out
     if out is not None:
@@ -183,7 +221,7 @@ def plan(run: Resolved) -> list[Point]:
     arms = sorted(run.args.arms, key=lambda a: a != "baseline")
     for mode in run.args.modes:
         for arm in arms:
-            for fix in ([None] if arm == "baseline" else run.args.fixes):
+            for fix in [None] if arm == "baseline" else run.args.fixes:
                 points += [Point(c, mode, arm, fix) for c in sorted(run.contexts)]
     return points
 
@@ -227,8 +265,9 @@ def injected(env: Any = None, *, exit_code: int = 1) -> dict[str, str]:
     return out
 
 
-def refuse_injected_delay(out: Path | None, env: Any = None, *, calibration_ok: bool = False,
-                          where: str = "", exit_code: int = 1) -> None:
+def refuse_injected_delay(
+    out: Path | None, env: Any = None, *, calibration_ok: bool = False, where: str = "", exit_code: int = 1
+) -> None:
     """A calibration knob (an injected delay or slowdown) must never reach the committed results:
     their numbers would lie. `calibration_ok`: results/calibration/ may hold it (eagle-fix ab records
     each side's knobs in its file). Checks the knobs' values even without `out`."""
@@ -241,9 +280,13 @@ def refuse_injected_delay(out: Path | None, env: Any = None, *, calibration_ok: 
     if calibration_ok and path.is_relative_to(COMMITTED_RESULTS / "calibration"):
         return
     names = " and ".join(knobs)
-    raise EagleFixError(f"{names} {'is' if len(knobs) == 1 else 'are'} set{where}: {out} is under the committed "
-                        f"results/ folder; unset {'it' if len(knobs) == 1 else 'them'}, or write calibration runs "
-                        + ("to results/calibration/ or " if calibration_ok else "") + "elsewhere", exit_code=exit_code)
+    raise EagleFixError(
+        f"{names} {'is' if len(knobs) == 1 else 'are'} set{where}: {out} is under the committed "
+        f"results/ folder; unset {'it' if len(knobs) == 1 else 'them'}, or write calibration runs "
+        + ("to results/calibration/ or " if calibration_ok else "")
+        + "elsewhere",
+        exit_code=exit_code,
+    )
 
 
 def check_space(folder: Path, flag: str) -> None:
@@ -253,8 +296,10 @@ def check_space(folder: Path, flag: str) -> None:
     except OSError:
         return
     if free < MIN_FREE_BYTES:
-        raise EagleFixError(f"{flag} {folder}: only {free / 2**20:.1f} MiB free on that filesystem "
-                            f"(a sweep needs {MIN_FREE_BYTES // 2**20} MiB for logs and results); free space or choose another path")
+        raise EagleFixError(
+            f"{flag} {folder}: only {free / 2**20:.1f} MiB free on that filesystem "
+            f"(a sweep needs {MIN_FREE_BYTES // 2**20} MiB for logs and results); free space or choose another path"
+        )
 
 
 def add_cli_args(parser: argparse.ArgumentParser) -> None:
@@ -274,9 +319,15 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--resume", action="store_true", help="continue --out, skipping the points it holds")
     parser.add_argument("--point-timeout", help="watchdog per point in seconds (default: scaled with the context)")
     parser.add_argument("--log-dir", help="engine logs (default: next to --out)")
-    parser.add_argument("--compilation-mode", help="compiled engines: vLLM CompilationMode (NONE, STOCK_TORCH_COMPILE, "
-                        "DYNAMO_TRACE_ONCE, VLLM_COMPILE; default: the profile's, else vLLM's)")
-    parser.add_argument("--cudagraph-mode", help="compiled engines: vLLM CUDAGraphMode (NONE, PIECEWISE, FULL, "
-                        "FULL_DECODE_ONLY, FULL_AND_PIECEWISE; default: the profile's, else vLLM's)")
+    parser.add_argument(
+        "--compilation-mode",
+        help="compiled engines: vLLM CompilationMode (NONE, STOCK_TORCH_COMPILE, "
+        "DYNAMO_TRACE_ONCE, VLLM_COMPILE; default: the profile's, else vLLM's)",
+    )
+    parser.add_argument(
+        "--cudagraph-mode",
+        help="compiled engines: vLLM CUDAGraphMode (NONE, PIECEWISE, FULL, "
+        "FULL_DECODE_ONLY, FULL_AND_PIECEWISE; default: the profile's, else vLLM's)",
+    )
     parser.add_argument("--seed", default="0")
     parser.add_argument("--no-progress", action="store_true")

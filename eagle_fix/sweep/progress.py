@@ -13,7 +13,6 @@ from eagle_fix.core import record
 from eagle_fix.core.settings import PROGRESS_ENV
 
 
-
 class Progress:
     """A tqdm bar on the terminal and one plain line per finished point (context, mode, arm,
     elapsed, decode tok/s), also appended to $EAGLE_FIX_PROGRESS when set."""
@@ -33,10 +32,12 @@ class Progress:
 
     def point(self, rec: dict[str, Any]) -> None:
         decode = rec.get("decode_throughput_tok_s")
-        line = (f"[eagle-fix] {rec['context_len']} {rec['mode']} {rec['arm']}{' fix ' + rec['fix'] if rec.get('fix') else ''}: "
-                f"{rec['status']}, {time.monotonic() - self.start:.0f} s elapsed"
-                + (f", decode {decode:.1f} tok/s" if decode else "")
-                + (f", acceptance {rec['acceptance_length']:.2f}" if rec.get("acceptance_length") else ""))
+        line = (
+            f"[eagle-fix] {rec['context_len']} {rec['mode']} {rec['arm']}{' fix ' + rec['fix'] if rec.get('fix') else ''}: "
+            f"{rec['status']}, {time.monotonic() - self.start:.0f} s elapsed"
+            + (f", decode {decode:.1f} tok/s" if decode else "")
+            + (f", acceptance {rec['acceptance_length']:.2f}" if rec.get("acceptance_length") else "")
+        )
         if rec["status"] != "ok":
             line += f": {record.cause(rec.get('error'), 200)}"
         if self.bar is not None:

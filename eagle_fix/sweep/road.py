@@ -20,8 +20,9 @@ def prompt_len(context_len: int, *, output_len: int, num_speculative_tokens: int
     return context_len - output_len - num_speculative_tokens - 1
 
 
-def compile_settings(profile: Profile, compilation_mode: str | None = None,
-                     cudagraph_mode: str | None = None) -> tuple[str | None, str | None]:
+def compile_settings(
+    profile: Profile, compilation_mode: str | None = None, cudagraph_mode: str | None = None
+) -> tuple[str | None, str | None]:
     """(compilation mode, CUDA-graph mode) a compiled engine asks vLLM for: the run's, else the profile's;
     None leaves vLLM's default."""
     comp = compilation_mode or profile.compilation_mode
@@ -31,8 +32,10 @@ def compile_settings(profile: Profile, compilation_mode: str | None = None,
 
 def unknown_compile_setting(compilation_mode: str | None, cudagraph_mode: str | None) -> str | None:
     """The flag and value vLLM has no name for, in words, or None."""
-    for flag, value, allowed in (("--compilation-mode", compilation_mode, COMPILATION_MODES),
-                                 ("--cudagraph-mode", cudagraph_mode, CUDAGRAPH_MODES)):
+    for flag, value, allowed in (
+        ("--compilation-mode", compilation_mode, COMPILATION_MODES),
+        ("--cudagraph-mode", cudagraph_mode, CUDAGRAPH_MODES),
+    ):
         if value is not None and str(value).upper() not in allowed:
             return f"{flag} {value}: unknown; choose from {','.join(allowed)}"
     return None
@@ -47,9 +50,19 @@ def kv_budget(profile: Profile, *, arm: str, max_model_len: int, max_num_seqs: i
     return kv_budget_bytes(profile.target_config(), draft, max_model_len=max_model_len, max_num_seqs=max_num_seqs)
 
 
-def engine_spec(profile: Profile, *, arm: str, mode: str, fix: str | None, max_model_len: int,
-                num_speculative_tokens: int | None = None, max_num_seqs: int = 1, seed: int = 0,
-                compilation_mode: str | None = None, cudagraph_mode: str | None = None) -> EngineSpec:
+def engine_spec(
+    profile: Profile,
+    *,
+    arm: str,
+    mode: str,
+    fix: str | None,
+    max_model_len: int,
+    num_speculative_tokens: int | None = None,
+    max_num_seqs: int = 1,
+    seed: int = 0,
+    compilation_mode: str | None = None,
+    cudagraph_mode: str | None = None,
+) -> EngineSpec:
     """The engine of one arm of a profile. What this machine or engine refuses of the profile (a CUDA
     profile without a GPU, the synthetic sampler on CPU) is one line here, before any engine starts."""
     profile.check_runs_here()
@@ -74,14 +87,27 @@ def engine_spec(profile: Profile, *, arm: str, mode: str, fix: str | None, max_m
         compilation_mode=comp,
         cudagraph_mode=graphs,
         kv_cache_memory_bytes=kv_budget(profile, arm=arm, max_model_len=max_model_len, max_num_seqs=max_num_seqs)
-        if profile.device == "cuda" else None,
+        if profile.device == "cuda"
+        else None,
     )
 
 
-def point_command(context_len: int, *, output_len: int, num_speculative_tokens: int, batch_size: int, seed: int,
-                  repeats: int, ttft_repeats: int) -> PointCommand:
+def point_command(
+    context_len: int,
+    *,
+    output_len: int,
+    num_speculative_tokens: int,
+    batch_size: int,
+    seed: int,
+    repeats: int,
+    ttft_repeats: int,
+) -> PointCommand:
     """What the engine child is asked to measure at one context."""
-    return PointCommand(prompt_len=prompt_len(context_len, output_len=output_len,
-                                              num_speculative_tokens=num_speculative_tokens),
-                        batch_size=batch_size, output_len=output_len, seed=seed, repeats=repeats,
-                        ttft_repeats=ttft_repeats)
+    return PointCommand(
+        prompt_len=prompt_len(context_len, output_len=output_len, num_speculative_tokens=num_speculative_tokens),
+        batch_size=batch_size,
+        output_len=output_len,
+        seed=seed,
+        repeats=repeats,
+        ttft_repeats=ttft_repeats,
+    )
