@@ -98,11 +98,11 @@ class _SweepBase:
 
 def _track(column, arm="eagle3"):
     """An asv track_ method returning the lower-is-better form of `column` at (context_len, mode); its
-    unit, title and description come from the metric registry (eagle_fix.core.record.METRICS).
+    unit, title and description come from the metric registry (eagle_fix.core.metrics.METRICS).
 
     asv names a class's benchmark by the attribute it is bound to, so the names (and the results
     keyed by them) are those of the class bodies below."""
-    from eagle_fix.core.record import METRIC
+    from eagle_fix.core.metrics import METRIC
 
     metric = METRIC[column]
 

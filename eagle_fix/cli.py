@@ -25,7 +25,7 @@ COMMANDS = (
     ("machine", "eagle_fix.machine.cli", "the machine's fingerprint and measured limits (matmul, bandwidth)"),
     (
         "map",
-        "eagle_fix.served.map",
+        "eagle_fix.served.cli",
         "EAGLE3 vs no speculation under load: vLLM's OpenAI server and its bench client, context x concurrency",
     ),
     (

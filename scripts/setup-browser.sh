@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Headless Chromium and asv's dashboard JavaScript, for tests/test_dashboard.py (each step a no-op when done).
+# Headless Chromium and asv's dashboard JavaScript, for tests/publish/test_dashboard.py (each step a no-op when done).
 #  1. Debian's `chromium`.
 #  2. asv 0.6.6's dashboard loads jQuery, flot, bootstrap, md5 and stupidtable from CDNs that a
 #     test box cannot reach; the same versions come from the npm registry into build/asv-js/, and

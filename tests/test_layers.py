@@ -161,3 +161,9 @@ def test_the_command_line_answers_without_vllm_or_torch():
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_no_module_is_a_warehouse():
+    """A module holds one concern: none is longer than 500 lines (split it along its seams)."""
+    long = {str(p.relative_to(ROOT)): n for p in PACKAGE.rglob("*.py") if (n := len(p.read_text().splitlines())) > 500}
+    assert not long, long

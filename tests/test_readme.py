@@ -69,10 +69,10 @@ def test_the_tests_pass_after_the_main_job_ran_in_the_checkout(asv_runs, tmp_pat
     assert made, f"the shared run left no asv result for {asv_runs.machine}"
     modules = sorted(
         str(p.relative_to(ROOT))
-        for p in (ROOT / "tests").glob("test_*.py")
+        for p in (ROOT / "tests").rglob("test_*.py")
         if p.name != Path(__file__).name and READS_RESULTS.search(p.read_text(encoding="utf-8"))
     )
-    assert "tests/test_dashboard.py" in modules and "tests/test_docs.py" in modules, modules
+    assert "tests/publish/test_dashboard.py" in modules and "tests/test_docs.py" in modules, modules
     proc = subprocess.run(
         [
             sys.executable,

@@ -156,14 +156,14 @@ SETTINGS: tuple[Setting, ...] = (
         REAL_SHAPES_PROFILE_ENV,
         "the profile of the slow real-shape test: cpu-8b-l8 or cpu-8b",
         "cpu-8b-l8",
-        "tests/test_real_shapes.py",
+        "tests/sweep/test_real_shapes.py",
         "internal",
     ),
     _s(
         FAULT_TIMINGS_ENV,
         "a file the fault tests write each measured kill delay to",
         "none",
-        "tests/test_faults.py",
+        "tests/engine/test_faults.py",
         "internal",
     ),
 )

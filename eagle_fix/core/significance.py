@@ -29,7 +29,6 @@ from statistics import NormalDist
 from eagle_fix.core.stats import (
     EXACT_MAX_N,
     binom_half_cdf,
-    check_length,
     clean,
     gaussian_binomial_counts,
     median,
@@ -39,17 +38,13 @@ from eagle_fix.core.stats import (
 )
 
 __all__ = [
-    "acceptance_change_p",
-    "acceptance_detectable_drop",
     "detectable_shift",
-    "drafts_to_detect",
     "judge",
     "mann_whitney_floor",
     "mann_whitney_p",
     "pairs_needed",
     "samples_needed",
     "sign_test_floor",
-    "two_proportion_p",
 ]
 
 # Exact Mann-Whitney up to these sizes (EXACT_MAX_N a side without ties, from eagle_fix.core.stats); beyond
@@ -57,13 +52,13 @@ __all__ = [
 # accurate and the exact one is slow.
 EXACT_TIES_MAX_TOTAL = 40  # both sides together, with ties (tie-group enumeration)
 
-_STD_NORMAL = NormalDist()
+STD_NORMAL = NormalDist()
 
 
 # ----------------------------------------------------------------------------- helpers
 
 
-def _two_sided_normal_p(z: float) -> float:
+def two_sided_normal_p(z: float) -> float:
     """P(|Z| >= |z|) for a standard normal Z, without cancellation in the far tail."""
     return min(1.0, math.erfc(abs(z) / math.sqrt(2.0)))
 
@@ -150,7 +145,7 @@ def _mann_whitney(a: list[float], b: list[float]) -> tuple[float, str] | None:
     dev = abs(u1_2 / 2.0 - m * n / 2.0) - 0.5  # continuity correction
     if dev <= 0:
         return 1.0, "normal approx."
-    return _two_sided_normal_p(dev / math.sqrt(var)), "normal approx."
+    return two_sided_normal_p(dev / math.sqrt(var)), "normal approx."
 
 
 def mann_whitney_p(a: list[float], b: list[float]) -> float | None:
@@ -163,68 +158,6 @@ def mann_whitney_p(a: list[float], b: list[float]) -> float | None:
     """
     res = _mann_whitney(a, b)
     return None if res is None else res[0]
-
-
-def two_proportion_p(x1: float, n1: int, x2: float, n2: int) -> float | None:
-    """Two-sided pooled two-proportion z-test p-value; None if a side has n = 0.
-
-    Successes may be non-integer (acceptance_change_p passes accepted/k per draft). p = 1.0 when
-    the two proportions are identical, including both 0 or both 1 (zero pooled variance).
-    """
-    if n1 == 0 or n2 == 0:
-        return None
-    if n1 < 0 or n2 < 0 or not (0 <= x1 <= n1) or not (0 <= x2 <= n2):
-        raise ValueError(f"need 0 <= x <= n, got {x1}/{n1}, {x2}/{n2}")
-    p1, p2 = x1 / n1, x2 / n2
-    if p1 == p2:
-        return 1.0
-    pooled = (x1 + x2) / (n1 + n2)
-    se = math.sqrt(pooled * (1.0 - pooled) * (1.0 / n1 + 1.0 / n2))
-    return _two_sided_normal_p((p1 - p2) / se)
-
-
-def _total(accepted) -> float:
-    return float(sum(accepted)) if isinstance(accepted, (list, tuple)) else float(accepted)
-
-
-def acceptance_change_p(drafts1: int, accepted1, drafts2: int, accepted2, k: int) -> float | None:
-    """Count test for a change in acceptance length between two runs.
-
-    accepted: the total accepted draft tokens, or the per-position list (summed). The draft is the
-    unit (its k tokens are correlated), so it is two_proportion_p on p = accepted / (k * drafts)
-    with n = drafts and x = accepted / k (a float; not rounded). Valid for the same reason as
-    acceptance_interval (Bhatia-Davis: per-draft variance <= p (1 - p)). None if drafts == 0.
-    """
-    if k < 1:
-        raise ValueError(f"k must be >= 1, got {k}")
-    if drafts1 == 0 or drafts2 == 0:
-        return None
-    return two_proportion_p(_total(accepted1) / k, drafts1, _total(accepted2) / k, drafts2)
-
-
-def drafts_to_detect(
-    delta_len: float, acceptance_length: float, k: int, alpha: float = 0.01, power: float = 0.8
-) -> int:
-    """Drafts per side for acceptance_change_p to detect a change of delta_len in acceptance
-    length (at level alpha, two-sided, with the given power). Sizes a regression run.
-
-    Normal approximation for the pooled two-proportion test on p = (L - 1)/k, with the
-    Bernoulli-bound variance p (1 - p) per draft (an upper bound on the per-draft variance of
-    accepted/k, so the count is conservative):
-        n = (z_{1-alpha/2} sqrt(2 pbar (1 - pbar)) + z_power sqrt(p1 (1-p1) + p2 (1-p2)))^2 / (p2 - p1)^2
-    with p1 = (L - 1)/k, p2 = (L + delta_len - 1)/k, pbar = (p1 + p2)/2.
-    """
-    if delta_len == 0:
-        raise ValueError("delta_len must be non-zero")
-    if not 0.0 < alpha < 1.0 or not 0.0 < power < 1.0:
-        raise ValueError(f"alpha and power must be in (0, 1), got {alpha}, {power}")
-    p1 = check_length(acceptance_length, k)
-    p2 = check_length(acceptance_length + delta_len, k)
-    pbar = (p1 + p2) / 2.0
-    za = _STD_NORMAL.inv_cdf(1.0 - alpha / 2.0)
-    zb = _STD_NORMAL.inv_cdf(power)
-    num = za * math.sqrt(2.0 * pbar * (1.0 - pbar)) + zb * math.sqrt(p1 * (1 - p1) + p2 * (1 - p2))
-    return max(1, math.ceil((num / (p2 - p1)) ** 2 - 1e-9))
 
 
 # ----------------------------------------------------------------------------- direction
@@ -256,14 +189,14 @@ def sign_test_floor(n: int) -> float:
     return min(1.0, 2.0 / 2**n) if n >= 1 else 1.0
 
 
-def _check_alpha(alpha: float) -> None:
+def check_alpha(alpha: float) -> None:
     if not 0.0 < alpha < 1.0:
         raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
 
 
 def samples_needed(alpha: float) -> int:
     """Fewest samples a side (equal sizes) for which Mann-Whitney can reach p < alpha at all."""
-    _check_alpha(alpha)
+    check_alpha(alpha)
     n = 1
     while mann_whitney_floor(n, n) >= alpha:
         n += 1
@@ -272,7 +205,7 @@ def samples_needed(alpha: float) -> int:
 
 def pairs_needed(alpha: float) -> int:
     """Fewest pairs for which the sign test can reach p < alpha at all."""
-    _check_alpha(alpha)
+    check_alpha(alpha)
     n = 1
     while sign_test_floor(n) >= alpha:
         n += 1
@@ -296,7 +229,7 @@ def _mw_critical_u(m: int, n: int, alpha: float) -> int | None:
                 return u + 1
         return 0
     sd = math.sqrt(mn * (m + n + 1) / 12.0)
-    z = _STD_NORMAL.inv_cdf(1.0 - alpha / 2.0)
+    z = STD_NORMAL.inv_cdf(1.0 - alpha / 2.0)
     return min(mn, math.floor(mn / 2.0 + 0.5 + z * sd) + 1)
 
 
@@ -332,7 +265,7 @@ def detectable_shift(
     Both are the shift the test *just* catches (about half the time, as the noise falls), a floor
     on what it can see rather than a power-80% design figure.
     """
-    _check_alpha(alpha)
+    check_alpha(alpha)
     if paired:
         ratios = paired_ratios(base, new)
         c = _sign_critical(len(ratios), alpha)
@@ -361,32 +294,6 @@ def detectable_shift(
         sign = 1.0 if higher_is_better else -1.0
         d = sorted(sign * (xj - bi) / scale for bi in b for xj in xs)
     return max(0.0, d[u - 1])
-
-
-def acceptance_detectable_drop(drafts_base: int, accepted_base, drafts_new: int, k: int, alpha: float) -> float | None:
-    """The smallest drop of acceptance length (in tokens) that acceptance_change_p would have called
-    significant at alpha, with the base's counts and the new side's number of drafts. None when no
-    drop, even to no accepted token at all, would be significant."""
-    _check_alpha(alpha)
-    if k < 1 or drafts_base <= 0 or drafts_new <= 0:
-        return None
-    x1 = _total(accepted_base) / k
-    p1 = x1 / drafts_base
-
-    def significant(p2: float) -> bool:
-        p = two_proportion_p(x1, drafts_base, p2 * drafts_new, drafts_new)
-        return p is not None and p < alpha
-
-    if not significant(0.0):
-        return None
-    lo, hi = 0.0, p1  # significant at lo, not at hi (p2 = p1: no change)
-    for _ in range(60):
-        mid = (lo + hi) / 2.0
-        if significant(mid):
-            lo = mid
-        else:
-            hi = mid
-    return k * (p1 - lo)
 
 
 # ----------------------------------------------------------------------------- the verdict
@@ -428,7 +335,7 @@ def judge(
     """
     if threshold < 0:
         raise ValueError(f"threshold must be >= 0, got {threshold}")
-    _check_alpha(alpha)
+    check_alpha(alpha)
 
     def detectable(shift: float | None) -> float | None:
         return None if shift is None else max(shift, threshold)

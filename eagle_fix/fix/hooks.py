@@ -58,7 +58,7 @@ class HookPoint(NamedTuple):
 
     module: str
     qualname: str  # Class.method; the wrapper is set on that class (an inherited method is fine)
-    params: tuple[str, ...]  # the parameters the wrapper reads, by these names (tests/test_hooks.py)
+    params: tuple[str, ...]  # the parameters the wrapper reads, by these names (tests/fix/test_hooks.py)
     counts: str  # what goes uncounted without it
     wrap: str  # the wrapper (_WRAPPERS)
 

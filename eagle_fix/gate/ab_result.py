@@ -9,12 +9,12 @@ import os
 from pathlib import Path
 from typing import Any
 
-from eagle_fix.core import record, stats
+from eagle_fix.core import metrics, record, stats
 from eagle_fix.core.errors import EagleFixError
 from eagle_fix.gate import verdict
 
 # Metrics judged on the paired rounds: (record column, higher is better).
-PAIRED = tuple((m, record.METRIC[m].higher_is_better) for m in verdict.PAIRED)
+PAIRED = tuple((m, metrics.METRIC[m].higher_is_better) for m in verdict.PAIRED)
 DEFAULT_ALPHA = verdict.DEFAULT_ALPHA
 
 

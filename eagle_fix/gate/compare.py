@@ -19,7 +19,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from eagle_fix.core import record
+from eagle_fix.core import metrics, record
 from eagle_fix.core.errors import EagleFixError
 from eagle_fix.gate import verdict
 from eagle_fix.gate.verdict import DEFAULT_ALPHA, DEFAULT_THRESHOLD, FAILING, Verdict
@@ -155,7 +155,7 @@ def compare_records(
                 Change(key, "status", None, None, None, failed.verdict, failed.evidence, judged=failed)
             )
             continue
-        for m in record.METRICS:
+        for m in metrics.METRICS:
             if m.column in NOT_GATED:
                 continue
             change = _judge_metric(m, rb, rn, threshold=threshold, alpha=alpha)
@@ -169,7 +169,7 @@ def compare_records(
     return result
 
 
-def _judge_metric(m: record.Metric, rb: dict, rn: dict, *, threshold: float, alpha: float) -> tuple | None:
+def _judge_metric(m: metrics.Metric, rb: dict, rn: dict, *, threshold: float, alpha: float) -> tuple | None:
     vb, vn = _num(rb.get(m.column)), _num(rn.get(m.column))
     if vb is None and vn is None:
         return None

@@ -14,11 +14,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from eagle_fix.core import record, significance, stats
+from eagle_fix.core import acceptance as counts
+from eagle_fix.core import metrics, significance, stats
 
 # The threshold and the paired rounds of `eagle-fix ab` are the settings the gate's calibration ran
 # with (results/calibration/gate/, docs/statistics.md), which says how often they raised a false alarm
-# and how often they caught MIN_DETECTABLE; tests/test_calibration.py fails when these drift from the
+# and how often they caught MIN_DETECTABLE; tests/gate/test_calibration.py fails when these drift from the
 # committed trials. The threshold sits above how far identical sides' median ratios wander; the sign
 # test could speak from 8 rounds (significance.pairs_needed), but on this noise 8 rounds catch little.
 DEFAULT_THRESHOLD = 0.03
@@ -42,9 +43,9 @@ FAILING = ("regression", "failed", "missing")
 # Noisy metrics the sweep keeps every repeat of: the only noisy ones a test can judge. Memory and
 # speedup are one number per point (the speedup is a ratio of two medians), so they are shown but
 # never gated: "inconclusive" forever would read as a gate that looked.
-SAMPLED = tuple(m.column for m in record.METRICS if m.sampled)
+SAMPLED = tuple(m.column for m in metrics.METRICS if m.sampled)
 # Metrics `ab` measures in every round, judged on the paired ratios (the registry says which).
-PAIRED = tuple(m.column for m in record.METRICS if m.paired)
+PAIRED = tuple(m.column for m in metrics.METRICS if m.paired)
 NOT_GATED = "not gated"
 CONFIDENCE = 0.95  # of the intervals shown; the verdicts use alpha
 
@@ -114,13 +115,13 @@ def acceptance(
 ) -> Verdict:
     """Acceptance length on vLLM's counts (two-proportion test, the draft as the unit, p < alpha).
     Under greedy sampling acceptance is exact, so no threshold applies."""
-    p = significance.acceptance_change_p(drafts_base, accepted_base, drafts_new, accepted_new, k)
+    p = counts.acceptance_change_p(drafts_base, accepted_base, drafts_new, accepted_new, k)
     moved = new_length != base_length
     if p is not None and p < alpha and moved:
         verdict = "improved" if new_length > base_length else "regression"
     else:
         verdict = "within noise" if moved else "same"
-    drop = significance.acceptance_detectable_drop(drafts_base, accepted_base, drafts_new, k, alpha)
+    drop = counts.acceptance_detectable_drop(drafts_base, accepted_base, drafts_new, k, alpha)
     power = f"could detect a drop >= {drop:.2g} tokens" if drop is not None else "could detect no drop"
     return Verdict(
         verdict,
@@ -143,7 +144,7 @@ def noisy(
 ) -> Verdict:
     """A speed metric on its samples (significance.judge): beyond the threshold and p < alpha, or no claim.
     `busy` (why the machine was not quiet) makes it inconclusive whatever the samples say."""
-    m = record.METRIC[metric]
+    m = metrics.METRIC[metric]
     if metric not in SAMPLED:
         return Verdict(NOT_GATED, evidence="no samples")
     if busy:  # other work on the machine moves speed more than code does: not evidence either way

@@ -16,13 +16,10 @@ shipped pair's record (eagle_fix/data/tiny/training.json) is reconstructed: see 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import math
 import os
 import pathlib
-import platform
-import shlex
 import sys
 import time
 
@@ -31,6 +28,7 @@ import numpy as np
 from eagle_fix.core import workload
 from eagle_fix.core.errors import EagleFixError
 from eagle_fix.pairs.eagle3 import Eagle3Draft, draft_ttt_forward
+from eagle_fix.pairs.training_record import command_line, json_safe, machine, sha256_tree, versions
 
 DEFAULT_OUT = pathlib.Path(__file__).resolve().parents[1] / "data" / "tiny"
 RECORD_NAME = "training.json"  # written next to the weights: settings, loss curves, times, sha256
@@ -324,83 +322,6 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def sha256_file(path: pathlib.Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def sha256_tree(folder: pathlib.Path, prefix: str = "") -> dict[str, str]:
-    """{relative path: sha256} of the files directly in `folder` (weights and configs)."""
-    return {f"{prefix}{p.name}": sha256_file(p) for p in sorted(folder.iterdir()) if p.is_file()}
-
-
-def _command(args: argparse.Namespace) -> str:
-    """The run as one explicit command line (every setting spelled out)."""
-    parts = [
-        "eagle-fix",
-        "train-tiny",
-        "--out",
-        str(args.out),
-        "--seed",
-        str(args.seed),
-        "--draft-steps",
-        str(args.draft_steps),
-        "--seq-len",
-        str(args.seq_len),
-        "--threads",
-        str(args.threads),
-    ]
-    if args.target_from is not None:
-        parts += ["--target-from", str(args.target_from)]
-    else:
-        parts += ["--target-steps", str(args.target_steps)]
-    return shlex.join(parts)
-
-
-def _versions() -> dict:
-    import importlib.metadata as md
-
-    out = {"python": platform.python_version()}
-    for name in ("torch", "transformers", "numpy", "safetensors", "eagle-fix"):
-        try:
-            out[name] = md.version(name)
-        except md.PackageNotFoundError:
-            out[name] = None
-    return out
-
-
-def _machine() -> dict:
-    cpu = None
-    try:
-        for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    load = os.getloadavg() if hasattr(os, "getloadavg") else None
-    return {
-        "cpu": cpu,
-        "cpu_count": os.cpu_count(),
-        "platform": platform.platform(),
-        "loadavg_1_5_15_at_start": [round(x, 2) for x in load] if load else None,
-    }
-
-
-def _json_safe(obj):
-    """NaN/inf -> None, so the record is strict JSON."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: _json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_json_safe(v) for v in obj]
-    return obj
-
-
 def cli_main(args: argparse.Namespace) -> int:
     try:  # lazy, and checked here: train-tiny is the one command that needs torch + transformers
         import torch
@@ -412,7 +333,7 @@ def cli_main(args: argparse.Namespace) -> int:
         raise EagleFixError(f"{args.target_from}/config.json is missing: pass a folder written by train-tiny")
     record = {
         "schema": 1,
-        "command": _command(args),
+        "command": command_line(args),
         # as invoked, when this process is `eagle-fix train-tiny ...` (None when called as a function)
         "argv": list(sys.argv) if sys.argv[1:2] == ["train-tiny"] else None,
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -429,8 +350,8 @@ def cli_main(args: argparse.Namespace) -> int:
             "draft_weight_decay": 0.0,
         },
         "corpus": "eagle_fix.core.workload.make_corpus (Markov text + verbatim copies of far-back spans)",
-        "versions": _versions(),
-        "machine": _machine(),
+        "versions": versions(),
+        "machine": machine(),
     }
     torch.set_num_threads(args.threads)
     torch.use_deterministic_algorithms(True, warn_only=True)
@@ -501,7 +422,7 @@ def cli_main(args: argparse.Namespace) -> int:
         files.update(sha256_tree(args.out / "target", "target/"))
     files.update(sha256_tree(args.out / "draft", "draft/"))
     record["sha256"] = files  # paths relative to this record's folder
-    (args.out / RECORD_NAME).write_text(json.dumps(_json_safe(record), indent=2, allow_nan=False) + "\n")
+    (args.out / RECORD_NAME).write_text(json.dumps(json_safe(record), indent=2, allow_nan=False) + "\n")
     print(
         json.dumps(
             {

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from eagle_fix.core.errors import EagleFixError
-from eagle_fix.gate import calibration
+from eagle_fix.gate import calibration_tables
 from eagle_fix.publish.file_tables import (
     ab_table,
     compare_table,
@@ -23,6 +23,7 @@ from eagle_fix.publish.tables import (
     machines_table,
     noise_table,
     roofline_table,
+    settings_table,
     summary_table,
 )
 from eagle_fix.releases import registry as releases
@@ -47,12 +48,13 @@ FILE_TABLES = {
 FILE_TABLES["map"] = map_table  # eagle-fix map files (.ndjson)
 FILE_TABLES["compare"] = compare_table  # two `eagle-fix run` files, as `eagle-fix compare` judges them
 # the gate's calibration (scripts/calibrate.sh): a folder of ab trials or the files themselves
-FILE_TABLES["calibration"] = calibration.rates_table
-FILE_TABLES["noise-floor"] = calibration.floor_table
-FILE_TABLES["calibration-rounds"] = calibration.resampled_table
-FILE_TABLES["start-order"] = calibration.start_order_table
-FILE_TABLES["machine-noise"] = calibration.machine_noise_table
-FILE_TABLES["calibration-coverage"] = calibration.coverage_table
+FILE_TABLES["calibration"] = calibration_tables.rates_table
+FILE_TABLES["noise-floor"] = calibration_tables.floor_table
+FILE_TABLES["calibration-rounds"] = calibration_tables.resampled_table
+FILE_TABLES["start-order"] = calibration_tables.start_order_table
+FILE_TABLES["machine-noise"] = calibration_tables.machine_noise_table
+FILE_TABLES["calibration-coverage"] = calibration_tables.coverage_table
+FILE_TABLES["settings"] = settings_table  # the environment variables, from eagle_fix.core.settings
 # Tables of the records' newest rows (key=value arguments filter them).
 DOC_TABLES = {
     "machines": machines_table,

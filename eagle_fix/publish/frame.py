@@ -6,7 +6,7 @@ import math
 import re
 from pathlib import Path
 
-from eagle_fix.core import record
+from eagle_fix.core import metrics, record
 
 MACHINE_COLUMN = ("machine_name", "machine", "{}")
 # The workload of a point beside its context: rows that differ in one of these are not one series.
@@ -54,7 +54,7 @@ def with_machines(df):
 
 
 # The numbers an asv file carries for a point; the JSON-lines record of the same run has them too.
-_ASV_COLUMNS = tuple(m.column for m in record.METRICS if m.asv) + ("decode_throughput_tok_s",)
+_ASV_COLUMNS = tuple(m.column for m in metrics.METRICS if m.asv) + ("decode_throughput_tok_s",)
 
 
 def drop_asv_duplicates(df):

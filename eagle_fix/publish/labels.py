@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from eagle_fix.core import record
+from eagle_fix.core import metrics, record
 from eagle_fix.core.errors import EagleFixError
 from eagle_fix.store.asv import TRACKS, asv_value
 
@@ -119,7 +119,7 @@ def withheld(rec: dict, column: str) -> str | None:
     roofline = [f for f in rec.get("roofline_flags") or [] if column in str(f)]
     if roofline and rec.get(column) is None:  # a share above 100% of a limit: the limit was wrong
         return str(roofline[0])
-    return record.busy(rec) if record.METRIC.get(column) is not None and record.METRIC[column].noisy else None
+    return record.busy(rec) if metrics.METRIC.get(column) is not None and metrics.METRIC[column].noisy else None
 
 
 def label_result(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from eagle_fix.core import record, stats
+from eagle_fix.core import record, settings, stats
 from eagle_fix.publish.frame import GIB, sort_rows, with_machines, workload_columns
 
 TABLE_COLUMNS = (
@@ -372,3 +372,16 @@ def machines_table(df) -> str:
         ],
         rows,
     )
+
+
+def settings_table(paths=()) -> str:
+    """The environment variables the suite reads, from their one declaration (eagle_fix.core.settings): the
+    docs' list is generated, never written by hand. `paths` is unused (a table kind like the others)."""
+    kinds = {"user": "", "calibration": "test-only: ", "internal": "set by the suite: "}
+    rows = [
+        [f"`{s.name}`", kinds[s.kind] + s.meaning, s.default, s.read_by]
+        for kind in kinds
+        for s in settings.SETTINGS
+        if s.kind == kind
+    ]
+    return md_table(["variable", "what it does", "unset", "read by"], rows)

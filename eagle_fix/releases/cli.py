@@ -11,8 +11,9 @@ from eagle_fix.core.errors import EagleFixError
 from eagle_fix.gate import verdict
 from eagle_fix.machine.fingerprint import git_commit
 from eagle_fix.releases import registry
-from eagle_fix.releases.matrix import MatrixArgs, steps
+from eagle_fix.releases.matrix import MatrixArgs
 from eagle_fix.releases.runner import Runner
+from eagle_fix.releases.steps import steps
 from eagle_fix.releases.venvs import check_venv, venv_lines
 from eagle_fix.store.asv import write_asv_machine
 

@@ -118,7 +118,7 @@ def version_key(version: str) -> tuple[int, ...]:
 
 def by_version(version: str) -> Release | None:
     """What the doctor should read in an engine reporting `version` (both builds of a version share
-    their source; tests/test_releases.py checks they agree); None when no build of it is declared."""
+    their source; tests/releases/test_releases.py checks they agree); None when no build of it is declared."""
     found = [r for r in RELEASES if r.version == version]
     return found[0] if found else None
 

@@ -35,7 +35,7 @@ ARM_OF_PLUGIN_MODE = {mode: arm for arm, mode in PLUGIN_MODE_OF_ARM.items()}
 
 
 class Runner:
-    """Executes a plan (eagle_fix.releases.matrix.steps) or, with --dry-run, prints it."""
+    """Executes a plan (eagle_fix.releases.steps.steps) or, with --dry-run, prints it."""
 
     def __init__(self, args: MatrixArgs, root: Path, *, commit: str | None = None, machine: str | None = None):
         self.args, self.root, self.commit, self.machine = args, root, commit, machine

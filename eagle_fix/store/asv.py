@@ -11,7 +11,7 @@ import socket
 import subprocess
 from pathlib import Path
 
-from eagle_fix.core import record
+from eagle_fix.core import metrics, record
 from eagle_fix.core.errors import EagleFixError
 from eagle_fix.core.settings import ASV_FIX_ENV, ASV_RECORDS_ENV, RUN_OUT_ENV
 from eagle_fix.machine.fingerprint import fingerprint, versions
@@ -37,8 +37,8 @@ def asv_fix() -> str:
 
 # asv benchmark name (the part after the class) -> (record column, arm). Every one is lower-is-better.
 TRACKS: dict[str, tuple[str, str]] = {
-    **{m.asv: (m.column, "eagle3") for m in record.METRICS if m.asv},
-    record.PER_POSITION.asv: (record.PER_POSITION.column, "eagle3"),
+    **{m.asv: (m.column, "eagle3") for m in metrics.METRICS if m.asv},
+    metrics.PER_POSITION.asv: (metrics.PER_POSITION.column, "eagle3"),
 }
 # The names of the first suite (higher-is-better, which asv cannot gate): read as history only.
 LEGACY_TRACKS = {
@@ -55,7 +55,7 @@ LEGACY_TRACKS = {
 def asv_value(column: str, value: float) -> float:
     """The lower-is-better form of a record's number (1/x and 1-x are their own inverses, so the
     same function maps an asv value back to the record's number)."""
-    metric = record.PER_POSITION if column == record.PER_POSITION.column else record.METRIC[column]
+    metric = metrics.PER_POSITION if column == metrics.PER_POSITION.column else metrics.METRIC[column]
     return metric.to_asv(value) if metric.to_asv else value
 
 
@@ -83,7 +83,7 @@ def point_value(
         value = rec.get(column)
         if position is not None:
             value = value[position - 1] if isinstance(value, list) and len(value) >= position else None
-        if column in record.ROOFLINE_SHARES and (
+        if column in metrics.ROOFLINE_SHARES and (
             (value is None and any(column in str(f) for f in rec.get("roofline_flags") or []))
             or (value is not None and float(value) > 100)
         ):

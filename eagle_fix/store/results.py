@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from eagle_fix.core import record
+from eagle_fix.core import metrics, record
 from eagle_fix.core.errors import EagleFixError
 from eagle_fix.store.asv import FIX_ENV, LEGACY_TRACKS, TRACKS, asv_value
 
@@ -33,7 +33,7 @@ def records_frame(records: Iterable[dict], *, source: str = "jsonl", origin: str
             df[col] = None
     df["source"] = source
     df["origin"] = origin
-    for m in record.METRICS:
+    for m in metrics.METRICS:
         df[m.column] = pd.to_numeric(df[m.column], errors="coerce").astype(float)
     df["device_name"] = [d.get("name") if isinstance(d, dict) else d for d in df["device"]]
     return df

@@ -7,8 +7,8 @@ refusal of vLLM's synthetic sampler on the CPU engine. The `slow` test (not run 
 minutes; docs/real-shapes.md) runs the fix A/B under torch.compile past the draft's 2048
 positions, as a user runs it:
 
-    .venv/bin/python -m pytest tests/test_real_shapes.py -m slow          # cpu-8b-l8, ~10 min here
-    EAGLE_FIX_REAL_SHAPES_PROFILE=cpu-8b .venv/bin/python -m pytest tests/test_real_shapes.py -m slow
+    .venv/bin/python -m pytest tests/sweep/test_real_shapes.py -m slow          # cpu-8b-l8, ~10 min here
+    EAGLE_FIX_REAL_SHAPES_PROFILE=cpu-8b .venv/bin/python -m pytest tests/sweep/test_real_shapes.py -m slow
 
 With dummy weights acceptance means nothing; the evidence is the drafter's counters, the flags and
 the compiled crash.

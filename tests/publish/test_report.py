@@ -2,10 +2,10 @@
 
 import json
 import shutil
-from pathlib import Path
 
 import pytest
 
+from conftest import ROOT
 from eagle_fix import cli
 from eagle_fix.core.errors import EagleFixError
 from eagle_fix.publish.frame import fill_speedup, latest
@@ -13,7 +13,7 @@ from eagle_fix.publish.report import write_report
 from eagle_fix.publish.tables import markdown_table
 from eagle_fix.store.results import load_results
 
-DATA = Path(__file__).parent / "data"
+DATA = ROOT / "tests" / "data"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 

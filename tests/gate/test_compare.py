@@ -3,17 +3,17 @@
 import copy
 import json
 import re
-from pathlib import Path
 
 import pytest
 
+from conftest import ROOT
 from eagle_fix import cli
 from eagle_fix.core.errors import EagleFixError
 from eagle_fix.gate import verdict
 from eagle_fix.gate.compare import compare_records, load_side
 from eagle_fix.store.results import load_jsonl
 
-DATA = Path(__file__).parent / "data"
+DATA = ROOT / "tests" / "data"
 BASE, NEW = DATA / "fixture-base.jsonl", DATA / "fixture-new.jsonl"
 
 
@@ -201,8 +201,6 @@ def test_later_line_wins():
 
 
 def test_the_two_committed_cpu_sets_are_inconclusive_on_throughput(capsys):
-    from conftest import ROOT
-
     runs = ROOT / "results" / "runs"
     assert cli.main(["compare", str(runs / "vm-c0fc4514-cpu.jsonl"), str(runs / "vm-8c0f126b-cpu.jsonl")]) == 0
     out = capsys.readouterr().out
@@ -386,8 +384,6 @@ def test_a_busy_machine_makes_speed_inconclusive():
 
 def test_a_committed_file_against_a_copy_from_another_machine(tmp_path, capsys):
     """#12: the committed fix A/B records against the same records relabelled with another fingerprint."""
-    from conftest import ROOT
-
     committed = ROOT / "results" / "runs" / "fix-ab" / "cpu-quick-fix-ab.jsonl"
     other = tmp_path / "other.jsonl"
     recs = [json.loads(line) for line in committed.read_text().splitlines()]
@@ -406,16 +402,15 @@ COMMITTED = "cpu-intel-f6m207-2c-2215d0-c2142001-cpu.jsonl"
 def committed_point(n: int, factor: float = 1.0, context_len: int = 8192, arm: str = "eagle3") -> dict:
     """A committed record cut to its first n repeats, every sample of a speed metric scaled to a
     machine `factor` as fast (throughputs x factor, times / factor), headline numbers their medians."""
-    from conftest import ROOT
-    from eagle_fix.core import record, stats
+    from eagle_fix.core import metrics, stats
 
     recs = [json.loads(line) for line in (ROOT / "results" / "runs" / COMMITTED).read_text().splitlines()]
     [rec] = [r for r in recs if (r["context_len"], r["mode"], r["arm"]) == (context_len, "eager", arm)]
     rec = copy.deepcopy(rec)
     for column, values in rec["samples"].items():
         values = values[:n]
-        if column in record.METRIC:
-            values = [v * factor if record.METRIC[column].higher_is_better else v / factor for v in values]
+        if column in metrics.METRIC:
+            values = [v * factor if metrics.METRIC[column].higher_is_better else v / factor for v in values]
             rec[column] = stats.median(values)
         rec["samples"][column] = values
     return rec

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from eagle_fix.core import record
+from eagle_fix.core import metrics, record
 from eagle_fix.core.errors import EagleFixError
 
 
@@ -102,7 +102,7 @@ def test_nan_from_pandas_does_not_break_identity():
 
 
 def test_every_asv_form_is_lower_is_better_and_its_own_inverse():
-    for m in (*record.METRICS, record.PER_POSITION):
+    for m in (*metrics.METRICS, metrics.PER_POSITION):
         if m.asv is None:
             continue
         if m.to_asv is None:  # tracked as is: must already be lower-is-better

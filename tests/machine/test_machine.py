@@ -21,7 +21,7 @@ from eagle_fix.core.errors import EagleFixError
 from eagle_fix.machine import fingerprint, limits, pinning, roofline
 from eagle_fix.pairs.profiles import real_shape_configs, tiny_pair
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 ZEN5 = """processor\t: 0
 vendor_id\t: AuthenticAMD

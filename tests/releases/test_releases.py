@@ -17,7 +17,7 @@ import pytest
 from eagle_fix.releases import registry
 from eagle_fix.releases.matrix import MIN_DRAFTER_COVERAGE
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RELEASES_DIR = ROOT / registry.RESULTS
 # The releases whose engine runs on this project's machines (eagle_fix/releases/registry.py): each has its
 # records, doctor file, fix A/B and cost committed. Their tags, in the registry's order.

@@ -1,7 +1,7 @@
 """Micro-benchmarks of what the fix costs on the real vLLM CPU ops: a 64x larger draft rotary cache, and the plugin's register().
 
 Quick test by default (pyproject has --benchmark-disable); measure with
-    pytest tests/test_bench_rotary.py --benchmark-enable --benchmark-json results/pytest-benchmark/cpu.json
+    pytest tests/fix/test_bench_rotary.py --benchmark-enable --benchmark-json results/pytest-benchmark/cpu.json
 """
 
 import pytest

@@ -1,7 +1,7 @@
 """Served mode (eagle_fix.served.server): the tiny pair's tokenizer, the server's arguments, ports, vLLM's client
 arguments; and, marked `engine`, one real server: health, a cell through vLLM's bench, the drafter's
 counters through the server, and Ctrl-C / SIGTERM leaving no server behind. (A server killed mid-cell:
-tests/test_map.py.)"""
+tests/served/test_map.py.)"""
 
 from __future__ import annotations
 

@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT
-from eagle_fix.core import record
+from eagle_fix.core import metrics
 from eagle_fix.core.errors import EagleFixError
 from eagle_fix.pairs.profiles import MAP_PROFILES
+from eagle_fix.served import cli as map_cli
 from eagle_fix.served import map as emap
 from eagle_fix.served import summary as map_summary
 
@@ -48,9 +49,9 @@ def test_bad_arguments_are_one_line():
     with pytest.raises(EagleFixError, match="name it .ndjson"):
         from eagle_fix.cli import build_parser
 
-        emap.from_cli_args(build_parser().parse_args(["map", "--out", "results/x.jsonl"]))
+        map_cli.from_cli_args(build_parser().parse_args(["map", "--out", "results/x.jsonl"]))
     with pytest.raises(EagleFixError, match="--request-rate"):
-        emap._floats("0", "--request-rate")
+        map_cli._floats("0", "--request-rate")
 
 
 def test_the_calibration_knobs_never_reach_committed_maps(monkeypatch):
@@ -61,11 +62,11 @@ def test_the_calibration_knobs_never_reach_committed_maps(monkeypatch):
         EagleFixError,
         match="EAGLE_FIX_INJECT_SLOWDOWN is set: results/map/x.ndjson is under the committed results/ folder",
     ) as exc:
-        emap.from_cli_args(build_parser().parse_args(["map", "--out", "results/map/x.ndjson"]))
+        map_cli.from_cli_args(build_parser().parse_args(["map", "--out", "results/map/x.ndjson"]))
     assert exc.value.exit_code == 2
     monkeypatch.setenv("EAGLE_FIX_INJECT_SLOWDOWN", "fast")  # a bad value is one line even without --out
     with pytest.raises(EagleFixError, match="EAGLE_FIX_INJECT_SLOWDOWN='fast' is not a number"):
-        emap.from_cli_args(build_parser().parse_args(["map"]))
+        map_cli.from_cli_args(build_parser().parse_args(["map"]))
 
 
 def test_seeds_differ_per_cell_round_and_arm():
@@ -178,13 +179,13 @@ def test_vllm_bench_keys_are_in_the_metric_registry():
         "spec_decode_acceptance_length",
         "spec_decode_per_position_acceptance_rates",
     ):
-        m = record.VLLM_BENCH_METRIC[key]
+        m = metrics.VLLM_BENCH_METRIC[key]
         assert m.unit and m.label
-    assert record.VLLM_BENCH_METRIC["median_tpot_ms"].ours == "tpot_ms"
-    assert record.VLLM_BENCH_METRIC["spec_decode_acceptance_length"].ours == "acceptance_length"
+    assert metrics.VLLM_BENCH_METRIC["median_tpot_ms"].ours == "tpot_ms"
+    assert metrics.VLLM_BENCH_METRIC["spec_decode_acceptance_length"].ours == "acceptance_length"
     assert all(
-        m.ours is None or m.ours in record.METRIC or m.ours == "per_position_acceptance"
-        for m in record.VLLM_BENCH_METRICS
+        m.ours is None or m.ours in metrics.METRIC or m.ours == "per_position_acceptance"
+        for m in metrics.VLLM_BENCH_METRICS
     )
 
 

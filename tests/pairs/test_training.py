@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from eagle_fix.pairs import training
+from eagle_fix.pairs import training, training_record
 
 TINY = training.DEFAULT_OUT
 
@@ -38,11 +38,11 @@ def test_shipped_record_matches_shipped_files():
     rec = _strict(TINY / training.RECORD_NAME)
     assert rec["sha256"], "the record names no files"
     for rel, sha in rec["sha256"].items():
-        assert training.sha256_file(TINY / rel) == sha, rel
+        assert training_record.sha256_file(TINY / rel) == sha, rel
     assert "draft/model.safetensors" in rec["sha256"]
     # The shipped draft was trained against the shipped target: the record says which bytes.
     target = rec["target"]
-    assert target["sha256"]["model.safetensors"] == training.sha256_file(TINY / "target" / "model.safetensors")
+    assert target["sha256"]["model.safetensors"] == training_record.sha256_file(TINY / "target" / "model.safetensors")
     assert rec["seq_len"] == rec["draft"]["seq_len"] and isinstance(rec["seq_len"], int)
 
 
@@ -95,7 +95,7 @@ def test_tiny_run_writes_record(tmp_path):
     assert 0 < rec["draft"]["vocab_coverage"] <= 1
     assert set(rec["wall_s"]) >= {"target", "draft", "total"}
     for rel in ("target/model.safetensors", "target/config.json", "draft/model.safetensors", "draft/config.json"):
-        assert rec["sha256"][rel] == training.sha256_file(out / rel), rel
+        assert rec["sha256"][rel] == training_record.sha256_file(out / rel), rel
 
 
 @pytest.mark.parametrize("steps", [1, 10, 25])

@@ -9,6 +9,7 @@ import random
 
 import pytest
 
+from eagle_fix.core import acceptance as counts
 from eagle_fix.core import significance as sig
 from eagle_fix.core import stats as s
 
@@ -218,23 +219,23 @@ def test_mann_whitney_large_samples_normal_approx():
 def test_two_proportion_by_hand():
     # 45/100 vs 30/100: pooled 0.375, se = sqrt(0.375 * 0.625 * (1/100 + 1/100)) = 0.0684653,
     # z = 0.15 / 0.0684653 = 2.19089, two-sided p = 2 * (1 - Phi(2.19089)) = 0.028460
-    assert sig.two_proportion_p(45, 100, 30, 100) == pytest.approx(0.028460, abs=2e-6)
-    assert sig.two_proportion_p(30, 100, 45, 100) == pytest.approx(0.028460, abs=2e-6)
+    assert counts.two_proportion_p(45, 100, 30, 100) == pytest.approx(0.028460, abs=2e-6)
+    assert counts.two_proportion_p(30, 100, 45, 100) == pytest.approx(0.028460, abs=2e-6)
     # unequal n: 20/50 vs 50/200: pooled 0.28, se = sqrt(.28*.72*(1/50+1/200)) = 0.0709930,
     # z = 0.15/0.0709930 = 2.11289, p = 0.034607
-    assert sig.two_proportion_p(20, 50, 50, 200) == pytest.approx(0.034607, abs=2e-5)
+    assert counts.two_proportion_p(20, 50, 50, 200) == pytest.approx(0.034607, abs=2e-5)
 
 
 def test_two_proportion_edges():
-    assert sig.two_proportion_p(0, 10, 0, 20) == 1.0
-    assert sig.two_proportion_p(10, 10, 20, 20) == 1.0
-    assert sig.two_proportion_p(5, 10, 10, 20) == 1.0
-    assert sig.two_proportion_p(1, 0, 1, 2) is None
-    assert sig.two_proportion_p(0, 10, 10, 10) < 1e-4
+    assert counts.two_proportion_p(0, 10, 0, 20) == 1.0
+    assert counts.two_proportion_p(10, 10, 20, 20) == 1.0
+    assert counts.two_proportion_p(5, 10, 10, 20) == 1.0
+    assert counts.two_proportion_p(1, 0, 1, 2) is None
+    assert counts.two_proportion_p(0, 10, 10, 10) < 1e-4
     # float successes are allowed
-    assert sig.two_proportion_p(33.5, 100, 20.25, 100) == pytest.approx(_z_test(33.5, 100, 20.25, 100))
+    assert counts.two_proportion_p(33.5, 100, 20.25, 100) == pytest.approx(_z_test(33.5, 100, 20.25, 100))
     with pytest.raises(ValueError):
-        sig.two_proportion_p(11, 10, 1, 10)
+        counts.two_proportion_p(11, 10, 1, 10)
 
 
 def _z_test(x1, n1, x2, n2):
@@ -246,33 +247,33 @@ def _z_test(x1, n1, x2, n2):
 def test_acceptance_change_p_uses_draft_as_unit_without_rounding():
     k = 3
     # 250 of 300 drafts' tokens vs 200: x = accepted / k as floats, n = drafts
-    p = sig.acceptance_change_p(100, 250, 100, 200, k)
+    p = counts.acceptance_change_p(100, 250, 100, 200, k)
     assert p == pytest.approx(_z_test(250 / 3, 100, 200 / 3, 100))
     assert p != pytest.approx(_z_test(83, 100, 67, 100))  # not rounded
     assert p != pytest.approx(_z_test(250, 300, 200, 300))  # not tokens as the unit
-    assert sig.acceptance_change_p(100, [90, 80, 80], 100, [80, 70, 50], k) == pytest.approx(p)
-    assert sig.acceptance_change_p(0, 0, 100, 200, k) is None
-    assert sig.acceptance_change_p(64, [64, 64, 64], 32, [32, 32, 32], k) == 1.0
+    assert counts.acceptance_change_p(100, [90, 80, 80], 100, [80, 70, 50], k) == pytest.approx(p)
+    assert counts.acceptance_change_p(0, 0, 100, 200, k) is None
+    assert counts.acceptance_change_p(64, [64, 64, 64], 32, [32, 32, 32], k) == 1.0
 
 
 def test_drafts_to_detect():
     # by hand: p1 = 0.5, p2 = 0.4333, pbar = 0.4667; z_.995 = 2.5758, z_.8 = 0.8416:
     # (2.5758 * 0.70553 + 0.8416 * 0.70396)^2 / 0.06667^2 = 1306.6 -> 1307
-    n = sig.drafts_to_detect(-0.2, 2.5, 3)
+    n = counts.drafts_to_detect(-0.2, 2.5, 3)
     assert n == 1307
-    assert sig.drafts_to_detect(0.2, 2.5, 3) == 1307  # symmetric around p = 1/2
+    assert counts.drafts_to_detect(0.2, 2.5, 3) == 1307  # symmetric around p = 1/2
     # at that size the expected counts are significant at alpha; at a quarter of it they are not
     acc1, acc2 = 1.5, 1.3  # accepted per draft at L = 2.5 and 2.3
-    assert sig.acceptance_change_p(n, acc1 * n, n, acc2 * n, 3) < 0.01
+    assert counts.acceptance_change_p(n, acc1 * n, n, acc2 * n, 3) < 0.01
     q = n // 4
-    assert sig.acceptance_change_p(q, acc1 * q, q, acc2 * q, 3) > 0.01
+    assert counts.acceptance_change_p(q, acc1 * q, q, acc2 * q, 3) > 0.01
     # smaller changes need more drafts; a looser alpha fewer
-    assert sig.drafts_to_detect(-0.1, 2.5, 3) > n
-    assert sig.drafts_to_detect(-0.2, 2.5, 3, alpha=0.05) < n
+    assert counts.drafts_to_detect(-0.1, 2.5, 3) > n
+    assert counts.drafts_to_detect(-0.2, 2.5, 3, alpha=0.05) < n
     with pytest.raises(ValueError):
-        sig.drafts_to_detect(0.5, 3.8, 3)  # beyond 1 + k
+        counts.drafts_to_detect(0.5, 3.8, 3)  # beyond 1 + k
     with pytest.raises(ValueError):
-        sig.drafts_to_detect(0.0, 2.5, 3)
+        counts.drafts_to_detect(0.0, 2.5, 3)
 
 
 # ----------------------------------------------------------------------------- ratios / judge
@@ -455,12 +456,12 @@ def test_paired_detectable_shift_by_brute_force(higher_is_better):
 
 
 def test_acceptance_detectable_drop_by_brute_force():
-    drop = sig.acceptance_detectable_drop(128, 384, 128, 3, 0.01)  # 4.0 over 128 drafts (the 8K profile)
+    drop = counts.acceptance_detectable_drop(128, 384, 128, 3, 0.01)  # 4.0 over 128 drafts (the 8K profile)
     assert 0 < drop < 0.5
     x1 = 384 / 3
-    assert sig.two_proportion_p(x1, 128, (384 - 3 * 128 * drop / 3 - 1e-6) / 3, 128) < 0.01
-    assert sig.two_proportion_p(x1, 128, (384 - 3 * 128 * drop / 3 * 0.999) / 3, 128) >= 0.01
-    assert sig.acceptance_detectable_drop(1, 1, 1, 3, 0.01) is None  # one draft a side: nothing is significant
+    assert counts.two_proportion_p(x1, 128, (384 - 3 * 128 * drop / 3 - 1e-6) / 3, 128) < 0.01
+    assert counts.two_proportion_p(x1, 128, (384 - 3 * 128 * drop / 3 * 0.999) / 3, 128) >= 0.01
+    assert counts.acceptance_detectable_drop(1, 1, 1, 3, 0.01) is None  # one draft a side: nothing is significant
 
 
 def test_judge_paired():
@@ -525,7 +526,7 @@ def test_cross_check_against_scipy():
     # pooled two-proportion z-test == chi-square on the 2x2 table without continuity correction
     for x1, n1, x2, n2 in [(45, 100, 30, 100), (20, 50, 50, 200), (3, 40, 9, 41)]:
         chi = st.chi2_contingency([[x1, n1 - x1], [x2, n2 - x2]], correction=False)
-        assert sig.two_proportion_p(x1, n1, x2, n2) == pytest.approx(chi.pvalue, rel=1e-9)
+        assert counts.two_proportion_p(x1, n1, x2, n2) == pytest.approx(chi.pvalue, rel=1e-9)
 
 
 def test_judge_zero_base_median_is_inconclusive_without_a_size():

@@ -1,5 +1,5 @@
 """The release registry (eagle_fix/releases/registry.py) and `eagle-fix matrix`'s plan: a release is declared in
-one place and the matrix, the workflow, the tests and the docs' tables read it; the plan (matrix.steps) is
+one place and the matrix, the workflow, the tests and the docs' tables read it; the plan (eagle_fix.releases.steps) is
 listed without running anything; scripts/matrix.sh only makes the venvs and asks eagle-fix for what its flags
 mean. Nothing here builds a venv or starts an engine (--dry-run)."""
 
@@ -20,9 +20,10 @@ from eagle_fix.engine.spec import PLUGIN_MODE_OF_ARM
 from eagle_fix.releases import cli as matrix_cli
 from eagle_fix.releases import matrix, runner, venvs
 from eagle_fix.releases import registry as releases
+from eagle_fix.releases import steps as matrix_steps
 from eagle_fix.releases.matrix import MatrixArgs, Step
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 WORKFLOW = ROOT / ".github" / "workflows" / "gpu.yml"
 MATRIX_SH = ROOT / "scripts" / "matrix.sh"
 
@@ -165,9 +166,9 @@ def test_no_release_is_named_outside_the_registry():
     files = [
         *source,
         MATRIX_SH,
-        ROOT / "tests" / "test_releases.py",
-        ROOT / "tests" / "test_doctor.py",
-        ROOT / "tests" / "test_matrix.py",
+        ROOT / "tests" / "releases" / "test_releases.py",
+        ROOT / "tests" / "fix" / "test_doctor.py",
+        ROOT / "tests" / "releases" / "test_matrix.py",
         WORKFLOW,
     ]
     # the benchmark job's pin (checked above) and the example in its message for a malformed one
@@ -179,7 +180,9 @@ def test_no_release_is_named_outside_the_registry():
         if pattern.search(line) and not allowed.search(line)
     ]
     dashboard = [
-        line for line in (ROOT / "tests" / "test_dashboard.py").read_text().splitlines() if line.startswith("RELEASES")
+        line
+        for line in (ROOT / "tests" / "publish" / "test_dashboard.py").read_text().splitlines()
+        if line.startswith("RELEASES")
     ]
     assert dashboard and not any(pattern.search(line) for line in dashboard), dashboard
     assert not found, "\n".join(found)
@@ -411,7 +414,7 @@ def _plan(
     parser = argparse.ArgumentParser()
     matrix_cli.add_cli_args(parser)
     args = MatrixArgs.from_cli_args(parser.parse_args(list(flags)), environ=environ or {})
-    return args, matrix.steps(args, args.releases, root=root, gpu=gpu, commit="a" * 40)
+    return args, matrix_steps.steps(args, args.releases, root=root, gpu=gpu, commit="a" * 40)
 
 
 @pytest.fixture
@@ -443,7 +446,7 @@ def test_the_default_plan(nothing_runs):
         assert {s.out for s in doctors} == {r.files(ROOT)["doctor"]} and {s.fails_as for s in doctors} == {
             f"{r.tag}:doctor"
         }
-        assert hooks.argv[-1] == "tests/test_hooks.py" and hooks.out == r.files(ROOT)["hooks"]
+        assert hooks.argv[-1] == "tests/fix/test_hooks.py" and hooks.out == r.files(ROOT)["hooks"]
         assert grid.argv[:2] == (f"{venv}/asv", "run") and f"existing:{venv}/python" in grid.argv
         assert grid.argv[grid.argv.index("--set-commit-hash") + 1] == "a" * 40
         assert grid.env == {"EAGLE_FIX_RUN_OUT": str(grid.out)} and grid.progress and grid.keep_old

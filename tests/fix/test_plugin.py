@@ -35,7 +35,7 @@ print(json.dumps({{
 
 
 def _no_device() -> bool:
-    """vLLM's CUDA build on a machine without a GPU: its config classes work (tests/test_config_classes.py)
+    """vLLM's CUDA build on a machine without a GPU: its config classes work (tests/fix/test_config_classes.py)
     but `EngineArgs.create_engine_config` needs a device (scripts/matrix.sh --releases vllm-X)."""
     import shutil
 

@@ -12,7 +12,7 @@ import pytest
 
 from conftest import ROOT
 from eagle_fix.engine.protocol import PointReply
-from eagle_fix.gate import ab, ab_result, verdict
+from eagle_fix.gate import ab, ab_result, sharing, verdict
 from eagle_fix.pairs import profiles as models
 
 
@@ -137,7 +137,7 @@ def test_default_rounds_reach_the_level_and_each_row_states_its_power():
     from eagle_fix.gate import verdict
 
     assert ab.DEFAULT_ALPHA == verdict.DEFAULT_ALPHA and ab.DEFAULT_THRESHOLD == verdict.DEFAULT_THRESHOLD
-    assert ab.DEFAULT_ROUNDS == verdict.DEFAULT_ROUNDS  # how many the calibration shows: tests/test_calibration.py
+    assert ab.DEFAULT_ROUNDS == verdict.DEFAULT_ROUNDS  # how many the calibration shows: tests/gate/test_calibration.py
     assert (
         significance.sign_test_floor(8) < ab.DEFAULT_ALPHA <= significance.sign_test_floor(7)
     )  # the least that can speak
@@ -344,7 +344,7 @@ def test_identical_sides_pass_and_an_injected_slowdown_is_caught(tmp_path):
     """The gate end to end on the real engine, at CI's cost: 16 rounds (the sign test then tolerates
     two wild rounds out of 16, where the least that can speak, 8, tolerates none) and a slowdown far
     above the calibrated minimum, so that a noisy CI machine cannot make it flaky. What the default
-    rounds catch at the stated minimum is the committed calibration's (tests/test_calibration.py)."""
+    rounds catch at the stated minimum is the committed calibration's (tests/gate/test_calibration.py)."""
     common = [
         "--base-python",
         sys.executable,
@@ -387,13 +387,13 @@ GIB = 2**30
 
 
 def test_sharing_plan_per_device():
-    cpu = ab.sharing_plan("cpu", None, None)
+    cpu = sharing.sharing_plan("cpu", None, None)
     assert cpu["sharing"] == "paused" and "SIGSTOP" in cpu["reason"]
-    split = ab.sharing_plan("cuda", 10 * GIB, 141 * GIB)
-    assert split["sharing"] == "split-memory" and split["gpu_memory_utilization"] == ab.SPLIT_UTILIZATION
-    big = ab.sharing_plan("cuda", 80 * GIB, 141 * GIB)
+    split = sharing.sharing_plan("cuda", 10 * GIB, 141 * GIB)
+    assert split["sharing"] == "split-memory" and split["gpu_memory_utilization"] == sharing.SPLIT_UTILIZATION
+    big = sharing.sharing_plan("cuda", 80 * GIB, 141 * GIB)
     assert big["sharing"] == "one-at-a-time" and "80.0 GiB" in big["reason"]
-    unknown = ab.sharing_plan("cuda", 10 * GIB, None, "NVML init failed (Driver Not Loaded)")
+    unknown = sharing.sharing_plan("cuda", 10 * GIB, None, "NVML init failed (Driver Not Loaded)")
     assert unknown["sharing"] == "one-at-a-time" and "Driver Not Loaded" in unknown["reason"]
 
 
@@ -410,7 +410,7 @@ def _cuda_run_ab(tmp_path, monkeypatch, total):
         def __init__(self, spec, log, *, python, env, **_):
             self.side, self.spec = env.get("SIDE"), spec
             # a second engine on the GPU only with each side's share split
-            assert not up or spec.gpu_memory_utilization == ab.SPLIT_UTILIZATION, "two engines up without a split"
+            assert not up or spec.gpu_memory_utilization == sharing.SPLIT_UTILIZATION, "two engines up without a split"
             up.add(self.side)
             events.append(("start", self.side, spec.gpu_memory_utilization, spec.kv_cache_memory_bytes))
 
@@ -447,7 +447,7 @@ def test_two_engines_that_fit_split_the_gpu(tmp_path, monkeypatch):
     starts = [e for e in events if e[0] == "start"]
     # two starts per block (both engines afresh, the order swapped), each with a share and a KV budget
     assert [e[1] for e in starts] == ["base", "new", "new", "base"]
-    assert all(e[2] == ab.SPLIT_UTILIZATION and e[3] for e in starts)
+    assert all(e[2] == sharing.SPLIT_UTILIZATION and e[3] for e in starts)
     # a fresh block's engines pay their prefill before they decode, the others do not
     assert [e[2] for e in events if e[0] == "point"] == [1, 1, 0, 0, 1, 1, 0, 0]
     assert result["points"][0]["status"] == {"base": "ok", "new": "ok"}

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from eagle_fix.gate import calibration, verdict
+from eagle_fix.gate import calibration, calibration_tables, verdict
 from eagle_fix.publish import docs
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 GATE = ROOT / calibration.GATE
 TRIALS = calibration.trials(GATE) if GATE.is_dir() else []
 MIN_TRIALS = calibration.GOAL_TRIALS
@@ -97,15 +97,15 @@ def test_trials_of_two_machines_are_never_pooled_into_one_rate(tmp_path):
     _copy_on(tmp_path, "0-01.json", theirs)
     _copy_on(tmp_path, "0-02.json", "cpu-amd-f23m1-2c-other")
     with pytest.raises(ValueError, match="ran on 2 machines .*CALIBRATE_OUT"):
-        calibration.rates_table([tmp_path])
+        calibration_tables.rates_table([tmp_path])
     with pytest.raises(ValueError, match="ran on 2 machines"):
-        calibration.floor_table([tmp_path])
+        calibration_tables.floor_table([tmp_path])
 
 
 def test_a_folder_with_no_trials_yet_renders_as_such(tmp_path):
     # the docs place a new calibration's tables before its first trial lands; *.partial is not a trial
     (tmp_path / "0-01.json.partial").write_text("{")
-    assert calibration.rates_table([tmp_path]) == f"no trials yet in `{tmp_path.name}/`"
+    assert calibration_tables.rates_table([tmp_path]) == f"no trials yet in `{tmp_path.name}/`"
 
 
 def test_calibrate_sh_resumes_only_on_the_machine_that_started_the_folder(tmp_path):
