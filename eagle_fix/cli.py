@@ -22,6 +22,11 @@ COMMANDS = (
     ),
     ("compare", "eagle_fix.gate.compare", "regression gate between two result sets (statistics on samples and counts)"),
     ("ab", "eagle_fix.gate.ab", "the same points in two environments, alternating rounds, paired verdicts"),
+    (
+        "noise",
+        "eagle_fix.gate.noise",
+        "the gate's noise on this machine (launch, round and sample variance) and the plan eagle-fix ab runs",
+    ),
     ("machine", "eagle_fix.machine.cli", "the machine's fingerprint and measured limits (matmul, bandwidth)"),
     (
         "map",

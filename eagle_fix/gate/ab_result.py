@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from eagle_fix.core import metrics, record, stats
+from eagle_fix.core import metrics, nested, record, stats
 from eagle_fix.core.errors import EagleFixError
 from eagle_fix.gate import verdict
 
@@ -19,12 +19,22 @@ DEFAULT_ALPHA = verdict.DEFAULT_ALPHA
 
 
 def verdicts(
-    entry: dict[str, Any], threshold: float, *, k: int | None, alpha: float = DEFAULT_ALPHA, synthetic: bool = False
+    entry: dict[str, Any],
+    threshold: float,
+    *,
+    k: int | None,
+    alpha: float = DEFAULT_ALPHA,
+    synthetic: bool = False,
+    launch: dict[str, Any] | None = None,
+    final: bool = True,
 ) -> dict[str, Any]:
     """Every metric of one point, judged by eagle_fix.gate.verdict on the rounds both sides measured;
-    `synthetic`: the profile set acceptance (vLLM's synthetic sampler), so it is shown, not judged."""
+    `synthetic`: the profile set acceptance (vLLM's synthetic sampler), so it is shown, not judged.
+    `launch`: the launch-level test's settings ({"sigma": {metric: sd or None}, "sigma_round": {...},
+    "source": words, "alpha_look": level of one look}); without it (files before schema 6) the sign test
+    over the rounds, which counts the rounds of one launch as independent (kept to re-read old files)."""
     status = entry["status"]
-    failed = verdict.status(status["base"] == "ok", status["new"] == "ok")
+    failed = verdict.status(status.get("base", "ok") == "ok", status.get("new", "ok") == "ok")  # mid-point: ok so far
     if failed is not None:
         return {"status": {"verdict": failed.verdict}}
     pairs = [p for p in entry["pairs"] if "base" in p and "new" in p]
@@ -34,7 +44,19 @@ def verdicts(
             continue  # measured by neither side (an engine or checkout without it): no row, as in compare
         b = [p["base"][metric] for p in pairs if p["base"].get(metric) and p["new"].get(metric)]
         n = [p["new"][metric] for p in pairs if p["base"].get(metric) and p["new"].get(metric)]
-        v = verdict.noisy(b, n, metric=metric, threshold=threshold, alpha=alpha, paired=True)
+        if launch is not None:
+            v = verdict.launches(
+                nested.blocks_of(pairs, metric),
+                metric=metric,
+                sigma_launch=(launch.get("sigma") or {}).get(metric),
+                sigma_round=(launch.get("sigma_round") or {}).get(metric),
+                source=launch.get("source", ""),
+                threshold=threshold,
+                alpha_look=launch.get("alpha_look", alpha),
+                final=final,
+            )
+        else:
+            v = verdict.noisy(b, n, metric=metric, threshold=threshold, alpha=alpha, paired=True)
         out[metric] = {
             **v.detail,
             "verdict": v.verdict,

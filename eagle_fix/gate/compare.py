@@ -1,10 +1,11 @@
 """`eagle-fix compare BASE NEW`: the regression gate, with statistics.
 
-The verdicts are eagle_fix.gate.verdict's, shared with `eagle-fix ab`: a sampled speed metric
-(throughput, TPOT, TTFT) is a regression only when its change is beyond the threshold *and* the
-exact Mann-Whitney U test on the samples gives p < alpha, and neither side was measured on a busy
-machine; with too few samples for the test to reach alpha it is `inconclusive`, naming the size
-needed. Every row says what it could have detected. Acceptance is judged on vLLM's counts (a
+The verdicts are eagle_fix.gate.verdict's, shared with `eagle-fix ab`. Each side is one engine launch, and
+the repeats of one launch share its offset (docs/statistics.md, "The launch is the unit"): a sampled speed
+metric (throughput, TPOT, TTFT) is judged against the launch variance `eagle-fix noise` recorded for the
+machine and point kind (another machine's where this one has none, said so), a regression only when its
+change is beyond the threshold *and* p < alpha, and neither side was measured on a busy machine; with no
+launch variance recorded anywhere it is `inconclusive`, and says why. Every row says what it could have detected. Acceptance is judged on vLLM's counts (a
 two-proportion test with the draft as the unit); exact fields (status, coverage, KV capacity,
 flags) compare as they are; memory and speedup (one number per point) are shown, not gated. A
 failed point, or a point missing from NEW, fails the gate.
@@ -21,7 +22,7 @@ from pathlib import Path
 
 from eagle_fix.core import metrics, record
 from eagle_fix.core.errors import EagleFixError
-from eagle_fix.gate import verdict
+from eagle_fix.gate import components, verdict
 from eagle_fix.gate.verdict import DEFAULT_ALPHA, DEFAULT_THRESHOLD, FAILING, Verdict
 from eagle_fix.store.results import load_asv_commit, load_asv_file, load_jsonl
 
@@ -108,6 +109,7 @@ def compare_records(
     alpha: float = DEFAULT_ALPHA,
     allow_missing: bool = False,
     allow_cross_machine: bool = False,
+    noise_folder: Path | None = None,
 ) -> Comparison:
     """Match points by their identity (eagle_fix.core.record.IDENTITY) and judge each metric."""
     if not (0 <= threshold < 1):
@@ -158,7 +160,9 @@ def compare_records(
         for m in metrics.METRICS:
             if m.column in NOT_GATED:
                 continue
-            change = _judge_metric(m, rb, rn, threshold=threshold, alpha=alpha)
+            change = _judge_metric(
+                m, rb, rn, threshold=threshold, alpha=alpha, noise_folder=noise_folder or components.FOLDER
+            )
             if change is not None:
                 result.changes.append(Change(key, *change))
         new_flags = sorted(set(rn.get("flags") or []) - set(rb.get("flags") or []))
@@ -169,7 +173,28 @@ def compare_records(
     return result
 
 
-def _judge_metric(m: metrics.Metric, rb: dict, rn: dict, *, threshold: float, alpha: float) -> tuple | None:
+def launch_variance(rec: dict, metric: str, folder: Path) -> tuple[float | None, str]:
+    """The launch sd `eagle-fix noise` recorded for the record's machine and point kind (the metric's own, else
+    the planned metric's), else another machine's of the kind; (None, why) when there is none."""
+    try:
+        kind = components.PointKind.of(rec)
+    except (KeyError, TypeError, ValueError):
+        return None, "no point kind"
+    name = rec.get("machine_name") or (rec.get("machine") or {}).get("name") or "?"
+    data, source = components.read(name, kind, folder), f"recorded for {name}"
+    if data is None:
+        data = components.borrow(kind, folder)
+        source = f"borrowed from {data['machine']}" if data else "none recorded"
+    sigma = components.launch_sigma(data, metric) if data else None
+    if sigma is None and data:
+        sigma = components.launch_sigma(data, components.PLANNED_METRIC)
+        source += f", {components.PLANNED_METRIC}'s"
+    return sigma, source
+
+
+def _judge_metric(
+    m: metrics.Metric, rb: dict, rn: dict, *, threshold: float, alpha: float, noise_folder: Path = components.FOLDER
+) -> tuple | None:
     vb, vn = _num(rb.get(m.column)), _num(rn.get(m.column))
     if vb is None and vn is None:
         return None
@@ -200,8 +225,16 @@ def _judge_metric(m: metrics.Metric, rb: dict, rn: dict, *, threshold: float, al
     else:
         sb = (rb.get("samples") or {}).get(m.column) or []
         sn = (rn.get("samples") or {}).get(m.column) or []
-        v = verdict.noisy(
-            sb, sn, metric=m.column, threshold=threshold, alpha=alpha, busy=record.busy(rb) or record.busy(rn)
+        sigma, source = launch_variance(rn, m.column, noise_folder)
+        v = verdict.one_launch(
+            sb,
+            sn,
+            metric=m.column,
+            sigma_launch=sigma,
+            source=source,
+            threshold=threshold,
+            alpha=alpha,
+            busy=record.busy(rb) or record.busy(rn),
         )
     # the change of the headline numbers shown beside it (the samples' medians where there are samples)
     return (m.column, vb, vn, verdict.relative_change(vb, vn), v.verdict, v.evidence, v.power, v)

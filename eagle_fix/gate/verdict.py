@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from eagle_fix.core import acceptance as counts
-from eagle_fix.core import metrics, significance, stats
+from eagle_fix.core import metrics, nested, significance, stats
 
 # The threshold and the paired rounds of `eagle-fix ab` are the settings the gate's calibration ran
 # with (results/calibration/gate/, docs/statistics.md), which says how often they raised a false alarm
@@ -176,6 +176,127 @@ def noisy(
     else:
         power = f"could detect >= {j['detectable']:.1%}"
     return Verdict(j["verdict"], j["change"], " ".join(parts), power, j.get("detectable"), speed=True, detail=j)
+
+
+def launches(
+    blocks: list[nested.Block],
+    *,
+    metric: str,
+    sigma_launch: float | None,
+    sigma_round: float | None = None,
+    source: str = "",
+    threshold: float = DEFAULT_THRESHOLD,
+    alpha_look: float = DEFAULT_ALPHA,
+    final: bool = True,
+) -> Verdict:
+    """A speed metric of `eagle-fix ab` judged with the launch as the unit (eagle_fix.core.nested): the mean of
+    the block means against the launch variance recorded for the machine (or, with none, the exact sign-flip
+    test over the launches), at `alpha_look`, the level of one look of the plan. `final`: the plan's last
+    look, where an unsettled verdict is inconclusive rather than "continue"."""
+    m = metrics.METRIC[metric]
+    if metric not in SAMPLED:
+        return Verdict(NOT_GATED, evidence="no samples")
+    t = nested.launch_test(blocks, sigma_launch, alpha_look=alpha_look, sigma_round=sigma_round, source=source)
+    decided, why = nested.decide(
+        t, threshold=threshold, higher_is_better=m.higher_is_better, alpha_look=alpha_look, final=final
+    )
+    change = math.expm1(t.estimate) if not math.isnan(t.estimate) else None
+    parts = []
+    if t.p is not None:
+        parts.append(f"p={t.p:.3g}")
+    if t.ci:
+        lo, hi = (math.expm1(x) for x in t.ci)
+        label = f"{1 - alpha_look:.4g} interval" if t.se is not None else "range of the launches"
+        parts.append(f"[{lo:+.1%}, {hi:+.1%}] {label}")
+    parts.append(f"({t.blocks} launches x {t.rounds // max(t.blocks, 1)} rounds)")
+    if t.se is not None:
+        shift = (nested.quantile(1 - alpha_look / 2) + nested.quantile(0.9)) * t.se
+        detectable = max(math.expm1(shift), threshold)
+        power = f"could detect >= {detectable:.1%} (90% power)"
+    else:
+        floor = 2 / 2**t.blocks if t.blocks else 1.0
+        detectable = None if floor >= alpha_look else threshold
+        power = (
+            f"needs >= {max(3, math.ceil(math.log2(2 / alpha_look)))} launches or a recorded launch variance"
+            if detectable is None
+            else f"could detect >= {threshold:.0%} if it is that far"
+        )
+    detail = {
+        "p": t.p,
+        "ci": list(t.ci) if t.ci else None,
+        "se": t.se,
+        "test": t.test,
+        "alpha_look": alpha_look,
+        "launches": t.blocks,
+        "rounds": t.rounds,
+        "why": why,
+        "detectable": detectable,
+    }
+    return Verdict(decided, change, " ".join(parts), power, detectable, speed=True, detail=detail)
+
+
+def one_launch(
+    base: list,
+    new: list,
+    *,
+    metric: str,
+    sigma_launch: float | None,
+    source: str = "",
+    threshold: float = DEFAULT_THRESHOLD,
+    alpha: float = DEFAULT_ALPHA,
+    busy: str | None = None,
+) -> Verdict:
+    """A speed metric of two runs with one engine launch a side (`eagle-fix compare`): the repeats of one
+    launch share its offset, so their scatter alone understates the difference's noise. With the launch
+    variance recorded for the machine (`eagle-fix noise`) the difference of the runs' log means is judged
+    against it plus the repeats' scatter (p < alpha beyond the threshold); without one, the verdict is
+    inconclusive and says so. Runs made at different times can differ by more than one launch's offset
+    (docs/statistics.md): between versions, `eagle-fix ab` is the verdict."""
+    m = metrics.METRIC[metric]
+    if metric not in SAMPLED:
+        return Verdict(NOT_GATED, evidence="no samples")
+    if busy:
+        return Verdict("inconclusive", evidence=busy, power="sees nothing on a busy machine", speed=True)
+    b = [math.log(x) for x in stats.clean(base) if x > 0]
+    n = [math.log(x) for x in stats.clean(new) if x > 0]
+    if not b or not n:
+        return Verdict("inconclusive", evidence=f"samples {len(base)} vs {len(new)}", power="needs samples", speed=True)
+    if sigma_launch is None:
+        return Verdict(
+            "inconclusive",
+            math.expm1(sum(n) / len(n) - sum(b) / len(b)),
+            "one launch a side and no launch variance recorded for this machine (eagle-fix noise)",
+            "sees nothing without the launch variance: eagle-fix ab measures launches",
+            speed=True,
+            detail={"test": "none (one launch a side)", "alpha": alpha},
+        )
+
+    def var(xs):
+        return sum((x - sum(xs) / len(xs)) ** 2 for x in xs) / (len(xs) - 1) if len(xs) > 1 else 0.0
+
+    est = sum(n) / len(n) - sum(b) / len(b)
+    se = math.sqrt(sigma_launch**2 + var(b) / len(b) + var(n) / len(n))
+    p = 2 * (1 - nested.NORMAL.cdf(abs(est / se))) if se > 0 else 0.0
+    half = nested.quantile(1 - alpha / 2) * se
+    slower, faster = nested.limits(threshold, m.higher_is_better)
+    slow = est if not m.higher_is_better else -est
+    if p < alpha and slow > slower:
+        decided = "regression"
+    elif p < alpha and slow < faster:
+        decided = "improved"
+    else:
+        decided = "within noise"
+    detectable = max(math.expm1((nested.quantile(1 - alpha / 2) + nested.quantile(0.9)) * se), threshold)
+    test = f"one launch a side, launch sd {sigma_launch:.2%}{' ' + source if source else ''}"
+    return Verdict(
+        decided,
+        math.expm1(est),
+        f"p={p:.3g} [{math.expm1(est - half):+.1%}, {math.expm1(est + half):+.1%}] ({test})",
+        f"could detect >= {detectable:.1%} (90% power)",
+        detectable,
+        speed=True,
+        detail={"p": p, "se": se, "test": test, "alpha": alpha, "detectable": detectable},
+    )
 
 
 SYNTHETIC = "synthetic acceptance: a rate given to the engine, not measured"

@@ -4,6 +4,7 @@ pass and the calibrated injected delay is caught (the gate's power, measured in 
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -12,7 +13,7 @@ import pytest
 
 from conftest import ROOT
 from eagle_fix.engine.protocol import PointReply
-from eagle_fix.gate import ab, ab_result, sharing, verdict
+from eagle_fix.gate import ab, ab_result, components, sharing, verdict
 from eagle_fix.pairs import profiles as models
 
 
@@ -160,9 +161,11 @@ def _fake_ab_args(tmp_path, monkeypatch, fake_engine, rounds, blocks=None, modes
 
     monkeypatch.setattr(ab, "EngineProcess", fake_engine)
     monkeypatch.setattr(lifecycle, "install_signal_handlers", lambda: None)
+    # no recorded noise unless a test records some: the design is the fixed one
+    monkeypatch.setattr(components, "FOLDER", tmp_path / "gate")
     monkeypatch.setattr(
         ab,
-        "_side_info",
+        "side_info",
         lambda python, env, flag: {"python": python, "env": env, "versions": {"vllm": "0.0"}, "machine_id": "m"},
     )
     args = argparse.Namespace(
@@ -185,12 +188,14 @@ def _fake_ab_args(tmp_path, monkeypatch, fake_engine, rounds, blocks=None, modes
     return ab.ABArgs.from_cli_args(args)
 
 
-def _fake_run_ab(
-    tmp_path, monkeypatch, factor, rounds=None, second_penalty=0.0, log=None, started=None, blocks=None, modes="eager"
-):
-    """run_ab end to end with fake engines: base decodes at 10 ms a token, new at factor x that; the
-    second measurement of a round is `second_penalty` slower (an order effect); `log` collects the
-    sides in the order they were measured, `started` the order their engines started."""
+def _fake_engine(factor=1.0, second_penalty=0.0, log=None, started=None, launch_sd=0.0, round_sd=0.0, seed=0):
+    """A fake engine class: base decodes at 10 ms a token, new at factor x that; each engine instance (a launch)
+    runs exp(N(0, launch_sd)) slower for its life and each measurement exp(N(0, round_sd)) (seeded); the second
+    measurement of a round is `second_penalty` slower (an order effect); `log` collects the sides in the order
+    they were measured, `started` the order their engines started."""
+    import random
+
+    rng = random.Random(seed)
     measured = [] if log is None else log
     starts = [] if started is None else started
 
@@ -198,7 +203,7 @@ def _fake_run_ab(
         def __init__(self, spec, log, *, python, env, **_):
             self.side = env.get("SIDE")
             starts.append(self.side)
-            self.slow = factor if self.side == "new" else 1.0
+            self.slow = (factor if self.side == "new" else 1.0) * math.exp(rng.gauss(0, launch_sd))
             self.calls = 0
 
         def run_point(self, cmd, timeout_s):
@@ -206,9 +211,15 @@ def _fake_run_ab(
             measured.append(self.side)
             second = len(measured) % 2 == 0  # both sides are measured once per round
             tpot = 10.0 * self.slow * (1 + 0.01 * (self.calls % 3)) * (1 + second_penalty * second)
+            tpot *= math.exp(rng.gauss(0, round_sd))
             return PointReply(
                 prompt_len=cmd.prompt_len,
-                samples={"tpot_ms": [tpot], "decode_throughput_tok_s": [1000.0 / tpot], "ttft_s": [1.0]},
+                samples={
+                    "tpot_ms": [tpot],
+                    "step_ms": [tpot * 2],
+                    "decode_throughput_tok_s": [1000.0 / tpot],
+                    "ttft_s": [1.0],
+                },
                 num_drafts=128,
                 num_accepted_tokens=384,
                 acceptance_length=4.0,
@@ -220,23 +231,45 @@ def _fake_run_ab(
 
         resume = close = pause
 
-    a = _fake_ab_args(tmp_path, monkeypatch, Fake, rounds, blocks, modes)
+    return Fake
+
+
+def _fake_run_ab(tmp_path, monkeypatch, factor, rounds=None, blocks=None, modes="eager", **fake):
+    """run_ab end to end with fake engines (_fake_engine's arguments)."""
+    a = _fake_ab_args(tmp_path, monkeypatch, _fake_engine(factor, **fake), rounds, blocks, modes)
     return a, ab.run_ab(a)
 
 
-def test_the_file_records_its_threshold_alpha_and_power(tmp_path, monkeypatch):
+def _record_noise(tmp_path, monkeypatch, capsys, launch_sd=0.02, round_sd=0.03):
+    """`eagle-fix noise` on fake identical sides whose launches differ by `launch_sd`: the components and the
+    plan it writes under the test's results/gate (what `ab` then reads), and its line of output."""
+    from eagle_fix import cli
+
+    _fake_ab_args(tmp_path, monkeypatch, _fake_engine(launch_sd=launch_sd, round_sd=round_sd, seed=1), None)
+    monkeypatch.setattr(sys, "executable", sys.executable)
+    argv = ["noise", "--profile", "cpu-quick", "--folder", str(tmp_path / "gate"), "--launch-s", "60"]
+    assert cli.main([*argv, "--round-s", "3"]) == 0
+    return capsys.readouterr().out
+
+
+def test_without_a_recorded_launch_variance_two_launches_settle_nothing(tmp_path, monkeypatch):
+    """No `eagle-fix noise` on any machine: the old design (64 rounds in 2 launch pairs) is judged on its 2
+    launches alone, whose exact sign-flip test cannot go below p = 0.5: even a 20% slowdown in every round is
+    inconclusive, and the file and its table say why and what would settle it."""
     a, result = _fake_run_ab(tmp_path, monkeypatch, factor=1.2)
     assert a.rounds is None and a.rounds_for("eager") == ab.DEFAULT_ROUNDS  # no --rounds: the mode's default
     assert (result["threshold"], result["alpha"], result["min_detectable"]) == (0.05, 0.01, 0.05)
-    assert result["schema"] == ab.SCHEMA == 5 and result["order"] == "abba" and result["rounds"] is None
-    assert result["blocks"] == ab.DEFAULT_BLOCKS
+    assert result["schema"] == ab.SCHEMA == 6 and result["order"] == "abba" and result["rounds"] is None
     assert result["output_len"] == min(models.PROFILES["cpu-quick"].output_len, ab.DEFAULT_SAMPLE_TOKENS or 10**9)
     assert result["start_order"] == ["base", "new"]
     [point] = result["points"]
     assert (point["rounds"], point["blocks"]) == (ab.DEFAULT_ROUNDS, ab.DEFAULT_BLOCKS)
+    assert "no plan recorded for cpu-quick-8192-eager-eagle3 on any machine" in point["launch_test"]["design_source"]
     tpot = point["verdicts"]["tpot_ms"]
-    assert tpot["verdict"] == "regression" and len(tpot["ratios"]) == ab.DEFAULT_ROUNDS
-    assert tpot["p"] == pytest.approx(2 / 2**ab.DEFAULT_ROUNDS, abs=1e-12) and tpot["detectable"] is not None
+    assert tpot["verdict"] == "inconclusive" and tpot["p"] == 0.5 and tpot["change"] > 0.19
+    assert tpot["power"] == "needs >= 8 launches or a recorded launch variance"
+    assert len(point["launch_s"]) == ab.DEFAULT_BLOCKS and all(p["wall_s"] >= 0 for p in point["pairs"])
+    assert set(point["pairs"][0]["base"]["load"]) == {"load_avg_mean", "load_avg_max", "other_busy_cores"}
     json.dumps(result)  # what --out writes
     text = ab_result.format_ab(result)
     assert text.splitlines()[0].split() == [
@@ -251,8 +284,67 @@ def test_the_file_records_its_threshold_alpha_and_power(tmp_path, monkeypatch):
         "evidence",
         "verdict",
     ]
-    assert "REGRESSION, could detect >= " in text and "(threshold 5%, alpha 0.01" in text
-    assert "failing: cpu-quick 8192 eager eagle3 fix on tpot_ms: regression" in text
+    assert "(2 launches x 32 rounds)" in text and "(threshold 5%, alpha 0.01" in text
+    assert result["summary"]["exit_code"] == 0
+
+
+def test_noise_records_the_launch_variance_and_a_plan_that_ab_then_runs(tmp_path, monkeypatch, capsys):
+    """`eagle-fix noise` on identical sides whose launches differ by 2%: the launch sd it records is of that
+    size, with a plan; `ab` on this machine then runs that plan, judges at its looks and stops at the first
+    look that settles every metric: a 20% slowdown is a regression after the first look, an identical side
+    settles within noise, each having run only the launches it needed."""
+    line = _record_noise(tmp_path, monkeypatch, capsys)
+    [rec_path] = (tmp_path / "gate").glob("*/cpu-quick-8192-eager-eagle3.json")
+    rec = json.loads(rec_path.read_text())
+    step = rec["metrics"]["step_ms"]
+    assert 0.005 < step["sigma_launch"] < 0.06 and step["sigma_launch_upper"] >= step["sigma_launch"]
+    assert step["blocks"] == 8 and step["rounds"] == 8 * 16 and rec["costs"] == {"launch_s": 60.0, "round_s": 3.0}
+    plan = rec["plan"]
+    assert plan["max_blocks"] % plan["look_every"] == 0 and plan["detectable"] <= 0.05 and plan["power"] >= 0.9
+    assert f"launch sd {step['sigma_launch']:.2%}" in line and "catches" in line
+    # the A/A file the estimate came from is kept beside it
+    assert len(list(rec_path.parent.glob("cpu-quick-8192-eager-eagle3-aa-*.json"))) == 1
+
+    _, slow = _fake_run_ab(tmp_path, monkeypatch, factor=1.2, launch_sd=0.02, round_sd=0.03, seed=2)
+    [point] = slow["points"]
+    assert point["launch_test"]["design_source"].startswith("the plan recorded for ")
+    assert point["design"]["rounds"] == plan["rounds"] and point["blocks"] == plan["look_every"]
+    assert point["stopped"].startswith(f"settled after {plan['look_every']} of {plan['max_blocks']} launches")
+    assert point["verdicts"]["tpot_ms"]["verdict"] == "regression" and slow["summary"]["exit_code"] == 1
+    assert (
+        point["looks"]
+        == [{"after_blocks": plan["look_every"], "verdicts": {m: "regression" for m in point["looks"][0]["verdicts"]}}]
+        and "step_ms" in point["looks"][0]["verdicts"]
+    )
+
+    # identical sides, ten seeds: never a regression or an improvement; most settle within noise, most of those
+    # before the plan's last launch; the rest are inconclusive (the interval still holds the threshold), exit 0
+    runs = [
+        _fake_run_ab(tmp_path, monkeypatch, factor=1.0, launch_sd=0.02, round_sd=0.03, seed=s)[1] for s in range(3, 13)
+    ]
+    got = [(r["points"][0]["verdicts"]["tpot_ms"]["verdict"], r["points"][0]["blocks"]) for r in runs]
+    assert {v for v, _ in got} <= {"within noise", "inconclusive"} and all(r["summary"]["exit_code"] == 0 for r in runs)
+    assert sum(v == "within noise" for v, _ in got) >= 5 and any(b < plan["max_blocks"] for v, b in got), got
+
+
+def test_a_machine_without_a_record_borrows_the_most_cautious_one_and_says_so(tmp_path, monkeypatch, capsys):
+    """ab on a machine with no `eagle-fix noise` of its own runs the plan of another machine's record of the same
+    point kind, the one with the largest launch sd, and each point names where its plan came from."""
+    _record_noise(tmp_path, monkeypatch, capsys, launch_sd=0.01)
+    [rec_path] = (tmp_path / "gate").glob("*/cpu-quick-8192-eager-eagle3.json")
+    other = json.loads(rec_path.read_text())
+    cautious = json.loads(rec_path.read_text())
+    for name, data, scale in (("elsewhere-a", other, 0.5), ("elsewhere-b", cautious, 3.0)):
+        data["machine"] = name
+        for m in data["metrics"].values():
+            m["sigma_launch"] *= scale
+            m["sigma_launch_upper"] *= scale
+        components.write(data, tmp_path / "gate")
+    rec_path.unlink()
+    _, result = _fake_run_ab(tmp_path, monkeypatch, factor=1.2)
+    [point] = result["points"]
+    assert "borrowed from elsewhere-b: none recorded for " in point["launch_test"]["source"]
+    assert point["launch_test"]["sigma"]["tpot_ms"] == cautious["metrics"]["step_ms"]["sigma_launch_upper"]
 
 
 def test_each_mode_gets_its_calibrated_rounds_unless_rounds_is_given(tmp_path, monkeypatch):
@@ -313,12 +405,13 @@ def test_rounds_alternate_order_and_record_it(tmp_path, monkeypatch):
         assert pair["base"]["tpot_ms"] < 10.5 and pair["new"]["tpot_ms"] < 10.5
 
 
-def test_an_order_effect_does_not_pose_as_a_change(tmp_path, monkeypatch):
+def test_an_order_effect_does_not_pose_as_a_change(tmp_path, monkeypatch, capsys):
     """Identical sides, the second measurement of every round 7% slower: measured base first every
     round (the old order), new would read 7% slower, beyond the threshold; ABBA cancels it."""
     from eagle_fix.core import stats
 
-    _, result = _fake_run_ab(tmp_path, monkeypatch, factor=1.0, second_penalty=0.07)
+    _record_noise(tmp_path, monkeypatch, capsys, launch_sd=0.005, round_sd=0.0)
+    _, result = _fake_run_ab(tmp_path, monkeypatch, factor=1.0, rounds=64, blocks="2", second_penalty=0.07)
     tpot = result["points"][0]["verdicts"]["tpot_ms"]
     assert abs(stats.median(tpot["ratios"]) - 1) <= 0.01 and tpot["verdict"] == "within noise"
     assert result["summary"]["exit_code"] == 0
@@ -333,8 +426,8 @@ def test_a_comparison_that_cannot_see_the_minimum_says_so_in_one_line(tmp_path, 
     blind = [line for line in text.splitlines() if line.startswith("power:")]
     assert blind == [
         (
-            "power: 2 of 2 speed rows could not detect a 5% slowdown, the gate's stated minimum: "
-            "2 could detect nothing (needs >= 8 rounds)"
+            "power: 3 of 3 speed rows could not detect a 5% slowdown, the gate's stated minimum: "
+            "3 could detect nothing (needs >= 8 launches or a recorded launch variance)"
         )
     ]
 

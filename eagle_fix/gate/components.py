@@ -1,0 +1,177 @@
+"""The gate's noise, measured once per machine and point kind: the variance between engine launches, between
+rounds and within a sample (eagle_fix.core.nested), what a launch pair and a round cost in seconds, and the
+plan that catches the smallest slowdown the gate is meant to see at the least cost. Written to
+results/gate/<machine>/<profile>-<context>-<mode>-<arm>.json by `eagle-fix noise`; `eagle-fix ab` reads the
+plan of the machine it runs on, and says when it has none."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from eagle_fix.core import nested
+from eagle_fix.core.errors import EagleFixError
+from eagle_fix.gate.ab_result import read_ab
+
+# Where the recorded components live (a folder per machine fingerprint name).
+FOLDER = Path(__file__).resolve().parents[2] / "results" / "gate"
+KIND = "eagle-fix noise"
+SCHEMA = 1
+# The metric a plan is made for: the model step timed in the engine's worker, the gate's least noisy speed.
+PLANNED_METRIC = "step_ms"
+# What the gate is meant to see (the README's minimum), with what power, at what level.
+DETECT, POWER, ALPHA = 0.05, 0.9, 0.01
+
+
+@dataclass(frozen=True)
+class PointKind:
+    profile: str
+    context_len: int
+    mode: str
+    arm: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.profile}-{self.context_len}-{self.mode}-{self.arm}"
+
+    @classmethod
+    def of(cls, identity: dict[str, Any]) -> PointKind:
+        return cls(identity["profile"], int(identity["context_len"]), identity["mode"], identity["arm"])
+
+
+def path(machine_name: str, kind: PointKind, folder: Path | None = None) -> Path:
+    return (folder or FOLDER) / machine_name / f"{kind.name}.json"
+
+
+def is_aa(data: dict[str, Any]) -> bool:
+    """An A/A file: both sides the same interpreter and environment (no calibration knob on either)."""
+    return data["base"].get("python") == data["new"].get("python") and (data["base"].get("env") or {}) == (
+        data["new"].get("env") or {}
+    )
+
+
+def trials_from(files: list[Path], kind: PointKind | None, metric: str) -> tuple[list[list[nested.Block]], list[str]]:
+    """The A/A blocks of the files (each point of each file is one trial), of `kind` where given."""
+    trials, used = [], []
+    for f in files:
+        data = read_ab(f)
+        if not is_aa(data):
+            continue
+        for entry in data["points"]:
+            if kind is not None and PointKind.of(entry["identity"]) != kind:
+                continue
+            blocks = nested.blocks_of(entry["pairs"], metric)
+            if len(blocks) >= 2:
+                trials.append(blocks)
+                used.append(str(f))
+    return trials, sorted(set(used))
+
+
+def costs_from(files: list[Path]) -> dict[str, float] | None:
+    """Seconds a launch pair and a round cost, from files that timed them (schema 6 and later)."""
+    launch, rounds = [], []
+    for f in files:
+        data = json.loads(Path(f).read_text())
+        for entry in data.get("points", []):
+            launch += [t for t in entry.get("launch_s") or [] if t]
+            rounds += [p.get("wall_s") for p in entry.get("pairs", []) if p.get("wall_s")]
+    if not launch or not rounds:
+        return None
+    return {"launch_s": sorted(launch)[len(launch) // 2], "round_s": sorted(rounds)[len(rounds) // 2]}
+
+
+def record(
+    machine: dict[str, Any],
+    kind: PointKind,
+    files: list[Path],
+    *,
+    costs: dict[str, float] | None = None,
+    metrics: tuple[str, ...] = (PLANNED_METRIC,),
+) -> dict[str, Any]:
+    """The components of every metric, the costs and the plan, as the file holds them."""
+    out: dict[str, Any] = {
+        "schema": SCHEMA,
+        "kind": KIND,
+        "machine": machine.get("name"),
+        "machine_id": machine.get("id"),
+        "point": kind.__dict__,
+        "metrics": {},
+        "sources": [],
+    }
+    for metric in metrics:
+        trials, used = trials_from(files, kind, metric)
+        if not trials:
+            continue
+        out["metrics"][metric] = nested.estimate(trials).as_dict()
+        out["sources"] = sorted(set(out["sources"]) | set(used))
+    if PLANNED_METRIC not in out["metrics"]:
+        raise EagleFixError(
+            f"no A/A blocks of {kind.name} in {len(files)} file(s): run `eagle-fix noise` on this point"
+        )
+    costs = costs or costs_from(files)
+    out["costs"] = costs
+    if costs:
+        c = components(out)
+        out["plan"] = nested.plan(
+            c, launch_s=costs["launch_s"], round_s=costs["round_s"], detect=DETECT, power=POWER, alpha=ALPHA
+        ).as_dict()
+        out["plan_3pct"] = nested.plan(
+            c,
+            launch_s=costs["launch_s"],
+            round_s=costs["round_s"],
+            detect=0.03,
+            power=POWER,
+            alpha=ALPHA,
+            max_blocks=64,
+        ).as_dict()
+    return out
+
+
+def components(data: dict[str, Any], metric: str = PLANNED_METRIC) -> nested.Components:
+    m = data["metrics"][metric]
+    return nested.Components(**m)
+
+
+def read(machine_name: str, kind: PointKind, folder: Path | None = None) -> dict[str, Any] | None:
+    """The recorded components and plan of this machine and point kind, or None."""
+    p = path(machine_name, kind, folder)
+    if not p.is_file():
+        return None
+    data = json.loads(p.read_text())
+    if data.get("kind") != KIND:
+        raise EagleFixError(f"{p}: not an `eagle-fix noise` file")
+    return data
+
+
+def launch_sigma(data: dict[str, Any] | None, metric: str) -> float | None:
+    """The launch sd of `metric` the tests use (its recorded upper bound; None when not measured)."""
+    if not data or metric not in data.get("metrics", {}):
+        return None
+    m = data["metrics"][metric]
+    value = m.get("sigma_launch_upper")
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        value = m.get("sigma_launch")
+    return None if value is None or (isinstance(value, float) and math.isnan(value)) else value
+
+
+def write(data: dict[str, Any], folder: Path | None = None) -> Path:
+    kind = PointKind(**data["point"])
+    p = path(data["machine"], kind, folder)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    return p
+
+
+def borrow(kind: PointKind, folder: Path | None = None) -> dict[str, Any] | None:
+    """Another machine's record of the same point kind, the one with the largest launch variance (the most
+    cautious), for a machine that has none of its own; None when no machine has one."""
+    found = []
+    for p in sorted((folder or FOLDER).glob(f"*/{kind.name}.json")):
+        data = json.loads(p.read_text())
+        sigma = launch_sigma(data, PLANNED_METRIC)
+        if sigma is not None:
+            found.append((sigma, data))
+    return max(found, key=lambda x: x[0])[1] if found else None

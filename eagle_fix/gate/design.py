@@ -1,0 +1,69 @@
+"""How `eagle-fix ab` measures and judges a point: the plan `eagle-fix noise` recorded for the machine and the
+point's kind (rounds per launch pair, launch pairs at most, looks), the launch variance it judges by, or the
+fixed design --rounds/--blocks ask for."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from eagle_fix.core import nested
+from eagle_fix.gate import components
+from eagle_fix.gate.ab_args import DEFAULT_BLOCKS, ABArgs
+from eagle_fix.gate.ab_result import PAIRED
+
+
+def design_for(args: ABArgs, run: Any, p: Any, machine_name: str) -> tuple[nested.Plan, dict[str, Any]]:
+    """How a point is measured and judged: the plan recorded for this machine and point kind (`eagle-fix noise`),
+    its launch variance and its looks; --rounds/--blocks a fixed design judged once; without a record for this
+    machine, another machine's for the same point kind (the largest launch variance, said so), else the old
+    default design judged by the launch-level test alone (which two launches cannot settle: said so)."""
+    kind = components.PointKind(run.profile.name, p.context_len, p.mode, p.arm)
+    data, source = components.read(machine_name, kind), None
+    if data is not None:
+        source = f"recorded for {machine_name}"
+    else:
+        data = components.borrow(kind)
+        if data is not None:
+            source = f"borrowed from {data['machine']}: none recorded for {machine_name}"
+    sigma = {m: components.launch_sigma(data, m) for m, _ in PAIRED} if data else {}
+    fallback = components.launch_sigma(data, components.PLANNED_METRIC) if data else None
+    sigma = {m: (v if v is not None else fallback) for m, v in sigma.items()}
+    rounds = {m: (data["metrics"].get(m) or {}).get("sigma_round") for m, _ in PAIRED} if data else {}
+    if args.fixed or data is None or not data.get("plan"):
+        blocks = args.blocks or DEFAULT_BLOCKS
+        per_block = max(1, args.rounds_for(p.mode) // blocks)
+        design = nested.Plan(
+            rounds=per_block,
+            max_blocks=blocks,
+            look_every=blocks,
+            alpha=args.alpha,
+            detectable=math.nan,
+            power=components.POWER,
+            expected_s=None,
+        )
+        why = (
+            "--rounds/--blocks: a fixed design, judged at its end"
+            if args.fixed
+            else f"no plan recorded for {kind.name} on any machine (eagle-fix noise): the old design, judged at its end"
+        )
+    else:
+        plan = data["plan"]
+        design = nested.Plan(
+            rounds=plan["rounds"],
+            max_blocks=plan["max_blocks"],
+            look_every=plan["look_every"],
+            alpha=args.alpha,
+            detectable=plan["detectable"],
+            power=plan["power"],
+            expected_s=plan.get("expected_s"),
+        )
+        why = f"the plan {source}"
+    launch = {
+        "sigma": sigma,
+        "sigma_round": rounds,
+        "source": source or "",
+        "alpha_look": design.alpha_look,
+        "design_source": why,
+    }
+    return design, launch

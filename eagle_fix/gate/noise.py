@@ -1,0 +1,170 @@
+"""`eagle-fix noise`: the gate's noise on this machine, measured once per point kind, and the plan `eagle-fix
+ab` then runs: identical sides (this interpreter twice) in many short launch pairs, the variance between
+launches, between rounds and within a sample estimated from them (eagle_fix.core.nested), with what a launch
+pair and a round cost, written to results/gate/<machine>/<point>.json (eagle_fix.gate.components). With
+--from, the estimate comes from earlier A/A files instead (the committed calibration), no engine started.
+--replay judges thousands of trials drawn from those files by the old and the new rule (eagle_fix.gate.replay).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from eagle_fix.core.errors import EagleFixError, parse_positive_int
+from eagle_fix.gate import components, replay
+from eagle_fix.gate.ab import ABArgs, run_ab
+from eagle_fix.gate.ab_result import read_ab
+from eagle_fix.machine.fingerprint import fingerprint
+from eagle_fix.pairs.profiles import default_profile
+from eagle_fix.sweep.plan import RunArgs
+
+# The design of a measuring run: many launch pairs of few rounds, so the launch variance has degrees of freedom.
+MEASURE_BLOCKS = 8
+MEASURE_ROUNDS = 16
+
+
+def files_of(paths: list[str]) -> list[Path]:
+    out = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            out += sorted(p.glob("*.json"))
+        elif p.is_file():
+            out.append(p)
+        else:
+            raise EagleFixError(f"--from {p}: no such file or folder", exit_code=2)
+    return out
+
+
+def kinds_in(files: list[Path]) -> list[components.PointKind]:
+    found = []
+    for f in files:
+        for entry in read_ab(f)["points"]:
+            k = components.PointKind.of(entry["identity"])
+            if k not in found:
+                found.append(k)
+    return found
+
+
+def machine_of(files: list[Path]) -> dict[str, Any]:
+    machines = {json.dumps(read_ab(f)["machine"], sort_keys=True) for f in files}
+    if len(machines) != 1:
+        names = sorted({json.loads(m).get("name") for m in machines})
+        raise EagleFixError(
+            f"--from holds {len(machines)} machines ({', '.join(map(str, names))}): give one machine's files",
+            exit_code=2,
+        )
+    return json.loads(machines.pop())
+
+
+def measure(args: argparse.Namespace, folder: Path) -> Path:
+    """An A/A `eagle-fix ab` of one point in the measuring design, written beside the components."""
+    fp = fingerprint()
+    run = RunArgs(
+        profile=args.profile,
+        contexts=(parse_positive_int(args.context, "--context"),),
+        modes=(args.mode,),
+        arms=(args.arm,),
+        fixes=("on",),
+        repeats=1,
+        ttft_repeats=1,
+        progress=False,
+    )
+    kind = components.PointKind(args.profile, run.contexts[0], args.mode, args.arm)
+    out = folder / fp["name"] / f"{kind.name}-aa-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    ab = ABArgs(
+        base_python=sys.executable,
+        new_python=sys.executable,
+        run=run,
+        rounds=args.blocks * args.rounds,
+        blocks=args.blocks,
+        out=out,
+    )
+    print(
+        f"noise: {kind.name} on {fp['name']}: {args.blocks} launch pairs x {args.rounds} rounds, identical sides",
+        file=sys.stderr,
+        flush=True,
+    )
+    result = run_ab(ab)
+    out.write_text(json.dumps(result, indent=1, default=str) + "\n")
+    return out
+
+
+def add_cli_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--profile", default=default_profile("ab"), help="profile (default %(default)s)")
+    parser.add_argument("--context", default="8192", help="context length (default %(default)s)")
+    parser.add_argument("--mode", default="eager", help="eager or compile (default %(default)s)")
+    parser.add_argument("--arm", default="eagle3", help="eagle3 or baseline (default %(default)s)")
+    parser.add_argument("--blocks", type=int, default=MEASURE_BLOCKS, help="launch pairs (default %(default)s)")
+    parser.add_argument(
+        "--rounds", type=int, default=MEASURE_ROUNDS, help="rounds per launch pair (default %(default)s)"
+    )
+    parser.add_argument(
+        "--from",
+        dest="sources",
+        nargs="+",
+        metavar="PATH",
+        help="estimate from these A/A ab files or folders (one machine) instead of measuring",
+    )
+    parser.add_argument("--launch-s", type=float, help="seconds a launch pair costs (files before schema 6 lack it)")
+    parser.add_argument("--round-s", type=float, help="seconds a round costs (files before schema 6 lack it)")
+    parser.add_argument("--folder", default=str(components.FOLDER), help="where components go (default: results/gate)")
+    parser.add_argument("--replay", metavar="OUT", help="with --from: replay trials from the files, write OUT (JSON)")
+    parser.add_argument("--trials", type=int, default=2000, help="replayed trials per shift (default %(default)s)")
+
+
+def cli_main(args: argparse.Namespace) -> int:
+    folder = Path(args.folder)
+    if args.sources:
+        files = files_of(args.sources)
+    else:
+        files = [measure(args, folder)]
+    costs = {"launch_s": args.launch_s, "round_s": args.round_s} if args.launch_s and args.round_s else None
+    machine = machine_of(files)
+    if args.replay:
+        out = {
+            "kind": "eagle-fix replay",
+            "machine": machine.get("name"),
+            "sources": [str(f) for f in files],
+            "points": [],
+        }
+        for kind in kinds_in(files):
+            trials = replay.pool(files, kind)
+            if not trials:
+                continue
+            rec = components.record(machine, kind, files, costs=costs)
+            c = rec["costs"] or {"launch_s": 50.0, "round_s": 3.0}
+            out["points"].append(
+                {
+                    "point": kind.__dict__,
+                    "costs": c,
+                    **replay.replay(trials, n=args.trials, launch_s=c["launch_s"], round_s=c["round_s"]),
+                    "power_curve": replay.power_curve(trials, launch_s=c["launch_s"], round_s=c["round_s"]),
+                }
+            )
+            print(f"noise: replayed {kind.name}: {args.trials} trials per shift", file=sys.stderr)
+        Path(args.replay).write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
+        print(f"noise: wrote {args.replay}")
+        return 0
+    for kind in kinds_in(files):
+        rec = components.record(machine, kind, files, costs=costs)
+        path = components.write(rec, folder)
+        m = rec["metrics"][components.PLANNED_METRIC]
+        plan = rec.get("plan")
+        print(
+            f"noise: {kind.name}: launch sd {m['sigma_launch']:.2%} (upper {m['sigma_launch_upper']:.2%}), round sd "
+            f"{m['sigma_round']:.2%}, start order {m['start_order']:+.2%}"
+            + (
+                f"; plan {plan['rounds']} rounds x up to {plan['max_blocks']} launches, catches "
+                f"{plan['detectable']:.1%}"
+                if plan
+                else "; no costs: no plan (give --launch-s and --round-s)"
+            )
+            + f" -> {path}"
+        )
+    return 0
