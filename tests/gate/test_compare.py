@@ -9,7 +9,6 @@ import pytest
 from conftest import ROOT
 from eagle_fix import cli
 from eagle_fix.core.errors import EagleFixError
-from eagle_fix.gate import verdict
 from eagle_fix.gate.compare import compare_records, load_side
 from eagle_fix.store.results import load_jsonl
 
