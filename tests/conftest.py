@@ -76,6 +76,40 @@ def asv_conf(tmp: Path, results: Path, html: Path) -> Path:
     return path
 
 
+@pytest.fixture
+def launch_sd(tmp_path, monkeypatch):
+    """A recorded launch variance for the test points' machine and point kind (eagle-fix noise's file), in
+    a scratch folder: `compare` judges one launch a side against it."""
+    from eagle_fix.gate import components
+
+    def record(sigma=0.005, machine="m", profile="cpu-quick", arm="eagle3"):
+        folder = tmp_path / "gate"
+        data = {
+            "schema": 1,
+            "kind": components.KIND,
+            "machine": machine,
+            "machine_id": machine,
+            "point": {"profile": profile, "context_len": 8192, "mode": "eager", "arm": arm},
+            "metrics": {
+                "step_ms": {
+                    "sigma_launch": sigma,
+                    "sigma_launch_upper": sigma,
+                    "sigma_round": 0.1,
+                    "start_order": 0.0,
+                    "trials": 10,
+                    "blocks": 20,
+                    "rounds": 640,
+                }
+            },
+        }
+        components.write(data, folder)
+        monkeypatch.setattr(components, "FOLDER", folder)
+        return folder
+
+    monkeypatch.setattr(components, "FOLDER", tmp_path / "no-gate")  # nothing recorded unless a test says so
+    return record
+
+
 @pytest.fixture(scope="session")
 def shared_pair() -> tuple[Path, Path]:
     return real_shape_pair()

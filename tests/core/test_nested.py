@@ -83,7 +83,9 @@ def test_decide(estimate, half, want):
     verdict, why = nested.decide(t, threshold=0.03, higher_is_better=False, alpha_look=0.01, final=False)
     assert verdict == want, why
     if want == "continue":
-        assert nested.decide(t, threshold=0.03, higher_is_better=False, alpha_look=0.01, final=True)[0] == "inconclusive"
+        assert (
+            nested.decide(t, threshold=0.03, higher_is_better=False, alpha_look=0.01, final=True)[0] == "inconclusive"
+        )
     # a higher-is-better metric reads the other way round
     flipped = nested.decide(t, threshold=0.03, higher_is_better=True, alpha_look=0.01, final=False)[0]
     assert flipped == {"regression": "improved", "improved": "regression"}.get(want, want)
@@ -97,7 +99,9 @@ def test_the_plan_buys_power_where_it_is_cheapest():
     assert p_loud.max_blocks > p_quiet.max_blocks  # launch noise is beaten with launches, not rounds
     for p, c in ((p_quiet, quiet), (p_loud, loud)):
         assert p.detectable <= 0.05 + 1e-9 and p.max_blocks % p.look_every == 0
-        assert nested.power_at(c, rounds=p.rounds, blocks=p.max_blocks, shift=math.log1p(0.05),
-                               alpha_look=p.alpha_look) >= 0.9
+        assert (
+            nested.power_at(c, rounds=p.rounds, blocks=p.max_blocks, shift=math.log1p(0.05), alpha_look=p.alpha_look)
+            >= 0.9
+        )
     # rounds are cheap next to a launch: more of them per launch
     assert nested.plan(loud, launch_s=600, round_s=3).rounds >= p_loud.rounds

@@ -66,40 +66,6 @@ def test_strict_fails_on_inconclusive(capsys):
     assert "INCONCLUSIVE" in capsys.readouterr().out
 
 
-@pytest.fixture
-def launch_sd(tmp_path, monkeypatch):
-    """A recorded launch variance for the test points' machine and point kind (eagle-fix noise's file), in
-    a scratch folder: `compare` judges one launch a side against it."""
-    from eagle_fix.gate import components
-
-    def record(sigma=0.005, machine="m", profile="cpu-quick"):
-        folder = tmp_path / "gate"
-        data = {
-            "schema": 1,
-            "kind": components.KIND,
-            "machine": machine,
-            "machine_id": machine,
-            "point": {"profile": profile, "context_len": 8192, "mode": "eager", "arm": "eagle3"},
-            "metrics": {
-                "step_ms": {
-                    "sigma_launch": sigma,
-                    "sigma_launch_upper": sigma,
-                    "sigma_round": 0.1,
-                    "start_order": 0.0,
-                    "trials": 10,
-                    "blocks": 20,
-                    "rounds": 640,
-                }
-            },
-        }
-        components.write(data, folder)
-        monkeypatch.setattr(components, "FOLDER", folder)
-        return folder
-
-    monkeypatch.setattr(components, "FOLDER", tmp_path / "no-gate")  # nothing recorded unless a test says so
-    return record
-
-
 def noisy(center, spread=0.01, n=5):
     """n samples around center, spread apart by a relative step (deterministic)."""
     return [center * (1 + spread * (i - n // 2)) for i in range(n)]

@@ -441,9 +441,10 @@ def test_noise_table_shows_both_timings_cv_from_the_same_samples():
     )
 
 
-def test_compare_table_judges_two_record_files_as_compare_does(tmp_path):
-    """Two record files of one point: a separated 5-vs-5 step_ms is the gate's regression, with its
-    power; a file count other than two is one line naming the fix."""
+def test_compare_table_judges_two_record_files_as_compare_does(tmp_path, launch_sd):
+    """Two record files of one point, one launch each: without the machine's launch variance a separated
+    5-vs-5 step_ms is inconclusive, as `compare` says; with it recorded, the gate's regression, with its power;
+    a file count other than two is one line naming the fix."""
     from eagle_fix.core import record
     from eagle_fix.publish.docs import render_table
 
@@ -465,6 +466,10 @@ def test_compare_table_judges_two_record_files_as_compare_does(tmp_path):
         return name
 
     a, b = write("a.jsonl", [10.0, 10.1, 9.9, 10.0, 10.2]), write("b.jsonl", [12.0, 12.1, 11.9, 12.0, 12.2])
+    table = render_table("compare", [a, b], root=tmp_path)
+    row = next(line for line in table.splitlines() if "step_ms" in line)
+    assert row.startswith("| 8192 | eager | baseline | step_ms | 10 | 12 | +20.0% | inconclusive, sees nothing without")
+    launch_sd(0.01, "m", "p", "baseline")
     table = render_table("compare", [a, b], root=tmp_path)
     row = next(line for line in table.splitlines() if "step_ms" in line)
     assert row.startswith("| 8192 | eager | baseline | step_ms | 10 | 12 | +20.0% | regression, could detect >= ")
