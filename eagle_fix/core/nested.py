@@ -236,9 +236,11 @@ def limits(threshold: float, higher_is_better: bool) -> tuple[float, float]:
 
 def decide(test: Test, *, threshold: float, higher_is_better: bool, alpha_look: float, final: bool) -> tuple[str, str]:
     """(verdict, why) at one look. A slowdown is a regression when the interval lies wholly on the slower
-    side of 1 and the estimate beyond the threshold; the verdict is settled "within noise" once the interval
-    excludes a slowdown of the threshold; "improved" mirrors the regression. Otherwise: "continue" before the
-    last look, "inconclusive" at it."""
+    side of 1 and the estimate beyond the threshold; "improved" mirrors it; before the last look the point
+    stops "within noise" only once the interval excludes a slowdown of the threshold, else "continue". At the
+    last look an unsettled metric is "within noise", with the power its row states (the plan was sized for
+    it), unless the test could never reach its level there (the sign-flip floor over too few launches):
+    "inconclusive"."""
     if test.ci is None or test.p is None or math.isnan(test.estimate):
         return ("inconclusive" if final else "continue"), "no interval yet"
     sign = -1.0 if higher_is_better else 1.0  # a slowdown as a positive number
@@ -250,14 +252,20 @@ def decide(test: Test, *, threshold: float, higher_is_better: bool, alpha_look: 
             return "regression", f"p {test.p:.3g} < {alpha_look:.3g} and slower by more than {threshold:.0%}"
         if test.p < alpha_look and slow < faster:
             return "improved", f"p {test.p:.3g} < {alpha_look:.3g} and faster by more than {threshold:.0%}"
-        return ("inconclusive" if final else "continue"), "the launches alone cannot settle it"
+        if not final:
+            return "continue", "the launches alone cannot settle it yet"
+        if 2 / 2**test.blocks >= alpha_look:
+            return "inconclusive", f"{test.blocks} launches alone cannot reach p < {alpha_look:.3g}"
+        return "within noise", "not significant at the last look"
     if lo > 0 and slow > slower:
         return "regression", f"the interval excludes no slowdown and the estimate is beyond {threshold:.0%}"
     if hi < 0 and slow < faster:
         return "improved", f"the interval excludes no speed-up and the estimate is beyond {threshold:.0%}"
     if hi < slower:
         return "within noise", f"the interval excludes a slowdown of {threshold:.0%}"
-    return ("inconclusive" if final else "continue"), "the interval still holds a change of the threshold"
+    if final:
+        return "within noise", "not significant at the last look; the row's power says what it could see"
+    return "continue", "the interval still holds a change of the threshold"
 
 
 @dataclass(frozen=True)

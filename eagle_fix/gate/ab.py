@@ -293,6 +293,13 @@ def _measure(
                 pair["start_order"] = list(start_order)
             entry["pairs"].append(pair)
             r += 1
+        d = identity
+        print(
+            f"[eagle-fix ab] {d['context_len']} {d['mode']} {d['arm']}: launch pair {block + 1} of at most "
+            f"{design.max_blocks} done, {r} rounds",
+            file=sys.stderr,
+            flush=True,
+        )
         if any(entry["status"].get(side) == "failed" for side in ("base", "new")):
             stopped = "a side failed"
             break

@@ -6,8 +6,10 @@ plan of the machine it runs on, and says when it has none."""
 
 from __future__ import annotations
 
+import datetime as _dt
 import json
 import math
+import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -70,17 +72,52 @@ def trials_from(files: list[Path], kind: PointKind | None, metric: str) -> tuple
     return trials, sorted(set(used))
 
 
-def costs_from(files: list[Path]) -> dict[str, float] | None:
-    """Seconds a launch pair and a round cost, from files that timed them (schema 6 and later)."""
-    launch, rounds = [], []
+def costs_from(files: list[Path], round_s: float | None = None) -> dict[str, Any] | None:
+    """Seconds a launch pair and a round cost. Files of schema 6 and later timed both (their medians); older
+    files only their span (`started` to `finished`), which is blocks x launch pair + rounds x round: with two
+    or more designs among the files both costs are solved by least squares, with one the round's cost must
+    be given (`round_s`) and the launch pair's follows. None when neither is possible."""
+    launch, rounds, spans = [], [], []
     for f in files:
         data = json.loads(Path(f).read_text())
         for entry in data.get("points", []):
             launch += [t for t in entry.get("launch_s") or [] if t]
             rounds += [p.get("wall_s") for p in entry.get("pairs", []) if p.get("wall_s")]
-    if not launch or not rounds:
+        if len(data.get("points", [])) == 1 and data.get("started") and data.get("finished"):
+            entry = data["points"][0]
+            span = (
+                _dt.datetime.fromisoformat(data["finished"]) - _dt.datetime.fromisoformat(data["started"])
+            ).total_seconds()
+            spans.append((len({p.get("block", 0) for p in entry["pairs"]}), len(entry["pairs"]), span))
+    if launch and rounds:
+        return {"launch_s": statistics.median(launch), "round_s": statistics.median(rounds), "from": "timed"}
+    if not spans:
         return None
-    return {"launch_s": sorted(launch)[len(launch) // 2], "round_s": sorted(rounds)[len(rounds) // 2]}
+    designs = {(b, r) for b, r, _ in spans}
+    if len(designs) >= 2 and round_s is None:
+        # least squares of span = b * L + r * R over the files
+        sbb = sum(b * b for b, _, _ in spans)
+        srr = sum(r * r for _, r, _ in spans)
+        sbr = sum(b * r for b, r, _ in spans)
+        sbs = sum(b * s for b, _, s in spans)
+        srs = sum(r * s for _, r, s in spans)
+        det = sbb * srr - sbr * sbr
+        if det > 0:
+            L, R = (sbs * srr - srs * sbr) / det, (sbb * srs - sbr * sbs) / det
+            if L > 0 and R > 0:
+                return {
+                    "launch_s": round(L, 1),
+                    "round_s": round(R, 3),
+                    "from": f"{len(spans)} files' spans, {len(designs)} designs",
+                }
+    if round_s is None:
+        return None
+    L = statistics.median([(s - r * round_s) / b for b, r, s in spans])
+    return {
+        "launch_s": round(L, 1),
+        "round_s": round_s,
+        "from": f"{len(spans)} files' spans and the round's cost given",
+    }
 
 
 def record(
@@ -90,6 +127,7 @@ def record(
     *,
     costs: dict[str, float] | None = None,
     metrics: tuple[str, ...] = (PLANNED_METRIC,),
+    round_s: float | None = None,
 ) -> dict[str, Any]:
     """The components of every metric, the costs and the plan, as the file holds them."""
     out: dict[str, Any] = {
@@ -111,7 +149,7 @@ def record(
         raise EagleFixError(
             f"no A/A blocks of {kind.name} in {len(files)} file(s): run `eagle-fix noise` on this point"
         )
-    costs = costs or costs_from(files)
+    costs = costs or costs_from(files, round_s)
     out["costs"] = costs
     if costs:
         c = components(out)

@@ -111,8 +111,14 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
         metavar="PATH",
         help="estimate from these A/A ab files or folders (one machine) instead of measuring",
     )
-    parser.add_argument("--launch-s", type=float, help="seconds a launch pair costs (files before schema 6 lack it)")
-    parser.add_argument("--round-s", type=float, help="seconds a round costs (files before schema 6 lack it)")
+    parser.add_argument(
+        "--launch-s", type=float, help="seconds a launch pair costs (default: timed in the files, or from their spans)"
+    )
+    parser.add_argument(
+        "--round-s",
+        type=float,
+        help="seconds a round costs (default: timed in the files; files before schema 6 of one design need it)",
+    )
     parser.add_argument("--folder", default=str(components.FOLDER), help="where components go (default: results/gate)")
     parser.add_argument("--replay", metavar="OUT", help="with --from: replay trials from the files, write OUT (JSON)")
     parser.add_argument("--trials", type=int, default=2000, help="replayed trials per shift (default %(default)s)")
@@ -124,7 +130,11 @@ def cli_main(args: argparse.Namespace) -> int:
         files = files_of(args.sources)
     else:
         files = [measure(args, folder)]
-    costs = {"launch_s": args.launch_s, "round_s": args.round_s} if args.launch_s and args.round_s else None
+    costs = (
+        {"launch_s": args.launch_s, "round_s": args.round_s, "from": "given (--launch-s, --round-s)"}
+        if args.launch_s and args.round_s
+        else None
+    )
     machine = machine_of(files)
     if args.replay:
         out = {
@@ -137,12 +147,19 @@ def cli_main(args: argparse.Namespace) -> int:
             trials = replay.pool(files, kind)
             if not trials:
                 continue
-            rec = components.record(machine, kind, files, costs=costs)
-            c = rec["costs"] or {"launch_s": 50.0, "round_s": 3.0}
+            rec = components.record(machine, kind, files, costs=costs, round_s=args.round_s)
+            c = rec["costs"]
+            if not c:
+                raise EagleFixError(
+                    f"--replay: the files of {kind.name} do not say what a launch pair and a round cost: "
+                    "give --round-s (and --launch-s), or files of two designs",
+                    exit_code=2,
+                )
             out["points"].append(
                 {
                     "point": kind.__dict__,
                     "costs": c,
+                    "sources": rec["sources"],
                     **replay.replay(trials, n=args.trials, launch_s=c["launch_s"], round_s=c["round_s"]),
                     "power_curve": replay.power_curve(trials, launch_s=c["launch_s"], round_s=c["round_s"]),
                 }
@@ -152,7 +169,7 @@ def cli_main(args: argparse.Namespace) -> int:
         print(f"noise: wrote {args.replay}")
         return 0
     for kind in kinds_in(files):
-        rec = components.record(machine, kind, files, costs=costs)
+        rec = components.record(machine, kind, files, costs=costs, round_s=args.round_s)
         path = components.write(rec, folder)
         m = rec["metrics"][components.PLANNED_METRIC]
         plan = rec.get("plan")

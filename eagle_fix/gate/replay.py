@@ -17,6 +17,7 @@ from typing import Any
 
 from eagle_fix.core import nested, significance, stats
 from eagle_fix.gate import components
+from eagle_fix.gate.verdict import DEFAULT_THRESHOLD
 
 SHIFTS = (0.0, 0.03, 0.05)
 ALPHAS = (0.01, 0.05)
@@ -34,7 +35,7 @@ def draw(
     rng: random.Random, blocks: list[nested.Block], *, launches: int, rounds: int, shift: float
 ) -> list[nested.Block]:
     """One replayed trial: `launches` blocks, start orders alternating base-first / new-first where the pool
-    records them, each `rounds` rounds drawn with replacement from a drawn block, every ratio x (1 + shift)."""
+    records them, each `rounds` rounds drawn without replacement from a drawn block, every ratio x (1 + shift)."""
     by_order = {True: [b for b in blocks if b.base_first is True], False: [b for b in blocks if b.base_first is False]}
     add = math.log1p(shift)
     out = []
@@ -63,17 +64,20 @@ def launch_level_rejects(trial: list[nested.Block], c: nested.Components, alpha:
 
 def sequential(
     trial: list[nested.Block], c: nested.Components, design: nested.Plan, threshold: float
-) -> tuple[str, int]:
-    """`ab`'s sequential rule on a replayed trial: (the verdict, the launches it used)."""
+) -> tuple[str, int, bool]:
+    """`ab`'s sequential rule on a replayed trial: (the verdict, the launches it used, whether any look up to
+    the stop was significant at its level in either direction, whatever the threshold)."""
+    significant = False
     for looked in range(design.look_every, design.max_blocks + 1, design.look_every):
         final = looked == design.max_blocks
         t = nested.launch_test(trial[:looked], c.launch, alpha_look=design.alpha_look, sigma_round=c.sigma_round)
+        significant = significant or (t.p is not None and t.p < design.alpha_look)
         verdict, _ = nested.decide(
             t, threshold=threshold, higher_is_better=False, alpha_look=design.alpha_look, final=final
         )
         if verdict != "continue":
-            return verdict, looked
-    return "inconclusive", design.max_blocks
+            return verdict, looked, significant
+    return "inconclusive", design.max_blocks, significant
 
 
 def wilson(k: int, n: int) -> list[float] | None:
@@ -88,9 +92,9 @@ def replay(
     seed: int = 0,
     rounds: int | None = None,
     launches: int = 2,
-    launch_s: float = 50.0,
-    round_s: float = 3.0,
-    threshold: float = 0.03,
+    launch_s: float,
+    round_s: float,
+    threshold: float = DEFAULT_THRESHOLD,
     shifts: tuple[float, ...] = SHIFTS,
     alphas: tuple[float, ...] = ALPHAS,
 ) -> dict[str, Any]:
@@ -101,15 +105,18 @@ def replay(
     blocks = [b for t in trials for b in t]
     most = min(b.rounds for b in blocks)  # a replayed launch has at most its block's rounds
     rounds = min(rounds or most, most)
-    design = nested.plan(
-        c,
-        launch_s=launch_s,
-        round_s=round_s,
-        detect=components.DETECT,
-        power=components.POWER,
-        alpha=components.ALPHA,
-        max_rounds=most,
-    )
+    designs = {
+        alpha: nested.plan(
+            c,
+            launch_s=launch_s,
+            round_s=round_s,
+            detect=components.DETECT,
+            power=components.POWER,
+            alpha=alpha,
+            max_rounds=most,
+        )
+        for alpha in alphas
+    }
     out: dict[str, Any] = {
         "components": c.as_dict(),
         "launch": c.launch,
@@ -119,7 +126,8 @@ def replay(
         "seed": seed,
         "threshold": threshold,
         "fixed": [],
-        "plan": design.as_dict(),
+        "plan": designs[components.ALPHA].as_dict() if components.ALPHA in designs else None,
+        "plans": {str(a): d.as_dict() for a, d in designs.items()},
         "sequential": [],
     }
     for shift in shifts:
@@ -137,21 +145,25 @@ def replay(
                     "launch_level_ci95": wilson(new, n),
                 }
             )
-        seq = [draw(rng, blocks, launches=design.max_blocks, rounds=design.rounds, shift=shift) for _ in range(n)]
-        verdicts, used = zip(*(sequential(t, c, design, threshold) for t in seq))
-        cost = [u * (launch_s + design.rounds * round_s) for u in used]
-        out["sequential"].append(
-            {
-                "shift": shift,
-                "regression": verdicts.count("regression") / n,
-                "improved": verdicts.count("improved") / n,
-                "within noise": verdicts.count("within noise") / n,
-                "inconclusive": verdicts.count("inconclusive") / n,
-                "alarm_ci95": wilson(verdicts.count("regression"), n),
-                "median_launches": sorted(used)[len(used) // 2],
-                "median_cost_s": sorted(cost)[len(cost) // 2],
-            }
-        )
+        for alpha, design in designs.items():
+            seq = [draw(rng, blocks, launches=design.max_blocks, rounds=design.rounds, shift=shift) for _ in range(n)]
+            verdicts, used, significant = zip(*(sequential(t, c, design, threshold) for t in seq))
+            cost = [u * (launch_s + design.rounds * round_s) for u in used]
+            out["sequential"].append(
+                {
+                    "shift": shift,
+                    "alpha": alpha,
+                    "regression": verdicts.count("regression") / n,
+                    "improved": verdicts.count("improved") / n,
+                    "within noise": verdicts.count("within noise") / n,
+                    "inconclusive": verdicts.count("inconclusive") / n,
+                    "alarm_ci95": wilson(verdicts.count("regression"), n),
+                    "significant": sum(significant) / n,
+                    "significant_ci95": wilson(sum(significant), n),
+                    "median_launches": sorted(used)[len(used) // 2],
+                    "median_cost_s": sorted(cost)[len(cost) // 2],
+                }
+            )
     return out
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from eagle_fix.core.errors import EagleFixError
-from eagle_fix.gate import calibration_tables
+from eagle_fix.gate import calibration_tables, noise_tables
 from eagle_fix.publish.file_tables import (
     ab_table,
     compare_table,
@@ -54,6 +54,9 @@ FILE_TABLES["calibration-rounds"] = calibration_tables.resampled_table
 FILE_TABLES["start-order"] = calibration_tables.start_order_table
 FILE_TABLES["machine-noise"] = calibration_tables.machine_noise_table
 FILE_TABLES["calibration-coverage"] = calibration_tables.coverage_table
+# the gate's noise (eagle-fix noise): each machine's components and plan, and the replay of the A/A pools
+FILE_TABLES["gate-components"] = noise_tables.components_table
+FILE_TABLES["gate-replay"] = noise_tables.replay_table
 FILE_TABLES["settings"] = settings_table  # the environment variables, from eagle_fix.core.settings
 # Tables of the records' newest rows (key=value arguments filter them).
 DOC_TABLES = {

@@ -84,7 +84,12 @@ def test_decide(estimate, half, want):
     assert verdict == want, why
     if want == "continue":
         assert (
-            nested.decide(t, threshold=0.03, higher_is_better=False, alpha_look=0.01, final=True)[0] == "inconclusive"
+            nested.decide(t, threshold=0.03, higher_is_better=False, alpha_look=0.01, final=True)[0] == "within noise"
+        )
+        # the data-only test (no launch variance) over 4 launches cannot reach 0.01 (its floor is 1/8)
+        alone = nested.Test(estimate, None, (estimate - half, estimate + half), 0.125, "sign-flip", 4, 128)
+        assert nested.decide(alone, threshold=0.03, higher_is_better=False, alpha_look=0.01, final=True)[0] == (
+            "inconclusive"
         )
     # a higher-is-better metric reads the other way round
     flipped = nested.decide(t, threshold=0.03, higher_is_better=True, alpha_look=0.01, final=False)[0]

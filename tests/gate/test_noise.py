@@ -1,0 +1,75 @@
+"""The gate's noise (eagle-fix noise, eagle_fix.gate.components) and its replay on the committed A/A trials
+(eagle_fix.gate.replay): what a launch and a round cost, read from the files, and why the launch is the unit."""
+
+from __future__ import annotations
+
+import datetime
+import json
+
+import pytest
+
+from conftest import ROOT
+from eagle_fix import cli
+from eagle_fix.gate import components, replay
+
+CAL = ROOT / "results" / "calibration"
+
+
+def _span_file(path, blocks, rounds, launch_s, round_s):
+    start = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
+    pairs = [{"round": r, "block": r * blocks // rounds} for r in range(rounds)]
+    span = datetime.timedelta(seconds=blocks * launch_s + rounds * round_s)
+    data = {
+        "started": start.isoformat(),
+        "finished": (start + span).isoformat(),
+        "points": [{"pairs": pairs}],
+    }
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_costs_are_solved_from_the_spans_of_files_of_two_designs(tmp_path):
+    """Files before schema 6 kept only their span: with two designs (64 and 128 rounds in 2 launch pairs) the
+    launch pair's and the round's costs are both solved; with one design the round's cost must be given."""
+    files = [_span_file(tmp_path / f"{r}-{i}.json", 2, r, 110.0, 1.5) for r in (64, 128) for i in range(3)]
+    got = components.costs_from(files)
+    assert got["launch_s"] == pytest.approx(110.0, abs=0.5) and got["round_s"] == pytest.approx(1.5, abs=0.01)
+    one = [f for f in files if f.name.startswith("64-")]
+    assert components.costs_from(one) is None
+    given = components.costs_from(one, round_s=1.5)
+    assert given["launch_s"] == pytest.approx(110.0, abs=0.5) and "the round's cost given" in given["from"]
+
+
+def test_the_committed_pools_show_the_old_rule_false_alarms_and_the_launch_level_test_does_not(tmp_path):
+    """Replayed from the committed A/A trials of the compiled 8K baseline on cpu-amd-f23m49 (20 launch pairs):
+    the old rule (the sign test over all 128 rounds of two launches, each round counted as independent)
+    rejects identical sides far more often than its alpha, because every round of a launch shares its offset;
+    the plan `ab` runs (the launch-level test at its looks) is significant no more often than its alpha, and
+    catches a 5% slowdown in most trials."""
+    folder = CAL / "gate-compile-baseline-r128-cpu-amd-f23m49-2c-811fcd"
+    files = sorted(folder.glob("*.json"))
+    kind = components.PointKind("cpu-quick", 8192, "compile", "baseline")
+    trials = replay.pool(files, kind)
+    assert len(trials) == 10 and all(len(t) == 2 for t in trials)  # the A/A trials, two launch pairs each
+    costs = components.costs_from(files, round_s=2.2)
+    out = replay.replay(trials, n=400, launch_s=costs["launch_s"], round_s=costs["round_s"])
+    aa = {r["alpha"]: r for r in out["fixed"] if r["shift"] == 0.0}
+    assert aa[0.01]["round_level"] > 0.15 and aa[0.05]["round_level"] > 0.25, aa  # the old rule: far above alpha
+    seq = {(r["shift"], r["alpha"]): r for r in out["sequential"]}
+    for alpha in (0.01, 0.05):
+        # the plan: significant on identical sides no more often than alpha (the 95% interval's lower end below it)
+        assert seq[(0.0, alpha)]["significant_ci95"][0] <= alpha, seq[(0.0, alpha)]
+    assert seq[(0.0, 0.01)]["regression"] + seq[(0.0, 0.01)]["improved"] <= 0.02
+    assert seq[(0.05, 0.01)]["regression"] >= 0.7, seq[(0.05, 0.01)]
+
+
+def test_replay_without_costs_is_one_line(tmp_path, capsys):
+    """Old files of one design and no round cost: the replay cannot size its plan, and says what to give."""
+    folder = CAL / "gate-compile-baseline-r128-cpu-amd-f23m49-2c-811fcd"
+    argv = ["noise", "--from", str(folder), "--replay", str(tmp_path / "r.json"), "--folder", str(tmp_path)]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "give --round-s" in err[0]
+    assert not (tmp_path / "r.json").exists()
+    assert cli.main(["noise", "--from", str(tmp_path / "missing"), "--folder", str(tmp_path)]) == 2
+    assert "no such file or folder" in capsys.readouterr().err
