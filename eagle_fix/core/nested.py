@@ -149,7 +149,7 @@ def estimate(trials: list[list[Block]]) -> Components:
 
 
 # The confidence of the launch sd's upper bound the tests use (eagle_fix.gate.replay shows what it holds).
-UPPER_CONFIDENCE = 0.8
+UPPER_CONFIDENCE = 0.95
 
 
 def chi2_quantile(q: float, df: int) -> float:
@@ -234,10 +234,17 @@ def limits(threshold: float, higher_is_better: bool) -> tuple[float, float]:
     return math.log1p(threshold), math.log1p(-threshold)
 
 
+# The confidence of the bound that stops a point "within noise" before its last look: a slowdown of the threshold
+# would have put the estimate above that bound with this probability (the plans' power). Stopping to keep the
+# code adds no false alarm, so this bound need not be at the looks' level.
+FUTILITY_CONFIDENCE = 0.9
+
+
 def decide(test: Test, *, threshold: float, higher_is_better: bool, alpha_look: float, final: bool) -> tuple[str, str]:
-    """(verdict, why) at one look. A slowdown is a regression when the interval lies wholly on the slower
-    side of 1 and the estimate beyond the threshold; "improved" mirrors it; before the last look the point
-    stops "within noise" only once the interval excludes a slowdown of the threshold, else "continue". At the
+    """(verdict, why) at one look. A slowdown is a regression when the interval at the look's level lies wholly
+    on the slower side of 1 and the estimate beyond the threshold; "improved" mirrors it. Before the last look
+    the point stops "within noise" once the estimate's upper bound at FUTILITY_CONFIDENCE is below a slowdown of
+    the threshold (a slowdown that large would have shown above it nine times in ten), else "continue". At the
     last look an unsettled metric is "within noise", with the power its row states (the plan was sized for
     it), unless the test could never reach its level there (the sign-flip floor over too few launches):
     "inconclusive"."""
@@ -261,11 +268,11 @@ def decide(test: Test, *, threshold: float, higher_is_better: bool, alpha_look: 
         return "regression", f"the interval excludes no slowdown and the estimate is beyond {threshold:.0%}"
     if hi < 0 and slow < faster:
         return "improved", f"the interval excludes no speed-up and the estimate is beyond {threshold:.0%}"
-    if hi < slower:
-        return "within noise", f"the interval excludes a slowdown of {threshold:.0%}"
+    if slow + quantile(FUTILITY_CONFIDENCE) * test.se < slower:
+        return "within noise", f"the {FUTILITY_CONFIDENCE:.0%} upper bound excludes a slowdown of {threshold:.0%}"
     if final:
         return "within noise", "not significant at the last look; the row's power says what it could see"
-    return "continue", "the interval still holds a change of the threshold"
+    return "continue", "the upper bound still holds a slowdown of the threshold"
 
 
 @dataclass(frozen=True)

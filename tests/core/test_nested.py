@@ -91,9 +91,17 @@ def test_decide(estimate, half, want):
         assert nested.decide(alone, threshold=0.03, higher_is_better=False, alpha_look=0.01, final=True)[0] == (
             "inconclusive"
         )
-    # a higher-is-better metric reads the other way round
+    # a higher-is-better metric reads the other way round: a throughput up 2% is no slowdown, whatever the spread
     flipped = nested.decide(t, threshold=0.03, higher_is_better=True, alpha_look=0.01, final=False)[0]
-    assert flipped == {"regression": "improved", "improved": "regression"}.get(want, want)
+    assert flipped == {"regression": "improved", "improved": "regression", "continue": "within noise"}.get(want, want)
+
+
+def test_a_point_stops_within_noise_once_a_slowdown_of_the_threshold_would_have_shown():
+    """Before the last look: within noise once estimate + z(0.9) x se is below the threshold's slowdown; an
+    estimate of 0 with se 2.5% is not there yet (0 + 1.28 x 2.5% > 3%), with se 1% it is."""
+    for se, want in ((0.025, "continue"), (0.01, "within noise")):
+        t = nested.Test(0.0, se, (-2.58 * se, 2.58 * se), 1.0, "z", 2, 64)
+        assert nested.decide(t, threshold=0.03, higher_is_better=False, alpha_look=0.01, final=False)[0] == want
 
 
 def test_the_plan_buys_power_where_it_is_cheapest():
