@@ -16,6 +16,7 @@ from typing import Any
 
 from eagle_fix.core import nested
 from eagle_fix.core.errors import EagleFixError
+from eagle_fix.gate import verdict
 from eagle_fix.gate.ab_result import read_ab
 
 # Where the recorded components live (a folder per machine fingerprint name).
@@ -126,10 +127,11 @@ def record(
     files: list[Path],
     *,
     costs: dict[str, float] | None = None,
-    metrics: tuple[str, ...] = (PLANNED_METRIC,),
+    metrics: tuple[str, ...] = verdict.PAIRED,
     round_s: float | None = None,
 ) -> dict[str, Any]:
-    """The components of every metric, the costs and the plan, as the file holds them."""
+    """The components of every paired metric (each verdict uses its own launch sd), the costs, and the plan,
+    made for the model step (PLANNED_METRIC), as the file holds them."""
     out: dict[str, Any] = {
         "schema": SCHEMA,
         "kind": KIND,
