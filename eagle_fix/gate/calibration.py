@@ -7,6 +7,7 @@ so the threshold and rounds the gate defaults to and the numbers quoted for them
 
 from __future__ import annotations
 
+import datetime as _dt
 import math
 import statistics
 from pathlib import Path
@@ -56,15 +57,28 @@ def trial(path: str | Path) -> dict[str, Any]:
         "ratios": {},
         "samples": {},
     }
+    out["minutes"] = _minutes(data)
     for entry in data["points"]:
         out["identity"] = entry["identity"]
         out["rounds"], out["blocks"] = point_rounds(data, entry)
+        out["design"] = entry.get("design")  # schema 6: the plan the point ran (else the fixed rounds and blocks)
         out["pinned"] = all((p or {}).get("pinned") for p in (entry.get("pinning") or {"?": None}).values())
+        # significant in either direction, whatever the threshold (an A/A's "improved" is as false as a regression)
+        out["significant"] = any(
+            (entry["verdicts"].get(m) or {}).get("verdict") in ("regression", "improved") for m in verdict.PAIRED
+        )
         for metric, v in entry["verdicts"].items():
             if v["verdict"] in verdict.FAILING:
                 out["flagged"].append(metric)
             if "ratios" in v:
                 out["ratios"][metric] = v["ratios"]
+        for metric in verdict.PAIRED:  # schema 6 verdicts keep no ratios: the pairs have them
+            if metric not in out["ratios"]:
+                pairs = [
+                    p for p in entry["pairs"] if (p.get("base") or {}).get(metric) and (p.get("new") or {}).get(metric)
+                ]
+                if pairs:
+                    out["ratios"][metric] = [p["new"][metric] / p["base"][metric] for p in pairs]
         for metric in verdict.PAIRED:
             out["samples"][metric] = {
                 side: [
@@ -80,6 +94,15 @@ def trial(path: str | Path) -> dict[str, Any]:
             if by:
                 out["by_start_order"][metric] = by
     return out
+
+
+def _minutes(data: dict[str, Any]) -> float | None:
+    """What the trial took, start to finish, in minutes."""
+    try:
+        span = _dt.datetime.fromisoformat(data["finished"]) - _dt.datetime.fromisoformat(data["started"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    return span.total_seconds() / 60
 
 
 def trials(folder: str | Path = GATE) -> list[dict[str, Any]]:
@@ -153,6 +176,10 @@ def rates(ts: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "step_ratio_median": statistics.median(step) if step else None,
                 "step_ratio_range": (min(step), max(step)) if step else None,
                 "flagged": sorted({m for t in group for m in t["flagged"]}),
+                "significant": sum(bool(t.get("significant")) for t in group),
+                "minutes_median": statistics.median(m)
+                if (m := [t["minutes"] for t in group if t.get("minutes")])
+                else None,
             }
         )
     return out

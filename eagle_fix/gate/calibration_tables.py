@@ -25,13 +25,23 @@ def _md(head: list[str], rows: list[list[str]]) -> str:
 def _setting(ts: list[dict[str, Any]]) -> str:
     ident = ts[0]["identity"]
     machines = sorted({t["machine"] for t in ts})
+    plans = sorted({(t["design"]["rounds"], t["design"]["max_blocks"]) for t in ts if t.get("design")})
+    if plans:
+        used = sorted({t["blocks"] for t in ts})
+        rounds = (
+            "the recorded plan, "
+            + ", ".join(f"{r} rounds x up to {b} launch pairs" for r, b in plans)
+            + f" ({'–'.join(map(str, (used[0], used[-1])) if len(used) > 1 else map(str, used))} launch pairs run)"
+        )
+    else:
+        rounds = f"{', '.join(sorted({str(t['rounds']) for t in ts}))} rounds"
     return (
         f"{ident['profile']}, {ident['context_len']} tokens, {ident['mode']}, {ident['arm']}; "
         f"`eagle-fix ab` with {', '.join(sorted({str(t['identity']['output_len']) for t in ts}))}-token samples, "
-        f"{', '.join(sorted({str(t['rounds']) for t in ts}))} rounds"
+        f"{rounds}"
         + (
             f" in {', '.join(sorted({str(t['blocks']) for t in ts}))} blocks"
-            if any(t["blocks"] > 1 for t in ts)
+            if any(t["blocks"] > 1 for t in ts) and not plans
             else ""
         )
         + ", threshold "
@@ -60,6 +70,8 @@ def rates_table(paths) -> str:
             if r["step_ratio_median"]
             else "–",
             ", ".join(r["flagged"]) or "–",
+            str(r["significant"]),
+            f"{r['minutes_median']:.1f}" if r["minutes_median"] else "–",
         ]
         for r in rates(ts)
     ]
@@ -74,6 +86,8 @@ def rates_table(paths) -> str:
                 "alarm rate [95% Wilson]",
                 "model-step ratio new/base: median of trials (range)",
                 "metrics flagged",
+                "significant either way",
+                "minutes a trial (median)",
             ],
             rows,
         )

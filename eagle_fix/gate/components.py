@@ -215,3 +215,37 @@ def borrow(kind: PointKind, folder: Path | None = None) -> dict[str, Any] | None
         if sigma is not None:
             found.append((sigma, data))
     return max(found, key=lambda x: x[0])[1] if found else None
+
+
+def find(machine_name: str, kind: PointKind, folder: Path | None = None) -> tuple[dict[str, Any] | None, str]:
+    """The record `ab` judges a point by, and where it came from, among the records of the same mode and arm:
+    this machine's before another's, the same profile before another (its knobs), the nearest context (a
+    launch's offset is a share of its speed, which the context moves less than the machine does), and among
+    other machines' equals the most cautious (the largest launch sd). (None, "") when there is none."""
+    found = []
+    for p in sorted((folder or FOLDER).glob(f"*/*-{kind.mode}-{kind.arm}.json")):
+        data = json.loads(p.read_text())
+        if data.get("kind") != KIND:
+            continue
+        other = PointKind(**data["point"])
+        if (other.mode, other.arm) != (kind.mode, kind.arm):
+            continue
+        sigma = launch_sigma(data, PLANNED_METRIC) or 0.0
+        rank = (
+            data["machine"] != machine_name,
+            other.profile != kind.profile,
+            abs(math.log(other.context_len / kind.context_len)),
+            -sigma,
+        )
+        found.append((rank, data))
+    if not found:
+        return None, ""
+    data = min(found, key=lambda x: x[0])[1]
+    other = PointKind(**data["point"])
+    if data["machine"] == machine_name:
+        return data, f"recorded for {machine_name}" + (
+            "" if other == kind else f" as {other.name}: none as {kind.name}"
+        )
+    return data, f"borrowed from {data['machine']}" + ("" if other == kind else f" as {other.name}") + (
+        f": none recorded for {machine_name}"
+    )

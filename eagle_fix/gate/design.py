@@ -15,17 +15,11 @@ from eagle_fix.gate.ab_result import PAIRED
 
 def design_for(args: ABArgs, run: Any, p: Any, machine_name: str) -> tuple[nested.Plan, dict[str, Any]]:
     """How a point is measured and judged: the plan recorded for this machine and point kind (`eagle-fix noise`),
-    its launch variance and its looks; --rounds/--blocks a fixed design judged once; without a record for this
-    machine, another machine's for the same point kind (the largest launch variance, said so), else the old
-    default design judged by the launch-level test alone (which two launches cannot settle: said so)."""
+    its launch variance and its looks; --rounds/--blocks a fixed design judged once; without a record of the point
+    kind for this machine, the nearest one components.find gives (said so), else the old default design judged
+    by the launch-level test alone (which two launches cannot settle: said so)."""
     kind = components.PointKind(run.profile.name, p.context_len, p.mode, p.arm)
-    data, source = components.read(machine_name, kind), None
-    if data is not None:
-        source = f"recorded for {machine_name}"
-    else:
-        data = components.borrow(kind)
-        if data is not None:
-            source = f"borrowed from {data['machine']}: none recorded for {machine_name}"
+    data, source = components.find(machine_name, kind)
     sigma = {m: components.launch_sigma(data, m) for m, _ in PAIRED} if data else {}
     fallback = components.launch_sigma(data, components.PLANNED_METRIC) if data else None
     sigma = {m: (v if v is not None else fallback) for m, v in sigma.items()}
@@ -42,11 +36,14 @@ def design_for(args: ABArgs, run: Any, p: Any, machine_name: str) -> tuple[neste
             power=components.POWER,
             expected_s=None,
         )
-        why = (
-            "--rounds/--blocks: a fixed design, judged at its end"
-            if args.fixed
-            else f"no plan recorded for {kind.name} on any machine (eagle-fix noise): the old design, judged at its end"
-        )
+        if args.fixed:
+            why = "--rounds/--blocks: a fixed design, judged at its end"
+        elif data is None:
+            why = (
+                f"no plan recorded for {kind.name} on any machine (eagle-fix noise): the old design, judged at its end"
+            )
+        else:
+            why = f"the record {source} has no plan (no costs): the old design, judged at its end"
     else:
         plan = data["plan"]
         design = nested.Plan(

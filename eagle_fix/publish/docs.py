@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from eagle_fix.core.errors import EagleFixError
-from eagle_fix.gate import calibration_tables, noise_tables
+from eagle_fix.gate import calibration_tables, cost, noise_tables
 from eagle_fix.publish.file_tables import (
     ab_table,
     compare_table,
@@ -57,6 +57,7 @@ FILE_TABLES["calibration-coverage"] = calibration_tables.coverage_table
 # the gate's noise (eagle-fix noise): each machine's components and plan, and the replay of the A/A pools
 FILE_TABLES["gate-components"] = noise_tables.components_table
 FILE_TABLES["gate-replay"] = noise_tables.replay_table
+FILE_TABLES["gate-cost"] = cost.cost_table  # what gating the cpu-quick and cpu grids costs on one machine
 FILE_TABLES["settings"] = settings_table  # the environment variables, from eagle_fix.core.settings
 # Tables of the records' newest rows (key=value arguments filter them).
 DOC_TABLES = {

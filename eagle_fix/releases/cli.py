@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 from eagle_fix.core.errors import EagleFixError
-from eagle_fix.gate import verdict
 from eagle_fix.machine.fingerprint import git_commit
 from eagle_fix.releases import registry
 from eagle_fix.releases.matrix import MatrixArgs
@@ -57,7 +56,9 @@ def add_matrix_args(parser: argparse.ArgumentParser) -> None:
         "--ab", action="store_true", help="then `eagle-fix ab` between each adjacent pair of --releases"
     )
     parser.add_argument("--ab-only", action="store_true", help="only that")
-    parser.add_argument("--rounds", help=f"alternating rounds of --ab (default: ab's, {verdict.rounds_text()})")
+    parser.add_argument(
+        "--rounds", help="alternating rounds of --ab (default: ab's, the plan eagle-fix noise recorded)"
+    )
     parser.add_argument(
         "--quick", action="store_true", help="CI-sized samples (EAGLE_FIX_REPEATS=3, EAGLE_FIX_OUTPUT_LEN=128)"
     )

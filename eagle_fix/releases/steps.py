@@ -10,7 +10,6 @@ from pathlib import Path
 
 from eagle_fix.core.errors import EagleFixError
 from eagle_fix.engine.spec import PLUGIN_MODE_OF_ARM
-from eagle_fix.gate import verdict
 from eagle_fix.releases import registry
 from eagle_fix.releases.matrix import (
     AB_CONTEXT,
@@ -71,7 +70,7 @@ def ab_step(args: MatrixArgs, base: Release, new: Release, root: Path) -> Step:
         "--out",
         str(out),
     )
-    many = f"{args.rounds} rounds" if args.rounds else verdict.rounds_text()
+    many = f"{args.rounds} rounds" if args.rounds else "the recorded plan's rounds"
     return Step(
         new,
         "ab",

@@ -73,3 +73,59 @@ def test_replay_without_costs_is_one_line(tmp_path, capsys):
     assert not (tmp_path / "r.json").exists()
     assert cli.main(["noise", "--from", str(tmp_path / "missing"), "--folder", str(tmp_path)]) == 2
     assert "no such file or folder" in capsys.readouterr().err
+
+
+def test_a_point_kind_without_a_record_takes_the_nearest_context_of_this_machine_then_another_machine(tmp_path):
+    """components.find: this machine's record of the point kind; else this machine's of the same mode and arm
+    (the same profile first) at the nearest context; else the most cautious other machine's of the point kind;
+    each says so."""
+
+    def rec(machine, context, sigma):
+        data = {
+            "kind": components.KIND,
+            "machine": machine,
+            "point": {"profile": "cpu", "context_len": context, "mode": "eager", "arm": "eagle3"},
+            "metrics": {"step_ms": {"sigma_launch": sigma, "sigma_launch_upper": sigma}},
+        }
+        components.write(data, tmp_path)
+
+    rec("here", 8192, 0.01)
+    rec("here", 65536, 0.02)
+    rec("there", 16384, 0.03)
+    rec("elsewhere", 16384, 0.04)
+    kind = components.PointKind("cpu", 16384, "eager", "eagle3")
+    data, source = components.find("here", kind, tmp_path)
+    assert data["point"]["context_len"] == 8192
+    assert source == "recorded for here as cpu-8192-eager-eagle3: none as cpu-16384-eager-eagle3"
+    # another profile of this machine, same mode and arm, before another machine
+    data, source = components.find("here", components.PointKind("cpu-quick", 16384, "eager", "eagle3"), tmp_path)
+    assert data["machine"] == "here" and data["point"]["context_len"] == 8192
+    data, source = components.find("new-box", kind, tmp_path)
+    assert data["machine"] == "elsewhere" and source == "borrowed from elsewhere: none recorded for new-box"
+    data, source = components.find("there", kind, tmp_path)
+    assert data["machine"] == "there" and source == "recorded for there"
+    assert components.find("new-box", components.PointKind("cpu", 8192, "compile", "eagle3"), tmp_path) == (None, "")
+
+
+def test_a_grid_costs_each_points_plan_at_its_records_costs(tmp_path, monkeypatch):
+    """eagle_fix.gate.cost: a point's first look is look_every launch pairs of (launch + rounds x round), its
+    plan max_blocks of them; a point with no record anywhere has no cost, and says so."""
+    from eagle_fix.gate import cost
+
+    plan = {"rounds": 10, "max_blocks": 6, "look_every": 2}
+    data = {
+        "kind": components.KIND,
+        "machine": "here",
+        "point": {"profile": "cpu-quick", "context_len": 8192, "mode": "eager", "arm": "eagle3"},
+        "metrics": {"step_ms": {"sigma_launch": 0.01, "sigma_launch_upper": 0.01}},
+        "costs": {"launch_s": 60.0, "round_s": 3.0},
+        "plan": plan,
+    }
+    components.write(data, tmp_path)
+    monkeypatch.setattr(components, "FOLDER", tmp_path)
+    got = cost.point_cost("here", components.PointKind("cpu-quick", 8192, "eager", "eagle3"))
+    assert (got["look_s"], got["plan_s"]) == (2 * 90.0, 6 * 90.0) and got["source"] == "recorded for here"
+    none = cost.point_cost("here", components.PointKind("cpu-quick", 8192, "compile", "eagle3"))
+    assert none["look_s"] is None and none["source"] == "no record on any machine"
+    table = cost.cost_table([str(tmp_path / "here")])
+    assert "| cpu-quick | 4 | 1: 1 its own | 3 | 9 |" in table
