@@ -31,6 +31,11 @@ class Metric:
     # every round (judged on the paired ratios). Memory and the speedup are one number per point.
     sampled: bool = False
     paired: bool = False
+    # A paired metric `ab` records in every round and `eagle-fix noise` measures the noise of, but whose
+    # verdict is shown, never gated (a second clock of the model step, kept beside the gated one).
+    gated: bool = True
+    # The clock a time is read on (CLOCKS says what each means); every record and ab file names it.
+    clock: str | None = None
 
 
 def _inverse(scale: float = 1.0) -> Callable[[float], float]:
@@ -76,6 +81,22 @@ METRICS: tuple[Metric, ...] = (
         "(steps carrying prompt tokens left out); a step emits 1 to k+1 tokens a request.",
         sampled=True,
         paired=True,
+        clock="wall",
+    ),
+    # The same steps on the stepping thread's CPU clock: time the thread was descheduled (another
+    # process, a VM's steal) is not in it, time its OpenMP team spent on other cores is not either.
+    # Observed beside step_ms to see whether it is the quieter clock (docs/statistics.md); not gated,
+    # no asv benchmark: no series changes what it means.
+    Metric(
+        "step_cpu_ms",
+        "model step thread-CPU time (decode)",
+        "ms",
+        False,
+        True,
+        sampled=True,
+        paired=True,
+        gated=False,
+        clock="thread_cpu",
     ),
     Metric(
         "output_throughput_tok_s",
@@ -192,6 +213,12 @@ METRICS: tuple[Metric, ...] = (
     ),
 )
 METRIC = {m.column: m for m in METRICS}
+# What each clock is; a record's and an ab file's `clocks` maps each timed metric to one of these.
+CLOCK_MEANING = {
+    "wall": "time.perf_counter in the engine's worker: elapsed time, whatever else ran",
+    "thread_cpu": "time.thread_time of the worker's stepping thread: its own CPU time, not time descheduled",
+}
+CLOCKS = {m.column: m.clock for m in METRICS if m.clock}
 # The %-of-roofline columns and what each is a share of.
 ROOFLINE_SHARES = {"prefill_pct_of_peak_flops": "the matmul peak", "decode_pct_of_bandwidth": "the copy bandwidth"}
 # Per draft position (1..k): vLLM's accepted_per_pos / drafts; asv tracks the rejected share.

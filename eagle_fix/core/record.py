@@ -75,6 +75,8 @@ FIELDS = (
     "git_commit",
     "synthetic_acceptance",
     "env",
+    # the clock each timed metric was read on (eagle_fix.core.metrics.CLOCKS; None before they were named)
+    "clocks",
     "sol_decode_tok_s_baseline",
     "sol_decode_tok_s_eagle3",
     "load_avg_1m",
@@ -137,6 +139,8 @@ def upgrade(rec: dict[str, Any]) -> dict[str, Any]:
         out["tpot_ms"] = 1000.0 * (rec.get("batch_size") or 1) / rec["decode_throughput_tok_s"]
     if out["flags"] is None:
         out["flags"] = []
+    if out["clocks"] is None and out["step_ms"] is not None:  # step_ms was read on the wall clock from the start
+        out["clocks"] = {"step_ms": "wall"}
     out["roofline_flags"] = list(out["roofline_flags"] or [])
     for column, limit in ROOFLINE_SHARES.items():  # records written before shares above 100% were withheld
         value, why = roofline_share(column, out[column], limit)

@@ -70,6 +70,15 @@ def decode_step_ms(stats: dict[str, Any]) -> float | None:
     return statistics.median(decode) if decode else None
 
 
+def decode_step_cpu_ms(stats: dict[str, Any]) -> float | None:
+    """The median of the same decode steps on the stepping thread's CPU clock (step_cpu_ms); None from a
+    worker that does not report it."""
+    import statistics
+
+    cpu = _decode_steps(stats, "step_cpu_ms")
+    return statistics.median(cpu) if cpu else None
+
+
 def decode_spin_ms(stats: dict[str, Any]) -> float | None:
     """The median injected spin (ms) of the same decode steps (EAGLE_FIX_INJECT_SLOWDOWN): the spin
     is F x each step's own time, so spin / step_ms is F / (1 + F) on any machine. None where nothing
@@ -177,6 +186,7 @@ def measure_point(
         "output_throughput_tok_s": [],
         "decode_wall_s": [],
         "step_ms": [],
+        "step_cpu_ms": [],
     }
     result = PointReply(prompt_len=prompt_len, samples=samples)
     for i in range(repeats):
@@ -195,6 +205,9 @@ def measure_point(
         step_ms, spin_ms = decode_step_ms(steps), decode_spin_ms(steps)
         if step_ms is not None:
             samples["step_ms"].append(step_ms)
+        step_cpu_ms = decode_step_cpu_ms(steps)
+        if step_cpu_ms is not None:
+            samples["step_cpu_ms"].append(step_cpu_ms)
         if spin_ms is not None:  # only under the calibration knob; a sample list, not a metric
             samples.setdefault("step_spin_ms", []).append(spin_ms)
         if ttft_mid is not None:

@@ -89,26 +89,29 @@ class _Steps:
     LIMIT = 4096
 
     def __init__(self) -> None:
-        self.pending: tuple[float, bool | None] | None = None  # execute_model done, sample_tokens to come
+        self.pending: tuple[float, bool | None, float] | None = None  # execute_model done, sample_tokens to come
         self.reset()
 
     def reset(self) -> None:
         self.times_ms: list[float] = []
+        self.cpu_ms: list[float] = []  # the same steps on the stepping thread's CPU clock
         self.prompt: list[bool | None] = []
         self.spun_ms: list[float] = []  # the injected spin inside each step (0 without the knob)
         self.dropped = 0
 
-    def add(self, seconds: float, prompt: bool | None, spun: float = 0.0) -> None:
+    def add(self, seconds: float, prompt: bool | None, spun: float = 0.0, cpu: float | None = None) -> None:
         if len(self.times_ms) >= self.LIMIT:
             self.dropped += 1
             return
         self.times_ms.append(1000.0 * seconds)
+        self.cpu_ms.append(1000.0 * (seconds if cpu is None else cpu))
         self.prompt.append(prompt)
         self.spun_ms.append(1000.0 * spun)
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "step_times_ms": list(self.times_ms),
+            "step_cpu_ms": list(self.cpu_ms),
             "step_prompt": list(self.prompt),
             "step_spun_ms": list(self.spun_ms),
             "steps_dropped": self.dropped,
@@ -131,11 +134,13 @@ def carries_prompt(scheduler_output: Any) -> bool | None:
         return None
 
 
-def end_step(seconds: float, prompt: bool | None, slowdown: float) -> None:
+def end_step(seconds: float, prompt: bool | None, slowdown: float, cpu: float | None = None) -> None:
     """A model step is over: stretch it by the injected slowdown, then record it with the spin it got
-    (what proves the knob acted, whatever the machine's speed did meanwhile)."""
+    (what proves the knob acted, whatever the machine's speed did meanwhile). `cpu`: the step on the
+    thread's CPU clock; the spin's own CPU time is added to it."""
+    c0 = time.thread_time()
     spun = spin(slowdown * seconds) if slowdown > 0 else 0.0
-    STEPS.add(seconds + spun, prompt, spun)
+    STEPS.add(seconds + spun, prompt, spun, None if cpu is None else cpu + time.thread_time() - c0)
 
 
 def argument_reader(fn: Callable[..., Any], name: str) -> Callable[[tuple, dict], Any]:
@@ -170,18 +175,18 @@ def wrap_step(step: Callable[..., Any]) -> Callable[..., Any]:
         if dummy_of is not None and dummy_of(args, kwargs):  # V2's warm-up and profile runs: no request's step
             return step(self, *args, **kwargs)
         sched = sched_of(args, kwargs)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         if delay:
             time.sleep(delay)
         out = step(self, *args, **kwargs)
-        seconds = time.perf_counter() - t0
+        seconds, cpu = time.perf_counter() - t0, time.thread_time() - c0
         if not getattr(sched, "total_num_scheduled_tokens", 1):  # nothing scheduled: no model ran
             return out
         prompt = carries_prompt(sched)
         if out is None:
-            STEPS.pending = (seconds, prompt)
+            STEPS.pending = (seconds, prompt, cpu)
         else:
-            end_step(seconds, prompt, slowdown)
+            end_step(seconds, prompt, slowdown, cpu)
         return out
 
     return execute_model_timed
@@ -193,10 +198,10 @@ def wrap_step_end(sample_tokens: Callable[..., Any]) -> Callable[..., Any]:
 
     def sample_tokens_timed(self: Any, *args: Any, **kwargs: Any) -> Any:
         pending, STEPS.pending = STEPS.pending, None
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         out = sample_tokens(self, *args, **kwargs)
-        if pending is not None:
-            end_step(pending[0] + time.perf_counter() - t0, pending[1], slowdown)
+        if pending is not None:  # each part on its own thread's clock, should the runner split them
+            end_step(pending[0] + time.perf_counter() - t0, pending[1], slowdown, pending[2] + time.thread_time() - c0)
         return out
 
     return sample_tokens_timed

@@ -113,9 +113,9 @@ HOOK_POINTS: dict[str, tuple[HookPoint, ...]] = {
 }
 # Which counters each wrapper feeds: without it they are unknown (None), never a guessed 0.
 COUNTERS_OF = {
-    "step": ("step_times_ms", "step_prompt", "step_spun_ms"),
+    "step": ("step_times_ms", "step_cpu_ms", "step_prompt", "step_spun_ms"),
     "v1_gate": ("spec_steps", "fits_steps"),
-    "v2_step": ("spec_steps", "fits_steps", "step_times_ms", "step_prompt", "step_spun_ms"),
+    "v2_step": ("spec_steps", "fits_steps", "step_times_ms", "step_cpu_ms", "step_prompt", "step_spun_ms"),
     "v1_propose": ("proposals", "max_seq_len_drafted"),
     "v2_propose": ("proposals", "max_seq_len_drafted"),
 }

@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from eagle_fix.core import nested
+from eagle_fix.core import metrics, nested
 from eagle_fix.engine import lifecycle
 from eagle_fix.engine.lifecycle import Interrupted
 from eagle_fix.engine.offline import CHILD_MODULE, EngineDied, EngineProcess
@@ -62,6 +62,7 @@ from eagle_fix.gate.sharing import (
     restart,
     sharing_plan,
 )
+from eagle_fix.gate.verdict import GATED
 from eagle_fix.machine import device
 from eagle_fix.machine.fingerprint import fingerprint, git_commit
 from eagle_fix.sweep.load import LoadSampler
@@ -242,6 +243,7 @@ def _measure(
         "identity": identity,
         "design": design.as_dict(),
         "launch_test": launch,
+        "clocks": {m: metrics.CLOCKS[m] for m, _ in PAIRED if m in metrics.CLOCKS},
         "status": {},
         "error": {},
         "pairs": [],
@@ -308,7 +310,7 @@ def _measure(
             looked = verdicts(
                 entry, args.threshold, k=k, alpha=args.alpha, synthetic=synthetic, launch=launch, final=final
             )
-            speed = {m: v["verdict"] for m, v in looked.items() if m in dict(PAIRED)}
+            speed = {m: v["verdict"] for m, v in looked.items() if m in GATED}
             entry["looks"].append({"after_blocks": block + 1, "verdicts": speed})
             if speed and all(v != "continue" for v in speed.values()):
                 if not final:

@@ -4,6 +4,7 @@ report read them)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -57,6 +58,10 @@ def verdicts(
             )
         else:
             v = verdict.noisy(b, n, metric=metric, threshold=threshold, alpha=alpha, paired=True)
+        if metric not in verdict.GATED:  # observed beside the gated metrics: its change shown, no claim
+            v = dataclasses.replace(
+                v, verdict=verdict.NOT_GATED, evidence=f"{v.evidence}; observed, not gated", speed=False
+            )
         out[metric] = {
             **v.detail,
             "verdict": v.verdict,
@@ -144,7 +149,7 @@ def _as_verdict(v: dict[str, Any]) -> verdict.Verdict:
         v.get("evidence", ""),
         v.get("power", ""),
         v.get("detectable"),
-        speed="base_median" in v and "power" in v,
+        speed="base_median" in v and "power" in v and v["verdict"] != verdict.NOT_GATED,
     )
 
 

@@ -158,7 +158,7 @@ def compare_records(
             )
             continue
         for m in metrics.METRICS:
-            if m.column in NOT_GATED:
+            if m.column in NOT_GATED or not m.gated:
                 continue
             change = _judge_metric(
                 m, rb, rn, threshold=threshold, alpha=alpha, noise_folder=noise_folder or components.FOLDER

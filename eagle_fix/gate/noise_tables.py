@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from eagle_fix.core import nested
 from eagle_fix.core.errors import EagleFixError
 from eagle_fix.gate import components
 from eagle_fix.gate.calibration_tables import _md, _pct
@@ -69,7 +70,7 @@ def components_table(paths) -> str:
         "point",
         "machine",
         "launch pairs",
-        "launch sd (80% upper)",
+        f"launch sd ({nested.UPPER_CONFIDENCE:.0%} upper)",
         "round sd",
         "started first",
         "a launch pair, a round",

@@ -46,6 +46,8 @@ FAILING = ("regression", "failed", "missing")
 SAMPLED = tuple(m.column for m in metrics.METRICS if m.sampled)
 # Metrics `ab` measures in every round, judged on the paired ratios (the registry says which).
 PAIRED = tuple(m.column for m in metrics.METRICS if m.paired)
+# Of those, the ones whose verdict decides the exit code and when `ab` stops (the others are shown).
+GATED = tuple(m for m in PAIRED if metrics.METRIC[m].gated)
 NOT_GATED = "not gated"
 CONFIDENCE = 0.95  # of the intervals shown; the verdicts use alpha
 

@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from eagle_fix.core import record
+from eagle_fix.core import metrics, record
 from eagle_fix.core.errors import EagleFixError
 from eagle_fix.engine import lifecycle
 from eagle_fix.engine.lifecycle import Interrupted
@@ -253,6 +253,7 @@ def _common_fields(run: Resolved) -> dict[str, Any]:
         "device": device_info(),
         "git_commit": git_commit(),
         "env": env,
+        "clocks": dict(metrics.CLOCKS),
         "machine": fp,
         "machine_id": fp["id"],
         "machine_name": fp["name"],

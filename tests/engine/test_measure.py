@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from conftest import ROOT
-from eagle_fix.engine.measure import decode_spin_ms, decode_step_ms
+from eagle_fix.engine.measure import decode_spin_ms, decode_step_cpu_ms, decode_step_ms
 
 
 def test_step_ms_is_the_median_of_the_decode_steps_prompt_steps_left_out():
@@ -42,6 +42,16 @@ def test_the_spin_is_read_from_the_same_decode_steps():
     assert decode_spin_ms(stats) == 5.5 and decode_step_ms(stats) == 16.5
     assert decode_spin_ms({**stats, "step_spun_ms": [0.0] * 5}) is None  # no knob
     assert decode_spin_ms({k: v for k, v in stats.items() if k != "step_spun_ms"}) is None  # an older worker
+
+
+def test_the_cpu_clock_is_read_from_the_same_decode_steps():
+    stats = {
+        "step_times_ms": [90.0, 15.0, 18.0, 120.0, 16.5],
+        "step_cpu_ms": [80.0, 14.0, 9.0, 110.0, 15.0],  # the step of 18 ms wall spent half of it descheduled
+        "step_prompt": [True, False, False, True, False],
+    }
+    assert decode_step_cpu_ms(stats) == 14.0 and decode_step_ms(stats) == 16.5
+    assert decode_step_cpu_ms({k: v for k, v in stats.items() if k != "step_cpu_ms"}) is None  # an older worker
 
 
 def test_step_ms_is_none_without_decode_steps():
@@ -98,6 +108,9 @@ def test_a_point_records_step_ms_and_the_slowdown_knob_stretches_it(tmp_path):
         assert rec["status"] == "ok", rec["error"]
         assert len(rec["samples"]["step_ms"]) == 3 and rec["step_ms"] > 0
         assert rec["ci95"]["step_ms"]
+        # the same steps on the thread's CPU clock, every clock named on the record
+        assert len(rec["samples"]["step_cpu_ms"]) == 3 and 0 < rec["step_cpu_ms"] <= 1.05 * rec["step_ms"]
+        assert rec["clocks"] == {"step_ms": "wall", "step_cpu_ms": "thread_cpu"}
     assert plain["env"] is None
     assert slow["env"] == {"EAGLE_FIX_INJECT_SLOWDOWN": "0.5"}
     # Two engines run one after the other on a shared VM can differ by more than the knob (this

@@ -237,9 +237,9 @@ def test_a_release_without_the_runner_hooks_is_named_in_one_line():
     ]
     assert stats["model_runner"] == "v2"
     assert (stats["spec_steps"], stats["fits_steps"], stats["proposals"], stats["max_seq_len_drafted"]) == (None,) * 4
-    assert (stats["step_times_ms"], stats["step_prompt"], stats["step_spun_ms"]) == (
+    assert (stats["step_times_ms"], stats["step_cpu_ms"], stats["step_prompt"], stats["step_spun_ms"]) == (
         None,
-    ) * 3  # V2's steps end in sample_tokens
+    ) * 4  # V2's steps end in sample_tokens
     assert stats["missing_hooks"] == new[2:]
     # the record the sweep writes from those counters is flagged
     rec = {
@@ -460,7 +460,45 @@ def test_the_step_times_are_bounded():
         steps.add(0.001, False)
     assert len(steps.times_ms) == steps.LIMIT and steps.as_dict()["steps_dropped"] == 3
     steps.reset()
-    assert steps.as_dict() == {"step_times_ms": [], "step_prompt": [], "step_spun_ms": [], "steps_dropped": 0}
+    assert steps.as_dict() == {
+        "step_times_ms": [],
+        "step_cpu_ms": [],
+        "step_prompt": [],
+        "step_spun_ms": [],
+        "steps_dropped": 0,
+    }
+
+
+@pytest.mark.parametrize("split", [False, True], ids=["one-call step", "execute_model + sample_tokens"])
+def test_the_thread_cpu_clock_counts_the_steps_work_not_its_waits(monkeypatch, split):
+    """step_cpu_ms's clock: a step that sleeps (descheduled, as under a neighbour or a VM's steal)
+    costs wall time and almost no CPU time; a step that computes costs both; the injected spin is
+    work, so the slowdown knob stretches both clocks."""
+    from eagle_fix.fix import clock, plugin
+
+    monkeypatch.delenv(clock.INJECT_DELAY_ENV, raising=False)
+    monkeypatch.delenv(clock.INJECT_SLOWDOWN_ENV, raising=False)
+    sleeping = _fake_runner(plugin, split=split)  # 20 (+10) ms asleep
+
+    def busy(self, scheduler_output, intermediate_tensors=None):
+        clock.spin(0.03)
+        return "output"
+
+    monkeypatch.setenv(clock.INJECT_SLOWDOWN_ENV, "1.0")
+    working = type("GPUModelRunner", (), {"execute_model": clock.wrap_step(busy)})()
+    try:
+        clock.STEPS.reset()
+        sleeping.execute_model(_sched())
+        if split:
+            sleeping.sample_tokens(None)
+        working.execute_model(_sched())
+        got = clock.STEPS.as_dict()
+    finally:
+        clock.STEPS.reset()
+    (slept_wall, spun_wall), (slept_cpu, spun_cpu) = got["step_times_ms"], got["step_cpu_ms"]
+    assert slept_wall >= (30 if split else 20) and slept_cpu < 5, got
+    # 30 ms of work doubled by the knob: ~60 ms on both clocks (less CPU only if this thread was preempted)
+    assert spun_wall >= 60 and 0.5 * spun_wall <= spun_cpu <= spun_wall + 1, got
 
 
 @pytest.mark.parametrize("raw", ["-0.1", "abc", "nan", "inf", "5%"])

@@ -217,6 +217,7 @@ def _fake_engine(factor=1.0, second_penalty=0.0, log=None, started=None, launch_
                 samples={
                     "tpot_ms": [tpot],
                     "step_ms": [tpot * 2],
+                    "step_cpu_ms": [tpot * 1.8],
                     "decode_throughput_tok_s": [1000.0 / tpot],
                     "ttft_s": [1.0],
                 },
@@ -320,6 +321,11 @@ def test_noise_records_the_launch_variance_and_a_plan_that_ab_then_runs(tmp_path
         == [{"after_blocks": plan["look_every"], "verdicts": {m: "regression" for m in point["looks"][0]["verdicts"]}}]
         and "step_ms" in point["looks"][0]["verdicts"]
     )
+    # the step on the thread's CPU clock is recorded, its noise measured, its change shown, never gated
+    assert "step_cpu_ms" in rec["metrics"] and "step_cpu_ms" not in point["looks"][0]["verdicts"]
+    cpu = point["verdicts"]["step_cpu_ms"]
+    assert cpu["verdict"] == "not gated" and cpu["change"] > 0.15 and cpu["evidence"].endswith("observed, not gated")
+    assert point["clocks"] == {"step_ms": "wall", "step_cpu_ms": "thread_cpu"}
 
     # identical sides, ten seeds: never a regression or an improvement, each within noise, most before the plan's
     # last launch (their interval excluded the threshold), the rest at it
