@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from eagle_fix.core import nested
+from eagle_fix.core import metrics, nested
 from eagle_fix.core.errors import EagleFixError
 from eagle_fix.gate import components
 from eagle_fix.gate.calibration_tables import _md, _pct
@@ -80,6 +80,54 @@ def components_table(paths) -> str:
     return (
         "`step_ms`, log scale: the sd of a launch pair's offset, of one round's ratio within a launch, and the "
         "mean offset of the launches whose new engine started first\n\n" + _md(head, rows)
+    )
+
+
+def clocks_table(paths) -> str:
+    """The model step on each clock it was read on, from the same rounds of the same launches: the components,
+    and the plan each would buy at the record's costs (the gate plans with the wall clock, step_ms)."""
+    rows = []
+    for d in sorted(_records(paths), key=lambda d: (components.PointKind(**d["point"]).name, d["machine"])):
+        costs = d.get("costs") or {}
+        for metric in [m.column for m in metrics.METRICS if m.clock and m.column in d["metrics"]]:
+            m = d["metrics"][metric]
+            plan = (
+                nested.plan(
+                    components.components(d, metric),
+                    launch_s=costs["launch_s"],
+                    round_s=costs["round_s"],
+                    detect=components.DETECT,
+                    power=components.POWER,
+                    alpha=components.ALPHA,
+                ).as_dict()
+                if costs
+                else None
+            )
+            rows.append(
+                [
+                    components.PointKind(**d["point"]).name,
+                    f"`{d['machine']}`",
+                    f"`{metric}` ({metrics.METRIC[metric].clock})",
+                    f"{m['blocks']} ({m['rounds']} rounds)",
+                    f"{_pct(m['sigma_launch'], 2)} (≤ {_pct(m['sigma_launch_upper'], 2)})",
+                    _pct(m["sigma_round"]),
+                    f"{m['start_order']:+.2%}",
+                    _plan(plan),
+                ]
+            )
+    head = [
+        "point",
+        "machine",
+        "metric (clock)",
+        "launch pairs",
+        f"launch sd ({nested.UPPER_CONFIDENCE:.0%} upper)",
+        "round sd",
+        "started first",
+        "plan for 5% with this clock",
+    ]
+    return (
+        "the model step of the same rounds on each clock, log scale (wall: `time.perf_counter`; thread_cpu: "
+        "`time.thread_time` of the stepping thread)\n\n" + _md(head, rows)
     )
 
 

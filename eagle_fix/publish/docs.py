@@ -56,6 +56,7 @@ FILE_TABLES["machine-noise"] = calibration_tables.machine_noise_table
 FILE_TABLES["calibration-coverage"] = calibration_tables.coverage_table
 # the gate's noise (eagle-fix noise): each machine's components and plan, and the replay of the A/A pools
 FILE_TABLES["gate-components"] = noise_tables.components_table
+FILE_TABLES["gate-clocks"] = noise_tables.clocks_table
 FILE_TABLES["gate-replay"] = noise_tables.replay_table
 FILE_TABLES["gate-cost"] = cost.cost_table  # what gating the cpu-quick and cpu grids costs on one machine
 FILE_TABLES["settings"] = settings_table  # the environment variables, from eagle_fix.core.settings

@@ -326,6 +326,14 @@ def test_noise_records_the_launch_variance_and_a_plan_that_ab_then_runs(tmp_path
     cpu = point["verdicts"]["step_cpu_ms"]
     assert cpu["verdict"] == "not gated" and cpu["change"] > 0.15 and cpu["evidence"].endswith("observed, not gated")
     assert point["clocks"] == {"step_ms": "wall", "step_cpu_ms": "thread_cpu"}
+    # the docs' table of the clocks: both, from the same rounds, each with the plan it would buy
+    from eagle_fix.gate import noise_tables
+
+    table = noise_tables.clocks_table([tmp_path / "gate"])
+    assert (
+        "| `step_ms` (wall) | 8 (128 rounds) |" in table and "| `step_cpu_ms` (thread_cpu) | 8 (128 rounds) |" in table
+    )
+    assert table.count("catches") == 2
 
     # identical sides, ten seeds: never a regression or an improvement, each within noise, most before the plan's
     # last launch (their interval excluded the threshold), the rest at it
