@@ -412,6 +412,22 @@ def worker_memory(rec: dict[str, Any], engine: dict[str, Any] | None, point: dic
     rec["memory_null_reasons"] = why or None
 
 
+# The acceptance counts a point's record takes from the engine's reply (the reply, eagle_fix.engine.protocol,
+# also carries the worker's missing_hooks, which the record does not keep).
+ACCEPTANCE_COLUMNS = (
+    "num_drafts",
+    "num_draft_tokens",
+    "num_accepted_tokens",
+    "accepted_per_position",
+    "acceptance_length",
+    "per_position_acceptance",
+    "drafter_steps",
+    "drafter_proposals",
+    "drafter_coverage",
+    "max_seq_len_drafted",
+)
+
+
 def summarize(rec: dict[str, Any], samples: dict[str, list[float]], acceptance: dict[str, Any]) -> None:
     """Headline numbers from the engine's raw samples: the median of each noisy metric with its
     distribution-free 95% interval, acceptance (vLLM's counts and the drafter's, EAGLE3 only) with its
@@ -425,18 +441,7 @@ def summarize(rec: dict[str, Any], samples: dict[str, list[float]], acceptance: 
         if column in METRIC:
             rec[column] = stats.median(values)
             ci[column] = stats.median_ci(values)
-    for k in (
-        "num_drafts",
-        "num_draft_tokens",
-        "num_accepted_tokens",
-        "accepted_per_position",
-        "acceptance_length",
-        "per_position_acceptance",
-        "drafter_steps",
-        "drafter_proposals",
-        "drafter_coverage",
-        "max_seq_len_drafted",
-    ):
+    for k in ACCEPTANCE_COLUMNS:
         if k in acceptance:
             rec[k] = acceptance[k]
     if rec.get("num_drafts") and rec.get("accepted_per_position"):

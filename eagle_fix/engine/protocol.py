@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from eagle_fix.core.record import ACCEPTANCE_COLUMNS
+
 
 def _known(cls: type, message: dict[str, Any]) -> dict[str, Any]:
     names = {f.name for f in fields(cls)}
@@ -37,19 +39,7 @@ class PointCommand:
 EXIT = {"op": "exit"}
 
 # vLLM's spec-decode counters and the drafter's own, taken around a point's first decode run (EAGLE3 only).
-ACCEPTANCE_FIELDS = (
-    "num_drafts",
-    "num_draft_tokens",
-    "num_accepted_tokens",
-    "accepted_per_position",
-    "acceptance_length",
-    "per_position_acceptance",
-    "drafter_steps",
-    "drafter_proposals",
-    "drafter_coverage",
-    "max_seq_len_drafted",
-    "missing_hooks",
-)
+ACCEPTANCE_FIELDS = (*ACCEPTANCE_COLUMNS, "missing_hooks")
 
 
 @dataclass
