@@ -154,20 +154,24 @@ def record(
     costs = costs or costs_from(files, round_s)
     out["costs"] = costs
     if costs:
-        c = components(out)
-        out["plan"] = nested.plan(
-            c, launch_s=costs["launch_s"], round_s=costs["round_s"], detect=DETECT, power=POWER, alpha=ALPHA
-        ).as_dict()
-        out["plan_3pct"] = nested.plan(
-            c,
-            launch_s=costs["launch_s"],
-            round_s=costs["round_s"],
-            detect=0.03,
-            power=POWER,
-            alpha=ALPHA,
-            max_blocks=64,
-        ).as_dict()
+        out["plan"] = plan_for(out)
+        out["plan_3pct"] = plan_for(out, detect=0.03, max_blocks=64)
     return out
+
+
+def plan_for(data: dict[str, Any], metric: str = PLANNED_METRIC, *, detect: float = DETECT, **bounds: Any) -> dict:
+    """The plan (rounds per launch pair, launch pairs, looks) that catches `detect` at the gate's power and alpha,
+    from `metric`'s recorded components at the record's costs; `bounds`: nested.plan's limits."""
+    costs = data["costs"]
+    return nested.plan(
+        components(data, metric),
+        launch_s=costs["launch_s"],
+        round_s=costs["round_s"],
+        detect=detect,
+        power=POWER,
+        alpha=ALPHA,
+        **bounds,
+    ).as_dict()
 
 
 def components(data: dict[str, Any], metric: str = PLANNED_METRIC) -> nested.Components:

@@ -33,6 +33,19 @@ def _records(paths) -> list[dict[str, Any]]:
     return found
 
 
+def _sorted_records(paths) -> list[dict[str, Any]]:
+    return sorted(_records(paths), key=lambda d: (components.PointKind(**d["point"]).name, d["machine"]))
+
+
+def _component_cells(m: dict[str, Any]) -> list[str]:
+    """A metric's launch sd (with its upper bound), round sd and start-order effect, as the tables show them."""
+    return [
+        f"{_pct(m['sigma_launch'], 2)} (≤ {_pct(m['sigma_launch_upper'], 2)})",
+        _pct(m["sigma_round"]),
+        f"{m['start_order']:+.2%}",
+    ]
+
+
 def _minutes(seconds: float | None) -> str:
     return "–" if seconds is None else f"{seconds / 60:.0f} min"
 
@@ -50,7 +63,7 @@ def components_table(paths) -> str:
     """One row per machine and point kind: the launch and round sd of the model step, the start-order effect,
     what a launch pair and a round cost, and the plan `ab` runs (and what catching 3% would take)."""
     rows = []
-    for d in sorted(_records(paths), key=lambda d: (components.PointKind(**d["point"]).name, d["machine"])):
+    for d in _sorted_records(paths):
         m = d["metrics"][components.PLANNED_METRIC]
         costs = d.get("costs") or {}
         rows.append(
@@ -58,9 +71,7 @@ def components_table(paths) -> str:
                 components.PointKind(**d["point"]).name,
                 f"`{d['machine']}`",
                 f"{m['blocks']} ({m['trials']} trials, {m['rounds']} rounds)",
-                f"{_pct(m['sigma_launch'], 2)} (≤ {_pct(m['sigma_launch_upper'], 2)})",
-                _pct(m["sigma_round"]),
-                f"{m['start_order']:+.2%}",
+                *_component_cells(m),
                 f"{costs['launch_s']:.0f} s, {costs['round_s']:.1f} s" if costs else "–",
                 _plan(d.get("plan")),
                 _plan(d.get("plan_3pct")),
@@ -87,32 +98,19 @@ def clocks_table(paths) -> str:
     """The model step on each clock it was read on, from the same rounds of the same launches: the components,
     and the plan each would buy at the record's costs (the gate plans with the wall clock, step_ms)."""
     rows = []
-    for d in sorted(_records(paths), key=lambda d: (components.PointKind(**d["point"]).name, d["machine"])):
-        costs = d.get("costs") or {}
-        for metric in [m.column for m in metrics.METRICS if m.clock and m.column in d["metrics"]]:
+    for d in _sorted_records(paths):
+        for metric, clock in metrics.CLOCKS.items():
+            if metric not in d["metrics"]:
+                continue
             m = d["metrics"][metric]
-            plan = (
-                nested.plan(
-                    components.components(d, metric),
-                    launch_s=costs["launch_s"],
-                    round_s=costs["round_s"],
-                    detect=components.DETECT,
-                    power=components.POWER,
-                    alpha=components.ALPHA,
-                ).as_dict()
-                if costs
-                else None
-            )
             rows.append(
                 [
                     components.PointKind(**d["point"]).name,
                     f"`{d['machine']}`",
-                    f"`{metric}` ({metrics.METRIC[metric].clock})",
+                    f"`{metric}` ({clock})",
                     f"{m['blocks']} ({m['rounds']} rounds)",
-                    f"{_pct(m['sigma_launch'], 2)} (≤ {_pct(m['sigma_launch_upper'], 2)})",
-                    _pct(m["sigma_round"]),
-                    f"{m['start_order']:+.2%}",
-                    _plan(plan),
+                    *_component_cells(m),
+                    _plan(components.plan_for(d, metric) if d.get("costs") else None),
                 ]
             )
     head = [
