@@ -307,6 +307,11 @@ def power_at(c: Components, *, rounds: int, blocks: int, shift: float, alpha_loo
     return 1 - _N.cdf(z - shift / se)
 
 
+def design_cost_s(blocks: int, rounds: int, *, launch_s: float, round_s: float) -> float:
+    """What `blocks` launch pairs of `rounds` rounds each cost, in seconds: each pair's start, then its rounds."""
+    return blocks * (launch_s + rounds * round_s)
+
+
 def plan(
     c: Components,
     *,
@@ -332,13 +337,13 @@ def plan(
         for blocks in range(look_every, max_blocks + 1, look_every):
             looks = blocks // look_every
             if power_at(c, rounds=rounds, blocks=blocks, shift=shift, alpha_look=alpha / looks) >= power:
-                cost = blocks * (launch_s + rounds * round_s)
+                cost = design_cost_s(blocks, rounds, launch_s=launch_s, round_s=round_s)
                 if best is None or cost < best[0]:
                     best = (cost, rounds, blocks)
                 break
     if best is None:  # no design within max_blocks: the most powerful one, said so by its detectable
         rounds, blocks = min(max(centre, 16), max_rounds), max_blocks
-        best = (blocks * (launch_s + rounds * round_s), rounds, blocks)
+        best = (design_cost_s(blocks, rounds, launch_s=launch_s, round_s=round_s), rounds, blocks)
     cost, rounds, blocks = best
     looks = blocks // look_every
     return Plan(

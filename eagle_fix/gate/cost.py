@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from eagle_fix.core import nested
 from eagle_fix.core.errors import EagleFixError
 from eagle_fix.gate import components
 from eagle_fix.gate.calibration_tables import _md
@@ -23,13 +24,16 @@ def point_cost(machine: str, kind: components.PointKind) -> dict[str, Any]:
     if not data or not data.get("plan") or not data.get("costs"):
         return {"kind": kind, "source": source or "no record on any machine", "look_s": None, "plan_s": None}
     plan, costs = data["plan"], data["costs"]
-    launch_pair = costs["launch_s"] + plan["rounds"] * costs["round_s"]
+
+    def cost(blocks: int) -> float:
+        return nested.design_cost_s(blocks, plan["rounds"], launch_s=costs["launch_s"], round_s=costs["round_s"])
+
     return {
         "kind": kind,
         "source": source,
         "plan": plan,
-        "look_s": plan["look_every"] * launch_pair,
-        "plan_s": plan["max_blocks"] * launch_pair,
+        "look_s": cost(plan["look_every"]),
+        "plan_s": cost(plan["max_blocks"]),
     }
 
 

@@ -148,7 +148,7 @@ def replay(
         for alpha, design in designs.items():
             seq = [draw(rng, blocks, launches=design.max_blocks, rounds=design.rounds, shift=shift) for _ in range(n)]
             verdicts, used, significant = zip(*(sequential(t, c, design, threshold) for t in seq))
-            cost = [u * (launch_s + design.rounds * round_s) for u in used]
+            cost = [nested.design_cost_s(u, design.rounds, launch_s=launch_s, round_s=round_s) for u in used]
             out["sequential"].append(
                 {
                     "shift": shift,
