@@ -54,6 +54,10 @@ FIELDS = (
     "drafter_steps",
     "drafter_proposals",
     "max_seq_len_drafted",
+    # drafter calls damaged by the acceptance gate's calibration knobs (eagle_fix.fix.damage); 0 without
+    "drafter_calls_damaged",
+    # the first request's greedy tokens of the first decode run: the eager/compile parity check's input
+    "output_token_ids",
     "samples",
     "ci95",
     "repeats",
@@ -425,6 +429,7 @@ ACCEPTANCE_COLUMNS = (
     "drafter_proposals",
     "drafter_coverage",
     "max_seq_len_drafted",
+    "drafter_calls_damaged",
 )
 
 

@@ -41,6 +41,8 @@ PIN_ENV = "EAGLE_FIX_PIN"
 CACHE_DIR_ENV = "EAGLE_FIX_CACHE_DIR"
 INJECT_SLOWDOWN_ENV = "EAGLE_FIX_INJECT_SLOWDOWN"
 INJECT_DELAY_ENV = "EAGLE_FIX_INJECT_STEP_DELAY_MS"
+INJECT_DRAFT_NOISE_ENV = "EAGLE_FIX_INJECT_DRAFT_NOISE"
+INJECT_DRAFT_ERRORS_ENV = "EAGLE_FIX_INJECT_DRAFT_ERRORS"
 PARENT_PID_ENV = "EAGLE_FIX_PARENT_PID"
 ENGINE_LOG_ENV = "EAGLE_FIX_ENGINE_LOG"
 # The GPU workflow and the tests
@@ -127,6 +129,22 @@ SETTINGS: tuple[Setting, ...] = (
     _s(
         INJECT_DELAY_ENV,
         "a fixed sleep (ms) before every model step (the older calibration files)",
+        "0",
+        "the plugin",
+        "calibration",
+    ),
+    _s(
+        INJECT_DRAFT_ERRORS_ENV,
+        "each drafted token made wrong with seeded probability S (the acceptance gate's calibration: a "
+        "partial, reproducible drafter loss in any regime; refused where results are committed)",
+        "0",
+        "the plugin",
+        "calibration",
+    ),
+    _s(
+        INJECT_DRAFT_NOISE_ENV,
+        "the drafter's input hidden states blurred by seeded noise of F x each row's RMS (the acceptance "
+        "gate's calibration: a partial, reproducible drafter loss; refused where results are committed)",
         "0",
         "the plugin",
         "calibration",

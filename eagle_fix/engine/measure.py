@@ -219,7 +219,8 @@ def measure_point(
             samples["tpot_ms"].append(1000.0 * decode_s / max(1, output_len - 1))
         if i == 0:
             result.output_tokens = n_out
-            result.output_token_ids_head = list(outputs[0].outputs[0].token_ids[:16])
+            result.output_token_ids = list(outputs[0].outputs[0].token_ids)
+            result.output_token_ids_head = result.output_token_ids[:16]
         if counted:
             for key, value in _acceptance(llm, before).items():
                 setattr(result, key, value)
@@ -253,5 +254,6 @@ def _acceptance(llm: Any, before: dict[str, Any]) -> dict[str, Any]:
         if stats.get("spec_steps") and stats.get("proposals") is not None
         else None,
         "max_seq_len_drafted": stats.get("max_seq_len_drafted"),
+        "drafter_calls_damaged": stats.get("damaged"),
         "missing_hooks": stats.get("missing_hooks") or [],
     }

@@ -51,6 +51,7 @@ class PointReply:
     samples: dict[str, list[float]] = field(default_factory=dict)
     output_tokens: int | None = None
     output_token_ids_head: list[int] | None = None
+    output_token_ids: list[int] | None = None  # the first request's, whole (eagle_fix.core.parity)
     num_drafts: int | None = None
     num_draft_tokens: int | None = None
     num_accepted_tokens: int | None = None
@@ -61,6 +62,7 @@ class PointReply:
     drafter_proposals: int | None = None
     drafter_coverage: float | None = None
     max_seq_len_drafted: int | None = None
+    drafter_calls_damaged: int | None = None
     missing_hooks: list[str] | None = None
     worker_memory: dict[str, Any] | None = None
 

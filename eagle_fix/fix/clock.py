@@ -12,7 +12,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from eagle_fix.core.settings import INJECT_DELAY_ENV, INJECT_SLOWDOWN_ENV
+from eagle_fix.core.settings import (
+    INJECT_DELAY_ENV,
+    INJECT_DRAFT_ERRORS_ENV,
+    INJECT_DRAFT_NOISE_ENV,
+    INJECT_SLOWDOWN_ENV,
+)
+from eagle_fix.fix.damage import parse_draft_errors, parse_draft_noise
 
 # Test-only: sleep this many ms in the worker on every model step. Superseded by
 # INJECT_SLOWDOWN_ENV (a fixed sleep cannot make a small relative slowdown); kept because the committed
@@ -22,7 +28,7 @@ from eagle_fix.core.settings import INJECT_DELAY_ENV, INJECT_SLOWDOWN_ENV
 # not sleeping: a sleep hands the core to other threads and its wake-up latency is coarser than the
 # few-percent effects being calibrated. Both knobs are recorded on every record (`env`) and refused by
 # commands that write committed results.
-INJECT_ENVS = (INJECT_DELAY_ENV, INJECT_SLOWDOWN_ENV)
+INJECT_ENVS = (INJECT_DELAY_ENV, INJECT_SLOWDOWN_ENV, INJECT_DRAFT_ERRORS_ENV, INJECT_DRAFT_NOISE_ENV)
 
 
 def parse_delay_ms(raw: str) -> float:
@@ -54,6 +60,9 @@ def parse_slowdown(raw: str) -> float:
 INJECT_PARSERS: dict[str, Callable[[str], float]] = {
     INJECT_DELAY_ENV: parse_delay_ms,
     INJECT_SLOWDOWN_ENV: parse_slowdown,
+    # eagle_fix.fix.damage: the acceptance gate's knobs
+    INJECT_DRAFT_ERRORS_ENV: parse_draft_errors,
+    INJECT_DRAFT_NOISE_ENV: parse_draft_noise,
 }
 
 

@@ -16,6 +16,7 @@ import sys
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from eagle_fix.core.settings import INJECT_DRAFT_ERRORS_ENV, INJECT_DRAFT_NOISE_ENV
 from eagle_fix.fix.clock import (
     INJECT_DELAY_ENV,
     INJECT_SLOWDOWN_ENV,
@@ -25,6 +26,7 @@ from eagle_fix.fix.clock import (
     wrap_step,
     wrap_step_end,
 )
+from eagle_fix.fix.damage import DAMAGE, inject_draft_errors, inject_draft_noise
 
 logger = logging.getLogger("vllm.eagle_fix")
 
@@ -45,6 +47,7 @@ class _Counters:
         self.fits_steps = 0  # ... and the input fitted in the drafter (V2 has no such gate: every step)
         self.proposals = 0  # drafter forward passes actually run
         self.max_seq_len_drafted = 0
+        self.damaged = 0  # drafter calls damaged by a calibration knob (eagle_fix.fix.damage)
 
     def as_dict(self) -> dict[str, int]:
         return dict(vars(self))
@@ -116,9 +119,12 @@ COUNTERS_OF = {
     "step": ("step_times_ms", "step_cpu_ms", "step_prompt", "step_spun_ms"),
     "v1_gate": ("spec_steps", "fits_steps"),
     "v2_step": ("spec_steps", "fits_steps", "step_times_ms", "step_cpu_ms", "step_prompt", "step_spun_ms"),
-    "v1_propose": ("proposals", "max_seq_len_drafted"),
-    "v2_propose": ("proposals", "max_seq_len_drafted"),
+    "v1_propose": ("proposals", "max_seq_len_drafted", "damaged"),
+    "v2_propose": ("proposals", "max_seq_len_drafted", "damaged"),
 }
+# The proposer's inputs the calibration knob EAGLE_FIX_INJECT_DRAFT_NOISE blurs, per runner: the first
+# one a call carries (V2: EAGLE3 drafts from the target's auxiliary layers, other EAGLE drafts from its last).
+DAMAGE_INPUTS = {"v1": ("target_hidden_states",), "v2": ("aux_hidden_states", "last_hidden_states")}
 # The fields of the argument the proposal wrappers read the furthest position from.
 ARGUMENT_FIELDS = {
     "v1": ("vllm.v1.attention.backend", "CommonAttentionMetadata", ("max_seq_len",)),
@@ -251,12 +257,15 @@ def _wrap_v1_gate(gate: Callable[..., Any]) -> Callable[..., Any]:
 
 def _wrap_v1_propose(propose: Callable[..., Any]) -> Callable[..., Any]:
     meta_of = argument_reader(propose, "common_attn_metadata")
+    damage = _damage(propose, "v1")
 
     def propose_counted(self: Any, *args: Any, **kwargs: Any) -> Any:
         meta = meta_of(args, kwargs)
         COUNTERS.proposals += 1
         if meta is not None:
             COUNTERS.max_seq_len_drafted = max(COUNTERS.max_seq_len_drafted, int(meta.max_seq_len))
+        if damage is not None:
+            return damage(propose, self, args, kwargs)
         return propose(self, *args, **kwargs)
 
     return propose_counted
@@ -285,6 +294,7 @@ def _wrap_v2_step(sample_tokens: Callable[..., Any]) -> Callable[..., Any]:
 def _wrap_v2_propose(propose: Callable[..., Any]) -> Callable[..., Any]:
     batch_of, dummy_of = argument_reader(propose, "input_batch"), argument_reader(propose, "dummy_run")
     profile_of, k_of = argument_reader(propose, "is_profile"), argument_reader(propose, "num_speculative_tokens")
+    damage = _damage(propose, "v2")
 
     def propose_counted(self: Any, *args: Any, **kwargs: Any) -> Any:
         # dummy and profile runs (start-up, data-parallel sync) draft nothing real; k = 0 (dynamic
@@ -297,9 +307,64 @@ def _wrap_v2_propose(propose: Callable[..., Any]) -> Callable[..., Any]:
             except (AttributeError, TypeError, ValueError, RuntimeError):
                 reached = 0
             COUNTERS.max_seq_len_drafted = max(COUNTERS.max_seq_len_drafted, reached)
+            if damage is not None:
+                return damage(propose, self, args, kwargs)
         return propose(self, *args, **kwargs)
 
     return propose_counted
+
+
+def _damage(fn: Callable[..., Any], runner: str) -> Callable[..., Any] | None:
+    """Under the calibration knobs (eagle_fix.fix.damage), a function calling the proposer with the first
+    of the runner's DAMAGE_INPUTS the call carries (a tensor, or a list of tensors) blurred (EAGLE_FIX_INJECT_DRAFT_NOISE),
+    and returning its drafted ids with a seeded share made wrong (EAGLE_FIX_INJECT_DRAFT_ERRORS). None
+    without the knobs; a knob the engine's signature cannot take is one line, and not applied."""
+    share, scale, names = inject_draft_errors(), inject_draft_noise(), DAMAGE_INPUTS[runner]
+    params = list(inspect.signature(fn).parameters)
+    present = [n for n in names if n in params]
+    if scale > 0 and not present:
+        message = (
+            f"{_release()}, model runner {runner}: {fn.__qualname__} has no parameter {' or '.join(names)}: "
+            f"{INJECT_DRAFT_NOISE_ENV} not applied"
+        )
+        ACTIONS.append(message)
+        logger.warning("eagle-fix: %s", message)
+        scale = 0.0
+    if scale > 0:
+        ACTIONS.append(
+            f"drafter input ({', '.join(present)}) blurred by noise of {scale:g} x its RMS on runner {runner} "
+            f"({INJECT_DRAFT_NOISE_ENV}, calibration only)"
+        )
+    if share > 0:
+        ACTIONS.append(
+            f"{share:g} of drafted tokens made wrong on runner {runner} ({INJECT_DRAFT_ERRORS_ENV}, calibration only)"
+        )
+    if scale <= 0 and share <= 0:
+        return None
+
+    def blurred(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        for name in present:
+            index = params.index(name) - 1  # self is not in args
+            value = kwargs[name] if name in kwargs else (args[index] if 0 <= index < len(args) else None)
+            if value is None:
+                continue
+            if isinstance(value, list | tuple):
+                value = type(value)(DAMAGE.perturb(v, scale) for v in value)
+            else:
+                value = DAMAGE.perturb(value, scale)
+            if name in kwargs:
+                return args, {**kwargs, name: value}
+            return (*args[:index], value, *args[index + 1 :]), kwargs
+        return args, kwargs
+
+    def damaged(propose: Callable[..., Any], self: Any, args: tuple, kwargs: dict) -> Any:
+        COUNTERS.damaged += 1
+        if scale > 0:
+            args, kwargs = blurred(args, kwargs)
+        out = propose(self, *args, **kwargs)
+        return DAMAGE.wrong(out, share) if share > 0 else out
+
+    return damaged
 
 
 _WRAPPERS: dict[str, Callable[[Callable[..., Any]], Callable[..., Any]]] = {

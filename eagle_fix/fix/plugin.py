@@ -27,6 +27,7 @@ from typing import Any
 
 from eagle_fix.core.settings import MODE_ENV
 from eagle_fix.fix.clock import STEPS, inject_slowdown
+from eagle_fix.fix.damage import inject_draft_errors, inject_draft_noise
 from eagle_fix.fix.hooks import (
     ACTIONS,
     COUNTERS,
@@ -210,7 +211,13 @@ class DrafterStatsExtension:
     def eagle_fix_drafter_stats(self) -> dict[str, Any]:
         model_runner = getattr(self, "model_runner", None)
         runner = runner_of(model_runner) if model_runner is not None else None
-        stats: dict[str, Any] = {**COUNTERS.as_dict(), **STEPS.as_dict(), "inject_slowdown": inject_slowdown()}
+        stats: dict[str, Any] = {
+            **COUNTERS.as_dict(),
+            **STEPS.as_dict(),
+            "inject_slowdown": inject_slowdown(),
+            "inject_draft_errors": inject_draft_errors(),
+            "inject_draft_noise": inject_draft_noise(),
+        }
         missing = missing_hooks(runner) if runner is not None else []
         if runner is not None:
             for point in HOOK_POINTS[runner]:

@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from eagle_fix.core import metrics, record
+from eagle_fix.core import metrics, parity, record
 from eagle_fix.core.errors import EagleFixError
 from eagle_fix.engine import lifecycle
 from eagle_fix.engine.lifecycle import Interrupted
@@ -71,7 +71,9 @@ def run_sweep(args: RunArgs) -> list[dict[str, Any]]:
                     engine = EngineProcess(spec, log, startup_timeout_s=STARTUP_TIMEOUT_S)
                 except EngineDied as exc:
                     for p in pending:  # an engine that cannot start fails all its points the same way
-                        records.append(_emit(run, _record(run, p, fields, status="failed", error=str(exc)), progress))
+                        records.append(
+                            _emit(run, _record(run, p, fields, status="failed", error=str(exc)), progress, records)
+                        )
                     break
                 sampler.watch(engine.pid)
                 try:
@@ -98,7 +100,7 @@ def run_sweep(args: RunArgs) -> list[dict[str, Any]]:
                                 memory=sampler.peaks(),
                                 load=during,
                             )
-                            records.append(_emit(run, rec, progress))
+                            records.append(_emit(run, rec, progress, records))
                             break  # restart the engine for the remaining points
                         rec = _record(
                             run,
@@ -115,7 +117,7 @@ def run_sweep(args: RunArgs) -> list[dict[str, Any]]:
                         else:
                             rec["speedup"] = record.speedup(rec, baselines.get(record.baseline_key(rec)))
                             rec["flags"] = record.flags(rec)  # the speedup's bound is checked too
-                        records.append(_emit(run, rec, progress))
+                        records.append(_emit(run, rec, progress, records))
                 finally:
                     engine.close()
                     sampler.watch(None)
@@ -204,6 +206,7 @@ def _record(
         rec.update(load)
     if result:
         record.summarize(rec, result.samples, result.acceptance())
+        rec["output_token_ids"] = result.output_token_ids
         _roofline(rec, run)
     doctor = fields.get("doctor")
     if p.arm == "eagle3":
@@ -237,7 +240,9 @@ def _relative(path: Path, run: Resolved) -> str:
     return os.path.relpath(path, base)
 
 
-def _emit(run: Resolved, rec: dict[str, Any], progress: Progress) -> dict[str, Any]:
+def _emit(run: Resolved, rec: dict[str, Any], progress: Progress, earlier: list[dict[str, Any]]) -> dict[str, Any]:
+    """Write a point (flagged where it disagrees with its twin in the other mode) and show it."""
+    rec["flags"] = [*rec.get("flags", []), *parity.flags(rec, earlier)]
     if run.out is not None:
         record.append(run.out, rec)
     progress.point(rec)

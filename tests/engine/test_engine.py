@@ -272,3 +272,61 @@ def test_an_engine_whose_plugin_did_not_load_fails_its_start_in_one_line(tmp_pat
     first = str(died.value).splitlines()[0]
     assert "engine start refused: the eagle-fix plugin did not register in the engine" in first, first
     assert "worker pid" in first and "the front end" in first and "pip install -e ." in first
+
+
+def test_eager_and_compiled_twins_generate_the_same_tokens_and_pass_parity(ab):
+    """Greedy decoding in both modes at one point gives the same tokens (the parity check's premise on this
+    pair), and the sweep found no parity mismatch anywhere in the fix A/B."""
+    pairs = 0
+    for (ctx, mode, arm, fix), r in ab.items():
+        twin = ab.get((ctx, "compile", arm, fix)) if mode == "eager" else None
+        if twin is None or r["status"] != "ok" or twin["status"] != "ok":
+            continue
+        assert r["output_token_ids"] and len(r["output_token_ids"]) == 32
+        assert r["output_token_ids"] == twin["output_token_ids"], (ctx, arm, fix)
+        pairs += 1
+    assert pairs == 4 * len(CONTEXTS) - len(PAST)  # every arm at every context, the compiled fix-off crashes aside
+    assert not [f for r in ab.values() for f in r["flags"] if f.startswith("parity")]
+
+
+def test_a_drafter_damaged_in_one_mode_is_flagged_by_parity_and_fails_compare(ab_run, tmp_path):
+    """EAGLE_FIX_INJECT_DRAFT_ERRORS on the compiled twin only (a --resume of the shared sweep's eager
+    point): the target's tokens stay exact, acceptance falls to what the share predicts, the record is
+    flagged `parity`, and `eagle-fix compare` against the undamaged pair fails on that flag."""
+    from eagle_fix.core import record
+    from eagle_fix.fix.damage import expected_acceptance
+
+    _, out = ab_run
+    mine = [r for r in record.read(out) if r["context_len"] == SHORT and r["arm"] == "eagle3" and r["fix"] == "on"]
+    base, new = tmp_path / "base.jsonl", tmp_path / "new.jsonl"
+    for r in mine:
+        record.append(base, r)
+    record.append(new, next(r for r in mine if r["mode"] == "eager"))
+    args = [*AB_ARGS[:2], "--contexts", str(SHORT), "--modes", "eager,compile", "--arms", "eagle3", "--fix", "on"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "eagle_fix.cli", "run", *args, *AB_ARGS[-4:], "--out", str(new), "--resume"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=1800,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "EAGLE_FIX_INJECT_DRAFT_ERRORS": "0.9"},
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    eager, damaged = record.read(new)
+    assert damaged["mode"] == "compile" and damaged["env"] == {"EAGLE_FIX_INJECT_DRAFT_ERRORS": "0.9"}
+    assert damaged["drafter_calls_damaged"] > 0 and eager["drafter_calls_damaged"] == 0
+    assert damaged["output_token_ids"] == eager["output_token_ids"]  # rejection sampling keeps the target exact
+    lo, hi = damaged["ci95"]["acceptance_length"]
+    assert lo <= expected_acceptance(0.9, 3) <= hi, (damaged["acceptance_length"], lo, hi)
+    assert [f for f in damaged["flags"] if f.startswith("parity: acceptance eager")], damaged["flags"]
+    gate = subprocess.run(
+        [sys.executable, "-m", "eagle_fix.cli", "compare", str(base), str(new), "--allow-cross-machine"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=600,
+        check=False,
+    )
+    assert gate.returncode == 1, gate.stdout[-3000:] + gate.stderr[-3000:]
+    assert re.search(r"compile\s+eagle3\s+on\s+flags\s.*parity\s+REGRESSION", gate.stdout), gate.stdout

@@ -12,7 +12,7 @@ import inspect
 
 import pytest
 
-from eagle_fix.fix.hooks import ARGUMENT_FIELDS, HOOK_POINTS, resolve_hook
+from eagle_fix.fix.hooks import ARGUMENT_FIELDS, DAMAGE_INPUTS, HOOK_POINTS, resolve_hook
 
 pytest.importorskip("vllm")
 
@@ -40,6 +40,17 @@ def test_the_argument_the_proposal_wrapper_reads_has_its_fields(runner):
     cls = getattr(importlib.import_module(module), cls_name)
     have = {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else set(dir(cls))
     assert set(fields) <= have, f"runner {runner}: {module}.{cls_name} lacks {sorted(set(fields) - have)}"
+
+
+@pytest.mark.parametrize("runner", sorted(DAMAGE_INPUTS))
+def test_the_proposer_takes_an_input_the_damage_knob_blurs(runner):
+    """EAGLE_FIX_INJECT_DRAFT_NOISE blurs the first of DAMAGE_INPUTS the proposer takes (the V2 hook is
+    measured nowhere else on CPU, so its signature is held here, in every release's venv)."""
+    point = next(p for p in HOOK_POINTS[runner] if p.wrap.endswith("_propose"))
+    _, fn, problem = resolve_hook(point)
+    assert problem is None, problem
+    names = list(inspect.signature(fn).parameters)
+    assert any(n in names for n in DAMAGE_INPUTS[runner]), (runner, DAMAGE_INPUTS[runner], names)
 
 
 def test_vllm_says_which_runner_it_picks():
