@@ -43,6 +43,7 @@ INJECT_SLOWDOWN_ENV = "EAGLE_FIX_INJECT_SLOWDOWN"
 INJECT_DELAY_ENV = "EAGLE_FIX_INJECT_STEP_DELAY_MS"
 INJECT_DRAFT_NOISE_ENV = "EAGLE_FIX_INJECT_DRAFT_NOISE"
 INJECT_DRAFT_ERRORS_ENV = "EAGLE_FIX_INJECT_DRAFT_ERRORS"
+INJECT_DRAFT_SEED_ENV = "EAGLE_FIX_INJECT_DRAFT_SEED"
 PARENT_PID_ENV = "EAGLE_FIX_PARENT_PID"
 ENGINE_LOG_ENV = "EAGLE_FIX_ENGINE_LOG"
 # The GPU workflow and the tests
@@ -137,6 +138,13 @@ SETTINGS: tuple[Setting, ...] = (
         INJECT_DRAFT_ERRORS_ENV,
         "each drafted token made wrong with seeded probability S (the acceptance gate's calibration: a "
         "partial, reproducible drafter loss in any regime; refused where results are committed)",
+        "0",
+        "the plugin",
+        "calibration",
+    ),
+    _s(
+        INJECT_DRAFT_SEED_ENV,
+        "the seed of both drafter-damage knobs: one trial of the acceptance gate's calibration each",
         "0",
         "the plugin",
         "calibration",

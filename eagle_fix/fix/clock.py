@@ -16,9 +16,10 @@ from eagle_fix.core.settings import (
     INJECT_DELAY_ENV,
     INJECT_DRAFT_ERRORS_ENV,
     INJECT_DRAFT_NOISE_ENV,
+    INJECT_DRAFT_SEED_ENV,
     INJECT_SLOWDOWN_ENV,
 )
-from eagle_fix.fix.damage import parse_draft_errors, parse_draft_noise
+from eagle_fix.fix.damage import parse_draft_errors, parse_draft_noise, parse_draft_seed
 
 # Test-only: sleep this many ms in the worker on every model step. Superseded by
 # INJECT_SLOWDOWN_ENV (a fixed sleep cannot make a small relative slowdown); kept because the committed
@@ -28,7 +29,13 @@ from eagle_fix.fix.damage import parse_draft_errors, parse_draft_noise
 # not sleeping: a sleep hands the core to other threads and its wake-up latency is coarser than the
 # few-percent effects being calibrated. Both knobs are recorded on every record (`env`) and refused by
 # commands that write committed results.
-INJECT_ENVS = (INJECT_DELAY_ENV, INJECT_SLOWDOWN_ENV, INJECT_DRAFT_ERRORS_ENV, INJECT_DRAFT_NOISE_ENV)
+INJECT_ENVS = (
+    INJECT_DELAY_ENV,
+    INJECT_SLOWDOWN_ENV,
+    INJECT_DRAFT_ERRORS_ENV,
+    INJECT_DRAFT_NOISE_ENV,
+    INJECT_DRAFT_SEED_ENV,
+)
 
 
 def parse_delay_ms(raw: str) -> float:
@@ -63,6 +70,7 @@ INJECT_PARSERS: dict[str, Callable[[str], float]] = {
     # eagle_fix.fix.damage: the acceptance gate's knobs
     INJECT_DRAFT_ERRORS_ENV: parse_draft_errors,
     INJECT_DRAFT_NOISE_ENV: parse_draft_noise,
+    INJECT_DRAFT_SEED_ENV: parse_draft_seed,
 }
 
 

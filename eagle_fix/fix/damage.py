@@ -20,10 +20,10 @@ import math
 import os
 from typing import Any
 
-from eagle_fix.core.settings import INJECT_DRAFT_ERRORS_ENV, INJECT_DRAFT_NOISE_ENV
+from eagle_fix.core.settings import INJECT_DRAFT_ERRORS_ENV, INJECT_DRAFT_NOISE_ENV, INJECT_DRAFT_SEED_ENV
 
-# The noise's seed: the same F gives the same damage in every engine launch (call i of a launch
-# draws from seed + i), so a trial's two sides differ only where their engines do.
+# The draws' seed: the same knob gives the same damage in every engine launch (call i of a launch draws
+# from seed + i); EAGLE_FIX_INJECT_DRAFT_SEED moves it, one calibration trial per value.
 NOISE_SEED = 20261205
 
 
@@ -68,6 +68,19 @@ def expected_acceptance(share: float, k: int) -> float:
     return 1.0 + sum((1.0 - share) ** i for i in range(1, k + 1))
 
 
+def parse_draft_seed(raw: str) -> float:
+    """A value of INJECT_DRAFT_SEED_ENV (a whole number >= 0); a bad one is a one-line ValueError naming it."""
+    if not raw.isdigit():
+        raise ValueError(f"{INJECT_DRAFT_SEED_ENV}={raw!r} must be a whole number >= 0, e.g. 3")
+    return float(raw)
+
+
+def inject_draft_seed() -> int:
+    """The damage knobs' trial seed (0 without it)."""
+    raw = os.environ.get(INJECT_DRAFT_SEED_ENV, "").strip()
+    return int(parse_draft_seed(raw)) if raw else 0
+
+
 def inject_draft_noise() -> float:
     """The relative noise F on the drafter's input (0 without the knob); a bad value names the knob."""
     raw = os.environ.get(INJECT_DRAFT_NOISE_ENV, "").strip()
@@ -83,7 +96,7 @@ class _Damage:
     def _generator(self) -> Any:
         import torch
 
-        gen = torch.Generator().manual_seed(NOISE_SEED + self.calls)
+        gen = torch.Generator().manual_seed(NOISE_SEED + 1_000_003 * inject_draft_seed() + self.calls)
         self.calls += 1
         return gen
 

@@ -200,7 +200,9 @@ def resolve(args: RunArgs) -> Resolved:
             f"--contexts {short[0]} leaves no room for a prompt with --output-len {output_len}; use a longer context"
         )
     out = args.out
-    refuse_injected_delay(out)  # checks the knobs' values with or without --out
+    # checks the knobs' values with or without --out; calibration runs (records carry their knobs in `env`)
+    # may go to results/calibration/
+    refuse_injected_delay(out, calibration_ok=True)
     if out is not None:
         check_out(out, args.resume)
     log_dir = args.log_dir or ((out.parent / f"{out.stem}-logs") if out else Path("runs") / "logs")

@@ -1,0 +1,147 @@
+"""The acceptance gate's power, measured: how small a partial drafter loss `compare` and `ab` catch. Trials
+come from scripts/calibrate_acceptance.sh: `eagle-fix run` files named <share>-<trial>.jsonl, each one engine
+launch, the drafter damaged by EAGLE_FIX_INJECT_DRAFT_ERRORS=<share> under a seed of its own (share 0: the
+undamaged drafter, the base and the A/A). Each trial is judged against the first undamaged run by the gate's
+own test (eagle_fix.gate.verdict.acceptance: vLLM's counts of one decode run, the run's default length), so a
+detection here is a `compare` (and `ab`) verdict of "regression"."""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+from pathlib import Path
+from typing import Any
+
+from eagle_fix.core import record
+from eagle_fix.core.errors import EagleFixError
+from eagle_fix.fix.damage import expected_acceptance
+from eagle_fix.gate import verdict
+
+# What a calibrated share must do: caught in at least this share of at least GOAL_TRIALS trials.
+GOAL_DETECTION, GOAL_TRIALS = 0.9, 10
+
+
+def _trials(folder: Path) -> dict[float, list[tuple[str, list[dict[str, Any]]]]]:
+    """Records per share: [(trial name, the run's ok EAGLE3 records)], trials in name order."""
+    files = sorted(Path(folder).glob("*-*.jsonl"))
+    if not files:
+        raise EagleFixError(
+            f"{folder}: no <share>-<trial>.jsonl files; run scripts/calibrate_acceptance.sh first", exit_code=2
+        )
+    out: dict[float, list] = {}
+    for f in files:
+        share, _, name = f.stem.partition("-")
+        try:
+            key = float(share)
+        except ValueError:
+            raise EagleFixError(f"{f}: not a <share>-<trial>.jsonl name (e.g. 0.02-01.jsonl)", exit_code=2) from None
+        recs = [r for r in record.read(f) if r["status"] == "ok" and r["arm"] == "eagle3" and r["num_drafts"]]
+        out.setdefault(key, []).append((name, recs))
+    if 0.0 not in out:
+        raise EagleFixError(f"{folder}: no undamaged run (0-01.jsonl), the base every trial is judged against")
+    return out
+
+
+def _judge(base: dict[str, Any], new: dict[str, Any]) -> verdict.Verdict:
+    k = new.get("num_speculative_tokens") or len(new.get("accepted_per_position") or []) or 1
+    return verdict.acceptance(
+        base["num_drafts"],
+        base["num_accepted_tokens"],
+        new["num_drafts"],
+        new["num_accepted_tokens"],
+        base_length=base["acceptance_length"],
+        new_length=new["acceptance_length"],
+        k=k,
+    )
+
+
+def power(folder: Path) -> list[dict[str, Any]]:
+    """One row per context and share: trials, detections (A/A: false alarms), the relative drop of
+    acceptance (median over trials) and the drop the damage predicts."""
+    trials = _trials(folder)
+    (_, base_recs), *aa = trials[0.0]
+    base = {r["context_len"]: r for r in base_recs}
+    rows = []
+    for share in sorted(trials):
+        runs = aa if share == 0 else trials[share]
+        for ctx, b in sorted(base.items()):
+            drops, alarms, n = [], 0, 0
+            for _, recs in runs:
+                new = next((r for r in recs if r["context_len"] == ctx), None)
+                if new is None:
+                    continue
+                n += 1
+                drops.append(new["acceptance_length"] / b["acceptance_length"] - 1)
+                alarms += _judge(b, new).verdict == "regression"
+            k = b.get("num_speculative_tokens") or 3
+            rows.append(
+                {
+                    "context_len": ctx,
+                    "share": share,
+                    "trials": n,
+                    "alarms": alarms,
+                    "drop": statistics.median(drops) if drops else None,
+                    "predicted_drop": expected_acceptance(share, k) / (k + 1) - 1,
+                    "base_acceptance": b["acceptance_length"],
+                    "base_drafts": b["num_drafts"],
+                }
+            )
+    return rows
+
+
+def calibrated(rows: list[dict[str, Any]]) -> dict[int, dict[str, Any] | None]:
+    """Per context, the smallest share caught in >= 90% of >= 10 trials while the A/A trials raised no
+    alarm (None where no share qualifies)."""
+    out = {}
+    for ctx in sorted({r["context_len"] for r in rows}):
+        mine = [r for r in rows if r["context_len"] == ctx]
+        clean = all(r["alarms"] == 0 for r in mine if r["share"] == 0)
+        ok = [
+            r
+            for r in mine
+            if r["share"] > 0 and r["trials"] >= GOAL_TRIALS and r["alarms"] >= GOAL_DETECTION * r["trials"]
+        ]
+        out[ctx] = min(ok, key=lambda r: r["share"]) if ok and clean else None
+    return out
+
+
+def power_table(paths) -> str:
+    """The docs' table (`eagle-fix report --table acceptance-power FOLDER`)."""
+    (folder,) = paths
+    rows = power(Path(folder))
+    lines = [
+        "| context | drafted tokens made wrong | acceptance drop (predicted) | trials | caught |",
+        "|---|---|---|---|---|",
+    ]
+    for r in rows:
+        what = "none (A/A: an alarm is false)" if r["share"] == 0 else f"{r['share']:.1%}"
+        drop = "–" if r["drop"] is None else f"{r['drop']:+.1%} ({r['predicted_drop']:+.1%})"
+        lines.append(f"| {r['context_len'] // 1024}K | {what} | {drop} | {r['trials']} | {r['alarms']} |")
+    best = calibrated(rows)
+    base = {r["context_len"]: r for r in rows if r["share"] == 0}
+    said = []
+    for ctx, r in best.items():
+        b = base[ctx]
+        head = f"{ctx // 1024}K (base {b['base_acceptance']:.2f}, {b['base_drafts']} drafts)"
+        said.append(
+            f"{head}: a drop of {-r['drop']:.1%} caught in {r['alarms']} of {r['trials']}"
+            if r
+            else f"{head}: no share caught in {GOAL_DETECTION:.0%} of {GOAL_TRIALS} trials without a false alarm"
+        )
+    return "\n".join(lines) + "\n\nsmallest drop caught (≥ 90% of ≥ 10 trials, no A/A alarm): " + "; ".join(said)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m eagle_fix.gate.acceptance_power", description=__doc__)
+    parser.add_argument("folder", type=Path)
+    args = parser.parse_args(argv)
+    try:
+        print(power_table([args.folder]))
+    except EagleFixError as exc:
+        print(f"error: {exc}")
+        return exc.exit_code
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

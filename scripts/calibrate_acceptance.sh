@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Calibrate the acceptance gate on this machine (docs/statistics.md, "The acceptance gate's power"):
+# `eagle-fix run` at its defaults (cpu-quick: 512 tokens out, k = 3, greedy), eager EAGLE3 with the fix,
+# once undamaged per A/A trial and TRIALS times per share with the drafter damaged by
+# EAGLE_FIX_INJECT_DRAFT_ERRORS=<share> under EAGLE_FIX_INJECT_DRAFT_SEED=<trial> (each trial one
+# engine launch covering every context). Then the table: each trial judged against 0-01 by the gate's
+# own acceptance test.
+#   scripts/calibrate_acceptance.sh [TRIALS]          default 10
+#   CALIBRATE_SHARES="0.01 0.02 0.05"                 shares of drafted tokens made wrong
+#   CALIBRATE_AA=3                                    undamaged runs (the first is the base)
+#   CALIBRATE_CONTEXTS=8192,32768                     contexts (one engine per launch serves them all)
+#   CALIBRATE_OUT=results/calibration/acceptance      where; files that exist are skipped (resumable)
+# Acceptance counts do not depend on the machine's speed, but run it alone anyway: it is engine work.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${CALIBRATE_OUT:-results/calibration/acceptance}
+mkdir -p "$out"
+trials=${1:-10}
+shares=${CALIBRATE_SHARES:-0.01 0.02 0.05}
+aa=${CALIBRATE_AA:-3}
+contexts=${CALIBRATE_CONTEXTS:-8192,32768}
+start=$(date +%s)
+for i in $(seq -f %02g 1 "$trials"); do
+    for s in 0 $shares; do
+        f="$out/$s-$i.jsonl"
+        [ -f "$f" ] && continue
+        [ "$s" = 0 ] && [ $((10#$i)) -gt "$aa" ] && continue
+        rm -f "$f.part"
+        if [ "$s" = 0 ]; then knobs=(); else
+            knobs=(EAGLE_FIX_INJECT_DRAFT_ERRORS="$s" EAGLE_FIX_INJECT_DRAFT_SEED="$((10#$i))"); fi
+        echo "calibrate-acceptance: share $s trial $i ($(( $(date +%s) - start )) s so far)"
+        env "${knobs[@]}" .venv/bin/eagle-fix run --profile cpu-quick --contexts "$contexts" --modes eager \
+            --arms eagle3 --fix on --repeats 1 --out "$f.part" --no-progress || exit $?
+        mv "$f.part" "$f"
+    done
+done
+.venv/bin/python -m eagle_fix.gate.acceptance_power "$out"
+echo "calibrate-acceptance: done in $(( $(date +%s) - start )) s"
