@@ -30,7 +30,8 @@ for i in $(seq -f %02g 1 "$trials"); do
             knobs=(EAGLE_FIX_INJECT_DRAFT_ERRORS="$s" EAGLE_FIX_INJECT_DRAFT_SEED="$((10#$i))"); fi
         echo "calibrate-acceptance: share $s trial $i ($(( $(date +%s) - start )) s so far)"
         env "${knobs[@]}" .venv/bin/eagle-fix run --profile cpu-quick --contexts "$contexts" --modes eager \
-            --arms eagle3 --fix on --repeats 1 --out "$f.part" --no-progress || exit $?
+            --arms eagle3 --fix on --repeats 1 --out "$f.part" --log-dir "${TMPDIR:-/tmp}/eagle-fix-calibrate-acceptance-logs" \
+            --no-progress || exit $?
         mv "$f.part" "$f"
     done
 done
