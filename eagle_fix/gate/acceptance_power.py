@@ -8,6 +8,7 @@ detection here is a `compare` (and `ab`) verdict of "regression"."""
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,8 @@ from eagle_fix.gate import verdict
 
 # What a calibrated share must do: caught in at least this share of at least GOAL_TRIALS trials.
 GOAL_DETECTION, GOAL_TRIALS = 0.9, 10
+# The committed calibration (scripts/calibrate_acceptance.sh's default folder).
+FOLDER = Path(__file__).resolve().parents[2] / "results" / "calibration" / "acceptance"
 
 
 def _trials(folder: Path) -> dict[float, list[tuple[str, list[dict[str, Any]]]]]:
@@ -103,6 +106,37 @@ def calibrated(rows: list[dict[str, Any]]) -> dict[int, dict[str, Any] | None]:
         ]
         out[ctx] = min(ok, key=lambda r: r["share"]) if ok and clean else None
     return out
+
+
+@functools.cache
+def _committed(folder: Path) -> tuple[dict[str, Any], dict[int, dict[str, Any] | None]]:
+    """The committed calibration's setting (the base run's pair, output length, k) and its result per context."""
+    rows = power(folder)
+    (_, base_recs), *_ = _trials(folder)[0.0]
+    b = base_recs[0]
+    setting = {k: b.get(k) for k in ("output_len", "num_speculative_tokens", "batch_size")}
+    setting["profiles"] = ("cpu", "cpu-quick")  # the shipped pair and workload, whichever grid
+    return setting, calibrated(rows)
+
+
+def calibrated_power(rec: dict[str, Any], folder: Path = FOLDER) -> str | None:
+    """The measured power of the acceptance verdict at this point, in words, where the committed calibration
+    ran the same pair, workload and lengths at this context (None elsewhere: the counts test's own
+    detectable drop is then all a reader has)."""
+    try:
+        setting, best = _committed(Path(folder))
+    except EagleFixError:
+        return None
+    same = rec.get("profile") in setting["profiles"] and all(
+        rec.get(k) == setting[k] for k in ("output_len", "num_speculative_tokens", "batch_size")
+    )
+    ctx = rec.get("context_len")
+    if not same or ctx not in best:
+        return None
+    r = best[ctx]
+    if r is None:
+        return f"calibrated at {ctx // 1024}K: no drafter loss tried was caught in 9 of 10 trials"
+    return f"calibrated at {ctx // 1024}K: a {-r['drop']:.1%} drop caught in {r['alarms']} of {r['trials']} trials"
 
 
 def power_table(paths) -> str:

@@ -14,6 +14,7 @@ failed point, or a point missing from NEW, fails the gate.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import os
 import subprocess
@@ -22,7 +23,7 @@ from pathlib import Path
 
 from eagle_fix.core import metrics, record
 from eagle_fix.core.errors import EagleFixError
-from eagle_fix.gate import components, verdict
+from eagle_fix.gate import acceptance_power, components, verdict
 from eagle_fix.gate.verdict import DEFAULT_ALPHA, DEFAULT_THRESHOLD, FAILING, Verdict
 from eagle_fix.store.results import load_asv_commit, load_asv_file, load_jsonl
 
@@ -220,6 +221,9 @@ def _judge_metric(
             k=k,
             alpha=alpha,
         )
+        measured = acceptance_power.calibrated_power(rn)
+        if measured:
+            v = dataclasses.replace(v, power=f"{v.power}; {measured}")
     elif not m.noisy:
         v = verdict.exact(vb, vn, higher_is_better=m.higher_is_better)
     else:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from eagle_fix.core.errors import EagleFixError
-from eagle_fix.gate import calibration_tables, cost, noise_tables
+from eagle_fix.gate import acceptance_power, calibration_tables, cost, noise_tables
 from eagle_fix.publish.file_tables import (
     ab_table,
     compare_table,
@@ -58,6 +58,8 @@ FILE_TABLES["calibration-coverage"] = calibration_tables.coverage_table
 FILE_TABLES["gate-components"] = noise_tables.components_table
 FILE_TABLES["gate-clocks"] = noise_tables.clocks_table
 FILE_TABLES["gate-replay"] = noise_tables.replay_table
+# the acceptance gate's power (scripts/calibrate_acceptance.sh): the drafter damaged on purpose
+FILE_TABLES["acceptance-power"] = acceptance_power.power_table
 FILE_TABLES["gate-cost"] = cost.cost_table  # what gating the cpu-quick and cpu grids costs on one machine
 FILE_TABLES["settings"] = settings_table  # the environment variables, from eagle_fix.core.settings
 # Tables of the records' newest rows (key=value arguments filter them).

@@ -6,6 +6,7 @@ import argparse
 import html
 from pathlib import Path
 
+from eagle_fix.core import parity
 from eagle_fix.core.errors import EagleFixError
 from eagle_fix.publish.docs import DOC_TABLES, FILE_TABLES, render_table, update_docs
 from eagle_fix.publish.file_tables import map_table
@@ -85,6 +86,10 @@ def _notes(df) -> list[str]:
             "Rows marked synthetic acceptance ran with an acceptance rate given to the engine "
             "(random weights accept nothing): their acceptance and speedup are not measurements."
         )
+    for _, r in df.iterrows():  # eager and compiled twins that disagree (eagle_fix.core.parity)
+        for flag in r.get("flags") if isinstance(r.get("flags"), list) else []:
+            if str(flag).startswith(parity.FLAG):
+                notes.append(f"Parity, {r['context_len']} {r['arm']} {r.get('fix') or ''} ({r['mode']}): {flag}.")
     asv = df[df["source"] == "asv"] if "source" in df else df.iloc[:0]
     if len(asv):
         replayed = (asv.get("asv_source") == "replayed").sum() if "asv_source" in asv else 0

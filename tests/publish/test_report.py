@@ -476,3 +476,19 @@ def test_compare_table_judges_two_record_files_as_compare_does(tmp_path, launch_
     assert table.endswith("threshold 3%, alpha 0.01: 1 regression.")
     with pytest.raises(EagleFixError, match="two record files"):
         render_table("compare", [a], root=tmp_path)
+
+
+def test_a_parity_mismatch_is_a_note_under_its_table(tmp_path):
+    """A record the sweep flagged `parity` (eagle_fix.core.parity) is said in words where its table is."""
+    lines = (DATA / "fixture-new.jsonl").read_text().splitlines()
+    recs = [json.loads(x) for x in lines]
+    i = next(i for i, r in enumerate(recs) if r["mode"] == "compile" and r["arm"] == "eagle3")
+    flag = "parity: eager and compiled greedy outputs differ from token 7 of 32 (5 vs 9): a near-tie"
+    recs[i]["flags"] = [flag]
+    path = tmp_path / "run.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    write_report([path], tmp_path / "out")
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert f"Parity, {recs[i]['context_len']} eagle3 {recs[i]['fix'] or ''} (compile): {flag}." in md
+    write_report([DATA / "fixture-new.jsonl"], tmp_path / "plain")
+    assert "Parity," not in (tmp_path / "plain" / "report.md").read_text()

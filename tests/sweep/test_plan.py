@@ -121,7 +121,12 @@ def test_run_with_out_on_a_full_filesystem_is_one_line(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "knob, value", [("EAGLE_FIX_INJECT_SLOWDOWN", "0.05"), ("EAGLE_FIX_INJECT_STEP_DELAY_MS", "2")]
+    "knob, value",
+    [
+        ("EAGLE_FIX_INJECT_SLOWDOWN", "0.05"),
+        ("EAGLE_FIX_INJECT_STEP_DELAY_MS", "2"),
+        ("EAGLE_FIX_INJECT_DRAFT_ERRORS", "0.1"),
+    ],
 )
 def test_a_calibration_knob_never_reaches_the_committed_results(knob, value):
     """`eagle-fix run --out results/...` with an injected slowdown or delay: one line naming the knob,

@@ -1,0 +1,70 @@
+"""The acceptance gate's calibration table (eagle_fix.gate.acceptance_power) from trial files: every trial
+judged against the first undamaged run by the gate's own test, the A/A's alarms counted as false, and the
+smallest share that qualifies named per context."""
+
+from __future__ import annotations
+
+import pytest
+
+from eagle_fix.core import record
+from eagle_fix.core.errors import EagleFixError
+from eagle_fix.gate import acceptance_power
+
+
+def point(ctx, drafts, accepted):
+    return record.new(
+        profile="cpu-quick",
+        context_len=ctx,
+        mode="eager",
+        arm="eagle3",
+        fix="on",
+        batch_size=1,
+        output_len=512,
+        num_speculative_tokens=3,
+        status="ok",
+        num_drafts=drafts,
+        num_accepted_tokens=accepted,
+        acceptance_length=1 + accepted / drafts,
+    )
+
+
+def write(folder, name, *points):
+    for p in points:
+        record.append(folder / f"{name}.jsonl", p)
+
+
+def test_trials_are_judged_against_the_undamaged_base(tmp_path):
+    write(tmp_path, "0-01", point(8192, 128, 384), point(32768, 128, 384))
+    write(tmp_path, "0-02", point(8192, 128, 384), point(32768, 128, 384))  # A/A: identical counts
+    for i in range(1, 11):
+        # 8K: a 7% drop every time; 32K: a 1% drop, too small for 128 drafts
+        write(tmp_path, f"0.05-{i:02d}", point(8192, 140, 381), point(32768, 129, 381))
+    rows = {(r["context_len"], r["share"]): r for r in acceptance_power.power(tmp_path)}
+    assert rows[(8192, 0.0)]["trials"] == 1 and rows[(8192, 0.0)]["alarms"] == 0
+    assert rows[(8192, 0.05)]["alarms"] == 10 and rows[(8192, 0.05)]["drop"] == pytest.approx(3.721 / 4 - 1, abs=1e-3)
+    assert rows[(32768, 0.05)]["alarms"] == 0
+    best = acceptance_power.calibrated(list(rows.values()))
+    assert best[8192]["share"] == 0.05 and best[32768] is None
+    table = acceptance_power.power_table([tmp_path])
+    assert "| 8K | 5.0% |" in table and "32K (base 4.00, 128 drafts): no share caught" in table
+
+
+def test_a_folder_without_trials_or_base_is_one_line(tmp_path):
+    with pytest.raises(EagleFixError, match="run scripts/calibrate_acceptance.sh first"):
+        acceptance_power.power(tmp_path)
+    write(tmp_path, "0.05-01", point(8192, 128, 380))
+    with pytest.raises(EagleFixError, match="no undamaged run"):
+        acceptance_power.power(tmp_path)
+
+
+def test_the_calibrated_figure_is_said_only_where_the_calibration_ran_that_point(tmp_path):
+    write(tmp_path, "0-01", point(8192, 128, 384), point(32768, 128, 384))
+    for i in range(1, 11):
+        write(tmp_path, f"0.05-{i:02d}", point(8192, 140, 381), point(32768, 129, 381))
+    said = acceptance_power.calibrated_power(point(8192, 1, 1), tmp_path)
+    assert said == "calibrated at 8K: a 7.0% drop caught in 10 of 10 trials"
+    assert "no drafter loss tried was caught" in acceptance_power.calibrated_power(point(32768, 1, 1), tmp_path)
+    assert acceptance_power.calibrated_power({**point(8192, 1, 1), "output_len": 64}, tmp_path) is None
+    assert acceptance_power.calibrated_power({**point(8192, 1, 1), "profile": "gpu-tiny"}, tmp_path) is None
+    assert acceptance_power.calibrated_power(point(16384, 1, 1), tmp_path) is None
+    assert acceptance_power.calibrated_power(point(8192, 1, 1), tmp_path / "none") is None
