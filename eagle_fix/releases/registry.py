@@ -45,6 +45,9 @@ class Release:
     # The build's pinned release: for the CPU build pyproject's `cpu` extra (the project's .venv, every
     # CPU number in README), for the CUDA build the GPU workflow's default (its benchmark job).
     pinned: bool = False
+    # The CUDA build: the CUDA major version its wheel (and the torch it pins) links, which the driver must
+    # support (scripts/gpu_preflight.py); None where not read from the wheel.
+    cuda_major: int | None = None
 
     @property
     def tag(self) -> str:
@@ -93,7 +96,8 @@ RELEASES: tuple[Release, ...] = (
     # The CUDA builds share their version's source with the CPU build (same config classes).
     Release("0.31.0", CUDA, "seed", "kernel"),
     Release("0.32.0", CUDA, "seed", "manager"),
-    Release("0.33.0", CUDA, "generalized", "manager", pinned=True),
+    # 0.33.0 pins torch 2.14.0 and links libcudart.so.13
+    Release("0.33.0", CUDA, "generalized", "manager", pinned=True, cuda_major=13),
 )
 # Names --releases accepts for a group of the registry.
 GROUPS = {"cpu": CPU, "cuda": CUDA}
