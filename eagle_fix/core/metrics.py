@@ -218,7 +218,20 @@ CLOCK_MEANING = {
     "wall": "time.perf_counter in the engine's worker: elapsed time, whatever else ran",
     "thread_cpu": "time.thread_time of the worker's stepping thread: its own CPU time, not time descheduled",
 }
+CLOCK_MEANING["host"] = (
+    "time.perf_counter in the worker on a CUDA device: the step's kernels run asynchronously (async scheduling), so "
+    "it times their launch on the host, not the GPU's work; shown, never gated"
+)
+# Clocks whose times are shown but never gated (a record or ab file names its clocks).
+UNGATED_CLOCKS = frozenset({"host"})
 CLOCKS = {m.column: m.clock for m in METRICS if m.clock}
+
+
+def clocks_on(device_kind: str | None) -> dict[str, str]:
+    """The clock of each timed metric on this device: the worker's wall clock reads host time on CUDA."""
+    return {k: ("host" if device_kind == "cuda" and v == "wall" else v) for k, v in CLOCKS.items()}
+
+
 # The %-of-roofline columns and what each is a share of.
 ROOFLINE_SHARES = {"prefill_pct_of_peak_flops": "the matmul peak", "decode_pct_of_bandwidth": "the copy bandwidth"}
 # Per draft position (1..k): vLLM's accepted_per_pos / drafts; asv tracks the rejected share.

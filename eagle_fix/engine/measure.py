@@ -249,9 +249,11 @@ def _acceptance(llm: Any, before: dict[str, Any]) -> dict[str, Any]:
         "per_position_acceptance": [x / drafts for x in per_pos] if drafts else None,
         "drafter_steps": stats.get("spec_steps"),
         "drafter_proposals": stats.get("proposals"),
-        # unknown (None) where a counter's hook is missing in this engine: never a guessed 0
+        # unknown (None) where a counter's hook is missing in this engine: never a guessed 0; and on model
+        # runner V2, which has no fits-gate, a step that may draft always calls the drafter, so the share
+        # is 1 by construction there, not a measurement (its proposals and furthest position still are)
         "drafter_coverage": (stats["proposals"] / stats["spec_steps"])
-        if stats.get("spec_steps") and stats.get("proposals") is not None
+        if stats.get("spec_steps") and stats.get("proposals") is not None and stats.get("model_runner") != "v2"
         else None,
         "max_seq_len_drafted": stats.get("max_seq_len_drafted"),
         "drafter_calls_damaged": stats.get("damaged"),

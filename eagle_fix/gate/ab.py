@@ -243,7 +243,7 @@ def _measure(
         "identity": identity,
         "design": design.as_dict(),
         "launch_test": launch,
-        "clocks": {m: metrics.CLOCKS[m] for m, _ in PAIRED if m in metrics.CLOCKS},
+        "clocks": {m: c for m, c in metrics.clocks_on(run.profile.device).items() if m in dict(PAIRED)},
         "status": {},
         "error": {},
         "pairs": [],

@@ -58,10 +58,10 @@ def verdicts(
             )
         else:
             v = verdict.noisy(b, n, metric=metric, threshold=threshold, alpha=alpha, paired=True)
-        if metric not in verdict.GATED:  # observed beside the gated metrics: its change shown, no claim
-            v = dataclasses.replace(
-                v, verdict=verdict.NOT_GATED, evidence=f"{v.evidence}; observed, not gated", speed=False
-            )
+        clock = (entry.get("clocks") or {}).get(metric)
+        if metric not in verdict.GATED or clock in metrics.UNGATED_CLOCKS:  # its change shown, no claim
+            why = f"{clock} clock, shown only" if clock in metrics.UNGATED_CLOCKS else "observed, not gated"
+            v = dataclasses.replace(v, verdict=verdict.NOT_GATED, evidence=f"{v.evidence}; {why}", speed=False)
         out[metric] = {
             **v.detail,
             "verdict": v.verdict,

@@ -78,14 +78,20 @@ def nvml_handle() -> Any | None:
 
 
 def gpu_used_bytes(handle: Any) -> int:
-    """Device memory in use, from the v2 memory struct (it counts what v1 hides as reserved)."""
+    """Device memory in use. NVML's v2 struct reports what is allocated as `used` and the driver's own share
+    apart (`reserved`); the v1 struct's `used` is both together. v2 where the driver takes it, else v1 (a
+    pynvml without v2, or a driver that rejects the v2 call) plus nothing: the figure is then higher by the
+    driver's reserve, the same at every sample, so peaks and differences keep their meaning."""
     import pynvml
 
     version = getattr(pynvml, "nvmlMemory_v2", None)
-    info = (
-        pynvml.nvmlDeviceGetMemoryInfo(handle, version=version) if version else pynvml.nvmlDeviceGetMemoryInfo(handle)
-    )
-    return int(info.used)
+    if version:
+        try:
+            return int(pynvml.nvmlDeviceGetMemoryInfo(handle, version=version).used)
+        except pynvml.NVMLError as exc:  # an older driver: NVML_ERROR_ARGUMENT_VERSION_MISMATCH / NOT_SUPPORTED
+            if "version" not in str(exc).lower() and "not supported" not in str(exc).lower():
+                raise
+    return int(pynvml.nvmlDeviceGetMemoryInfo(handle).used)
 
 
 def gpu_total_bytes() -> tuple[int | None, str | None]:

@@ -254,11 +254,12 @@ def _common_fields(run: Resolved) -> dict[str, Any]:
     (before any engine starts, cached per fingerprint for a day), the code, the knobs."""
     fp = fingerprint()
     env = injected() or None
+    device = device_info()
     return {
-        "device": device_info(),
+        "device": device,
         "git_commit": git_commit(),
         "env": env,
-        "clocks": dict(metrics.CLOCKS),
+        "clocks": metrics.clocks_on((device or {}).get("kind")),
         "machine": fp,
         "machine_id": fp["id"],
         "machine_name": fp["name"],

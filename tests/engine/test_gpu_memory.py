@@ -513,3 +513,23 @@ def test_run_in_child_is_another_process_and_failures_are_one_line(monkeypatch):
     monkeypatch.setattr(sys, "executable", "/bin/false")
     with pytest.raises(EagleFixError, match="failed in its own process"):
         limits._run_in_child("_child_pid")
+
+
+def test_a_driver_that_rejects_the_v2_memory_call_falls_back_to_v1(nvml):
+    """pynvml has the v2 struct but the driver answers the versioned call with a version mismatch (an older
+    driver): the v1 figure, not a null; any other NVML error still reaches the caller (a null with its reason)."""
+    from eagle_fix.machine import device
+
+    mod = nvml(used=5 * 2**30)
+    mod.nvmlMemory_v2 = object()
+
+    def mem_info(handle, version=None):
+        if version is not None:
+            raise NVMLError("Argument Version Mismatch")
+        return types.SimpleNamespace(used=6 * 2**30, total=80 * 2**30)
+
+    mod.nvmlDeviceGetMemoryInfo = mem_info
+    assert device.gpu_used_bytes("gpu0") == 6 * 2**30
+    mod.nvmlDeviceGetMemoryInfo = lambda h, version=None: (_ for _ in ()).throw(NVMLError("GPU is lost"))
+    with pytest.raises(NVMLError, match="GPU is lost"):
+        device.gpu_used_bytes("gpu0")

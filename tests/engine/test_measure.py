@@ -60,6 +60,38 @@ def test_step_ms_is_none_without_decode_steps():
     assert decode_step_ms({"step_times_ms": [50.0], "step_prompt": [True]}) is None
 
 
+class _FakeLLM:
+    """What _acceptance reads from an engine: vLLM's counters and the plugin's RPC reply."""
+
+    def __init__(self, runner):
+        self.runner = runner
+
+    def get_metrics(self):
+        return []
+
+    def collective_rpc(self, name):
+        return [
+            {
+                "spec_steps": 10,
+                "fits_steps": 10,
+                "proposals": 10,
+                "max_seq_len_drafted": 9000,
+                "model_runner": self.runner,
+            }
+        ]
+
+
+def test_coverage_on_v2_is_not_a_measurement():
+    """V2 calls the drafter on every step that may draft (no fits-gate): its coverage is 1 by construction, so
+    the record leaves it unknown; V1's, where a gate can skip the drafter, is measured."""
+    from eagle_fix.engine.measure import _acceptance, spec_counters
+
+    for runner, want in (("v1", 1.0), ("v2", None)):
+        llm = _FakeLLM(runner)
+        got = _acceptance(llm, spec_counters(llm))
+        assert got["drafter_coverage"] == want and got["drafter_proposals"] == 10, (runner, got)
+
+
 def _run(tmp_path, name, env):
     out = tmp_path / f"{name}.jsonl"
     proc = subprocess.run(

@@ -103,6 +103,16 @@ def test_paired_verdicts():
     assert failed == {"status": {"verdict": "failed"}}
 
 
+def test_a_host_clock_metric_is_shown_never_gated():
+    """A metric an ab point reads on the `host` clock (step_ms on CUDA, metrics.clocks_on; tpot_ms stands in
+    here) keeps its change and gets no verdict; the other metrics are judged as before."""
+    base8 = [10.0, 10.2, 9.9, 10.1, 10.0, 10.3, 9.8, 10.1]
+    slow = [11.5, 11.8, 11.4, 11.6, 11.5, 11.9, 11.3, 11.6]
+    out = ab_result.verdicts(_entry(base8, slow, clocks={"tpot_ms": "host"}), 0.05, k=None)
+    assert out["tpot_ms"]["verdict"] == "not gated" and "host clock, shown only" in out["tpot_ms"]["evidence"]
+    assert out["decode_throughput_tok_s"]["verdict"] == "regression"
+
+
 def test_synthetic_acceptance_is_shown_never_judged():
     """A profile whose acceptance vLLM's synthetic sampler sets (gpu-dummy): the rate is shown, no
     verdict on it, whatever the two sides' counts say; coverage is still compared exactly."""

@@ -454,3 +454,19 @@ def test_a_recorded_launch_variance_lets_one_launch_a_side_speak(tmp_path, capsy
     launch_sd(0.15, machine, profile)
     assert cli.main(["compare", str(base), str(new)]) == 0
     assert re.search(r"decode_throughput_tok_s\s.*launch sd 15.00% .*within noise", capsys.readouterr().out)
+
+
+def test_host_time_on_cuda_is_shown_never_gated(launch_sd):
+    """On CUDA the worker's step clock times kernel launches (async scheduling), not the GPU's work: a record
+    whose clocks name `host` for step_ms gets its change shown and no verdict; the same change on the CPU's
+    wall clock fails the gate."""
+    from eagle_fix.core import metrics
+
+    launch_sd()
+    assert metrics.clocks_on("cuda")["step_ms"] == "host" and metrics.clocks_on("cpu")["step_ms"] == "wall"
+    b = point(step_ms=10.0, samples={"step_ms": noisy(10.0)})
+    for clock, want in (("host", "not gated"), ("wall", "regression")):
+        n = point(step_ms=13.0, samples={"step_ms": noisy(13.0)}, clocks={"step_ms": clock})
+        (row,) = [c for c in compare_records([b], [n]).changes if c.metric == "step_ms"]
+        assert row.verdict == want, row
+        assert ("host clock, shown only" in row.evidence) == (clock == "host")
