@@ -4,7 +4,6 @@ report read them)."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 from pathlib import Path
@@ -58,10 +57,9 @@ def verdicts(
             )
         else:
             v = verdict.noisy(b, n, metric=metric, threshold=threshold, alpha=alpha, paired=True)
-        clock = (entry.get("clocks") or {}).get(metric)
-        if metric not in verdict.GATED or clock in metrics.UNGATED_CLOCKS:  # its change shown, no claim
-            why = f"{clock} clock, shown only" if clock in metrics.UNGATED_CLOCKS else "observed, not gated"
-            v = dataclasses.replace(v, verdict=verdict.NOT_GATED, evidence=f"{v.evidence}; {why}", speed=False)
+        why = verdict.ungated_why((entry.get("clocks") or {}).get(metric), gated=metric in verdict.GATED)
+        if why is not None:  # its change shown, no claim
+            v = verdict.shown_only(v, why)
         out[metric] = {
             **v.detail,
             "verdict": v.verdict,

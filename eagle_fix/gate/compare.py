@@ -165,14 +165,9 @@ def compare_records(
                 m, rb, rn, threshold=threshold, alpha=alpha, noise_folder=noise_folder or components.FOLDER
             )
             if change is not None:
-                clock = (rn.get("clocks") or {}).get(m.column)
-                if clock in metrics.UNGATED_CLOCKS:
-                    v = dataclasses.replace(
-                        change[7],
-                        verdict=verdict.NOT_GATED,
-                        evidence=f"{change[5]}; {clock} clock, shown only",
-                        speed=False,
-                    )
+                why = verdict.ungated_why((rn.get("clocks") or {}).get(m.column))
+                if why is not None:
+                    v = verdict.shown_only(change[7], why)
                     change = (*change[:4], v.verdict, v.evidence, change[6], v)
                 result.changes.append(Change(key, *change))
         new_flags = sorted(set(rn.get("flags") or []) - set(rb.get("flags") or []))

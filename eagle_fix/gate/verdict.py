@@ -9,6 +9,7 @@ in eagle_fix.core.stats and eagle_fix.core.significance.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -63,6 +64,19 @@ class Verdict:
     detectable: float | None = None  # smallest relative slowdown it could call (speed rows); None: none
     speed: bool = False  # a gated speed row: counts toward the MIN_DETECTABLE line
     detail: dict[str, Any] = field(default_factory=dict)  # the statistics, for JSON
+
+
+def shown_only(v: Verdict, why: str) -> Verdict:
+    """V with its change kept and its claim dropped: a metric shown beside the gated ones (WHY: not gated,
+    or read on a clock that cannot carry a verdict, such as the host clock on CUDA)."""
+    return dataclasses.replace(v, verdict=NOT_GATED, evidence=f"{v.evidence}; {why}", speed=False)
+
+
+def ungated_why(clock: str | None, *, gated: bool = True) -> str | None:
+    """Why a metric read on CLOCK (GATED: one the gate judges) is shown without a verdict; None when it is judged."""
+    if clock in metrics.UNGATED_CLOCKS:
+        return f"{clock} clock, shown only"
+    return None if gated else "observed, not gated"
 
 
 def default_rounds(mode: str) -> int:
