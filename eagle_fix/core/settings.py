@@ -5,6 +5,7 @@ generated from this module (`eagle-fix report --table settings`)."""
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 
@@ -201,3 +202,16 @@ def get(name: str) -> str | None:
     if name not in SETTING:
         raise KeyError(f"{name} is not declared in eagle_fix.core.settings")
     return os.environ.get(name)
+
+
+def parse_number(name: str, raw: str, *, hint: str, high: float = math.inf) -> float:
+    """A knob's value as a number in [0, HIGH] (finite); a bad one is a one-line ValueError naming the knob
+    and, in HINT, what to give (every calibration knob reads its value through here)."""
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"{name}={raw!r} is not a number; {hint}") from None
+    if not 0 <= value <= high or math.isinf(value):  # `not <=` also catches NaN
+        bound = "a finite number >= 0" if math.isinf(high) else f"a share between 0 and {high:g}"
+        raise ValueError(f"{name}={raw!r} must be {bound}; {hint}")
+    return value

@@ -6,12 +6,12 @@ with these; the measurement reads STEPS through the worker extension."""
 from __future__ import annotations
 
 import inspect
-import math
 import os
 import time
 from collections.abc import Callable
 from typing import Any
 
+from eagle_fix.core import settings
 from eagle_fix.core.settings import (
     INJECT_DELAY_ENV,
     INJECT_DRAFT_ERRORS_ENV,
@@ -39,28 +39,15 @@ INJECT_ENVS = (
 
 
 def parse_delay_ms(raw: str) -> float:
-    """A value of INJECT_DELAY_ENV in milliseconds; a bad one is a one-line ValueError naming it."""
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ValueError(f"{INJECT_DELAY_ENV}={raw!r} is not a number of milliseconds, e.g. 2.5") from None
-    if not value >= 0 or math.isinf(value):
-        raise ValueError(f"{INJECT_DELAY_ENV}={raw!r} must be a finite number >= 0")
-    return value
+    """A value of INJECT_DELAY_ENV in milliseconds."""
+    return settings.parse_number(INJECT_DELAY_ENV, raw, hint="give milliseconds, e.g. 2.5")
 
 
 def parse_slowdown(raw: str) -> float:
-    """A value of INJECT_SLOWDOWN_ENV (0.05: every step 5% longer); a bad one is a one-line
-    ValueError naming it."""
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ValueError(
-            f"{INJECT_SLOWDOWN_ENV}={raw!r} is not a number; give the relative slowdown, e.g. 0.05 for steps 5% longer"
-        ) from None
-    if not value >= 0 or math.isinf(value):  # `not >=` also catches NaN
-        raise ValueError(f"{INJECT_SLOWDOWN_ENV}={raw!r} must be a finite number >= 0, e.g. 0.05")
-    return value
+    """A value of INJECT_SLOWDOWN_ENV (0.05: every step 5% longer)."""
+    return settings.parse_number(
+        INJECT_SLOWDOWN_ENV, raw, hint="give the relative slowdown, e.g. 0.05 for steps 5% longer"
+    )
 
 
 # each knob's parser, for the commands that check them before any engine starts
@@ -174,6 +161,19 @@ def argument_reader(fn: Callable[..., Any], name: str) -> Callable[[tuple, dict]
         return args[index] if 0 <= index < len(args) else default
 
     return read
+
+
+def argument_writer(fn: Callable[..., Any], name: str) -> Callable[[tuple, dict, Any], tuple[tuple, dict]]:
+    """The twin of argument_reader: (args, kwargs) of a call to fn with argument `name` replaced, where
+    the call placed it (by keyword or position; a call that left it out gets it by keyword)."""
+    index = list(inspect.signature(fn).parameters).index(name) - 1
+
+    def write(args: tuple, kwargs: dict, value: Any) -> tuple[tuple, dict]:
+        if name not in kwargs and 0 <= index < len(args):
+            return (*args[:index], value, *args[index + 1 :]), kwargs
+        return args, {**kwargs, name: value}
+
+    return write
 
 
 def wrap_step(step: Callable[..., Any]) -> Callable[..., Any]:

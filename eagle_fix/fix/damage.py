@@ -16,10 +16,10 @@ about. Two knobs, both seeded (the same value gives the same damage in every eng
 
 from __future__ import annotations
 
-import math
 import os
 from typing import Any
 
+from eagle_fix.core import settings
 from eagle_fix.core.settings import INJECT_DRAFT_ERRORS_ENV, INJECT_DRAFT_NOISE_ENV, INJECT_DRAFT_SEED_ENV
 
 # The draws' seed: the same knob gives the same damage in every engine launch (call i of a launch draws
@@ -28,33 +28,17 @@ NOISE_SEED = 20261205
 
 
 def parse_draft_noise(raw: str) -> float:
-    """A value of INJECT_DRAFT_NOISE_ENV (0.5: noise of half each row's RMS); a bad one is a
-    one-line ValueError naming it."""
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ValueError(
-            f"{INJECT_DRAFT_NOISE_ENV}={raw!r} is not a number; give the noise relative to the hidden "
-            "states' RMS, e.g. 0.5"
-        ) from None
-    if not value >= 0 or math.isinf(value):  # `not >=` also catches NaN
-        raise ValueError(f"{INJECT_DRAFT_NOISE_ENV}={raw!r} must be a finite number >= 0, e.g. 0.5")
-    return value
+    """A value of INJECT_DRAFT_NOISE_ENV (0.5: noise of half each row's RMS)."""
+    return settings.parse_number(
+        INJECT_DRAFT_NOISE_ENV, raw, hint="give the noise relative to the hidden states' RMS, e.g. 0.5"
+    )
 
 
 def parse_draft_errors(raw: str) -> float:
-    """A value of INJECT_DRAFT_ERRORS_ENV (0.1: one drafted token in ten made wrong); a bad one is a
-    one-line ValueError naming it."""
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ValueError(
-            f"{INJECT_DRAFT_ERRORS_ENV}={raw!r} is not a number; give the share of drafted tokens to make "
-            "wrong, e.g. 0.1"
-        ) from None
-    if not 0 <= value <= 1:  # also catches NaN
-        raise ValueError(f"{INJECT_DRAFT_ERRORS_ENV}={raw!r} must be a share between 0 and 1, e.g. 0.1")
-    return value
+    """A value of INJECT_DRAFT_ERRORS_ENV (0.1: one drafted token in ten made wrong)."""
+    return settings.parse_number(
+        INJECT_DRAFT_ERRORS_ENV, raw, hint="give the share of drafted tokens to make wrong, e.g. 0.1", high=1.0
+    )
 
 
 def inject_draft_errors() -> float:

@@ -21,6 +21,7 @@ from eagle_fix.fix.clock import (
     INJECT_DELAY_ENV,
     INJECT_SLOWDOWN_ENV,
     argument_reader,
+    argument_writer,
     inject_delay_s,
     inject_slowdown,
     wrap_step,
@@ -342,19 +343,16 @@ def _damage(fn: Callable[..., Any], runner: str) -> Callable[..., Any] | None:
     if scale <= 0 and share <= 0:
         return None
 
+    inputs = [(argument_reader(fn, n), argument_writer(fn, n)) for n in present]
+
     def blurred(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-        for name in present:
-            index = params.index(name) - 1  # self is not in args
-            value = kwargs[name] if name in kwargs else (args[index] if 0 <= index < len(args) else None)
+        for read, write in inputs:
+            value = read(args, kwargs)
             if value is None:
                 continue
             if isinstance(value, list | tuple):
-                value = type(value)(DAMAGE.perturb(v, scale) for v in value)
-            else:
-                value = DAMAGE.perturb(value, scale)
-            if name in kwargs:
-                return args, {**kwargs, name: value}
-            return (*args[:index], value, *args[index + 1 :]), kwargs
+                return write(args, kwargs, type(value)(DAMAGE.perturb(v, scale) for v in value))
+            return write(args, kwargs, DAMAGE.perturb(value, scale))
         return args, kwargs
 
     def damaged(propose: Callable[..., Any], self: Any, args: tuple, kwargs: dict) -> Any:
