@@ -138,14 +138,17 @@ def model_runner(spec: Any = None, target: Any = None, parallel: Any = None) -> 
         method = getattr(spec, "method", None)
         unsupported = [f"speculative method '{method}'"] if method in _V2_UNSUPPORTED_METHODS else []
         picked = bool(forced) if forced is not None else (has_triton and not unsupported)
+    # the reason follows the pick: a release that picks V2 without Triton must not read "no usable Triton"
     if forced is not None:
         why = f"VLLM_USE_V2_MODEL_RUNNER={int(bool(forced))}"
-    elif not has_triton:
-        why = "no usable Triton"
+    elif picked:
+        why = "nothing asked for that V2 lacks" + ("" if has_triton else " (this release runs V2 without Triton)")
     elif unsupported:
         why = f"V2 does not support {', '.join(unsupported)}"
+    elif not has_triton:
+        why = "no usable Triton"
     else:
-        why = "Triton present, nothing asked for that V2 lacks"
+        why = "vLLM's rule keeps V1 here"
     return ("v2" if picked else "v1"), why
 
 

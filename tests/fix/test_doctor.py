@@ -129,6 +129,27 @@ def test_json_output_is_one_object_and_exit_codes(shared_pair):
         assert limited.returncode == 0 and "verdict: FIXED" in limited.stdout, limited.stdout
 
 
+def test_a_release_that_picks_v2_without_triton_is_not_told_no_usable_triton(shared_pair):
+    """vLLM 0.33 picks Model Runner V2 without Triton: the doctor's reason follows the pick (vLLM's own
+    rule, made to pick V2 here with Triton absent), never "no usable Triton" beside `v2`."""
+    code = f"""
+import json
+from pathlib import Path
+import vllm.config.vllm
+from vllm.config import VllmConfig
+vllm.config.vllm.HAS_TRITON = False
+VllmConfig.use_v2_model_runner = property(lambda self: True)
+from eagle_fix.fix.doctor import diagnose
+t, d = map(Path, {tuple(map(str, shared_pair))!r})
+r = diagnose(target=t, draft=d, max_model_len=8192)
+print(json.dumps({{"runner": r["model_runner"], "why": r["model_runner_why"]}}))
+"""
+    out = run_py(code, mode="off")
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = last_json(out.stdout)
+    assert got == {"runner": "v2", "why": "nothing asked for that V2 lacks (this release runs V2 without Triton)"}
+
+
 def test_the_runner_vllm_picks_decides_the_verdict(shared_pair):
     """Where Triton works (CUDA) vLLM picks Model Runner V2 and the doctor's verdict is V2's: the engine
     as installed (plugin off) drafts at every length there, so `fixed` (exit 0), not V1's `limited`.
@@ -149,7 +170,7 @@ print(json.dumps({{"report": r, "text": render_text(r)}}))
     r = got["report"]
     assert (r["model_runner"], r["model_runner_why"], r["verdict"]) == (
         "v2",
-        "Triton present, nothing asked for that V2 lacks",
+        "nothing asked for that V2 lacks",
         "fixed",
     )
     assert {b["runner"]: b["verdict"] for b in r["by_runner"]} == {"v1": "limited", "v2": "fixed"}
