@@ -73,22 +73,30 @@ def problems(needs: dict, vllm: str, profile: str, python_version: str) -> list[
             "release with VLLM_VERSION=X"
         )
     need = needs["profiles"].get(profile)
-    if need and need["need_bytes"] and devices:
-        gpu, share = devices[0], need["gpu_memory_utilization"] or 0.9
-        asked = share * gpu["total"]
-        where = f"GPU {gpu['index']} ({gpu['name']}, {gpu['total'] / GIB:.1f} GiB)"
-        if need["need_bytes"] > asked:
-            out.append(
-                f"{where}: profile {profile} needs at least {need['need_bytes'] / GIB:.1f} GiB (both models' weights "
-                f"and the KV of its longest context) but gpu_memory_utilization {share:g} gives vLLM {asked / GIB:.1f} GiB: "
-                "use a larger GPU or a smaller profile (EAGLE_FIX_PROFILE=gpu-tiny)"
-            )
-        elif gpu["free"] < asked:
-            out.append(
-                f"{where}: {gpu['free'] / GIB:.1f} GiB free, and vLLM refuses to start profile {profile} with less than "
-                f"its gpu_memory_utilization {share:g} x total = {asked / GIB:.1f} GiB: stop the processes "
-                "nvidia-smi lists on that GPU"
-            )
+    tp = (need or {}).get("tensor_parallel_size") or 1
+    if need and devices and len(devices) < tp:
+        out.append(
+            f"profile {profile} runs tensor parallel over {tp} GPUs and nvidia-smi lists {len(devices)}: run it on a "
+            f"box with {tp}, or choose a profile with fewer (EAGLE_FIX_PROFILE=gpu-dummy needs one)"
+        )
+    elif need and need["need_bytes"] and devices:
+        share = need["gpu_memory_utilization"] or 0.9
+        each = f" on each of its {tp} GPUs" if tp > 1 else ""
+        for gpu in devices[:tp]:  # each rank's device holds its share (need_bytes is per device)
+            asked = share * gpu["total"]
+            where = f"GPU {gpu['index']} ({gpu['name']}, {gpu['total'] / GIB:.1f} GiB)"
+            if need["need_bytes"] > asked:
+                out.append(
+                    f"{where}: profile {profile} needs at least {need['need_bytes'] / GIB:.1f} GiB{each} (both models' "
+                    f"weights and the KV of its longest context) but gpu_memory_utilization {share:g} gives vLLM "
+                    f"{asked / GIB:.1f} GiB: use a larger GPU or a smaller profile (EAGLE_FIX_PROFILE=gpu-tiny)"
+                )
+            elif gpu["free"] < asked:
+                out.append(
+                    f"{where}: {gpu['free'] / GIB:.1f} GiB free, and vLLM refuses to start profile {profile} with less "
+                    f"than its gpu_memory_utilization {share:g} x total = {asked / GIB:.1f} GiB: stop the processes "
+                    "nvidia-smi lists on that GPU"
+                )
     return out
 
 

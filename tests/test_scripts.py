@@ -40,7 +40,8 @@ def test_bench_with_a_cuda_profile_without_a_gpu_is_one_line():
 FAKE_SMI = """#!/bin/sh
 case "$*" in
   -L) echo "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0)";;
-  --query-gpu=*) echo "0, NVIDIA H100 80GB HBM3, ${FAKE_DRIVER:-580.65}, ${FAKE_TOTAL:-81559}, ${FAKE_FREE:-81000}";;
+  --query-gpu=*) i=0; while [ $i -lt ${FAKE_GPUS:-1} ]; do
+      echo "$i, NVIDIA H100 80GB HBM3, ${FAKE_DRIVER:-580.65}, ${FAKE_TOTAL:-81559}, ${FAKE_FREE:-81000}"; i=$((i+1)); done;;
   *) echo "| NVIDIA-SMI ${FAKE_DRIVER:-580.65}   Driver Version: ${FAKE_DRIVER:-580.65}   CUDA Version: ${FAKE_CUDA:-13.0} |";;
 esac
 """
@@ -89,6 +90,24 @@ def test_setup_gpu_refuses_a_gpu_too_small_or_too_busy_for_the_profile(fake_gpu)
     assert "profile gpu-dummy needs at least 36.4 GiB" in small and "EAGLE_FIX_PROFILE=gpu-tiny" in small, small
     (busy,) = _setup_gpu(fake_gpu, FAKE_FREE="30000")
     assert "29.3 GiB free, and vLLM refuses to start profile gpu-dummy" in busy and "0.9 x total = 71.7 GiB" in busy
+
+
+def test_the_preflight_counts_the_gpus_and_the_share_of_each_for_a_tensor_parallel_profile(fake_gpu):
+    env = {"PATH": f"{fake_gpu}:{os.environ['PATH']}"}
+    args = ["python3", "scripts/gpu_preflight.py", "--vllm", "0.33.0", "--profile"]
+    one = _run([*args, "gpu-70b-tp4"], **env)
+    assert one.returncode == 1
+    assert one.stderr.strip().splitlines() == [
+        (
+            "eagle-fix setup: profile gpu-70b-tp4 runs tensor parallel over 4 GPUs and nvidia-smi lists 1: run it on a "
+            "box with 4, or choose a profile with fewer (EAGLE_FIX_PROFILE=gpu-dummy needs one)"
+        )
+    ]
+    assert _run([*args, "gpu-70b-tp4"], FAKE_GPUS="4", **env).returncode == 0  # 46.2 GiB of 71.7 on each H100
+    small = _run([*args, "gpu-70b-tp8"], FAKE_GPUS="8", FAKE_TOTAL="24576", FAKE_FREE="24000", **env)
+    lines = small.stderr.strip().splitlines()
+    assert small.returncode == 1 and len(lines) == 8, small.stderr  # one line per device that cannot hold its share
+    assert "profile gpu-70b-tp8 needs at least 23.1 GiB on each of its 8 GPUs" in lines[0], lines[0]
 
 
 def test_the_preflight_passes_a_box_that_fits_and_names_the_default_release(fake_gpu):

@@ -56,6 +56,12 @@ FIELDS = (
     "max_seq_len_drafted",
     # drafter calls damaged by the acceptance gate's calibration knobs (eagle_fix.fix.damage); 0 without
     "drafter_calls_damaged",
+    # vLLM's tensor_parallel_size (1 before it was recorded); above 1, each rank's drafter counters and step
+    # clock, and the counters on which they differ (the headline figures are rank 0's)
+    "tensor_parallel_size",
+    "memory_ranks",
+    "drafter_ranks",
+    "drafter_ranks_disagree",
     # the first request's greedy tokens of the first decode run: the eager/compile parity check's input
     "output_token_ids",
     "samples",
@@ -143,6 +149,8 @@ def upgrade(rec: dict[str, Any]) -> dict[str, Any]:
         out["tpot_ms"] = 1000.0 * (rec.get("batch_size") or 1) / rec["decode_throughput_tok_s"]
     if out["flags"] is None:
         out["flags"] = []
+    if out["tensor_parallel_size"] is None:  # every record before it was recorded ran on one worker
+        out["tensor_parallel_size"] = 1
     if out["clocks"] is None and out["step_ms"] is not None:  # step_ms was read on the wall clock from the start
         out["clocks"] = {"step_ms": "wall"}
     out["roofline_flags"] = list(out["roofline_flags"] or [])
@@ -262,6 +270,11 @@ def flags(rec: dict[str, Any]) -> list[str]:
         out.append(
             f"missing_hook: the drafter counters are not hooked on model runner {rec.get('model_runner') or '?'} "
             "(the engine log's eagle-fix line names the release, runner and hook): drafter coverage unmeasured"
+        )
+    if rec.get("drafter_ranks_disagree"):
+        out.append(
+            f"ranks_disagree: the tensor-parallel ranks' drafter counters differ ({', '.join(rec['drafter_ranks_disagree'])}); "
+            f"the headline is rank 0's, drafter_ranks has each"
         )
     out.extend(implausible(rec))
     return out
@@ -404,6 +417,15 @@ def worker_memory(rec: dict[str, Any], engine: dict[str, Any] | None, point: dic
                     or f"no worker memory figures from the {what}"
                 )
                 why[k] = reason
+    # tensor parallel: each rank's figures (the fields above are the engine's: bytes summed over ranks)
+    ranks = [
+        {"rank": i, **{k: w.get(k) for k in (*ENGINE_MEMORY, *POINT_MEMORY) if k in w}}
+        for i, w in enumerate((point or {}).get("workers") or [])
+    ]
+    for i, w in enumerate((engine or {}).get("workers") or []):
+        if i < len(ranks):
+            ranks[i].update({k: w.get(k) for k in ENGINE_MEMORY if k in w})
+    rec["memory_ranks"] = ranks or None
     point = point or {}
     if point.get("worker_host_peak_scope") not in (None, "point"):  # a figure, but the process's lifetime
         why["worker_host_peak_scope"] = (point.get("null_reasons") or {}).get("worker_host_peak_scope", "not reset")
@@ -430,6 +452,8 @@ ACCEPTANCE_COLUMNS = (
     "drafter_coverage",
     "max_seq_len_drafted",
     "drafter_calls_damaged",
+    "drafter_ranks",
+    "drafter_ranks_disagree",
 )
 
 

@@ -12,7 +12,7 @@ from eagle_fix.core.workload import make_prompts
 from eagle_fix.engine.logs import log_tail
 from eagle_fix.engine.protocol import PointCommand, PointReply
 from eagle_fix.engine.spec import EngineSpec
-from eagle_fix.engine.worker import combine_workers, merge_drafter_stats
+from eagle_fix.engine.worker import RANK_COUNTERS, combine_workers, merge_drafter_stats
 
 
 def spec_counters(llm: Any) -> dict[str, Any]:
@@ -258,4 +258,12 @@ def _acceptance(llm: Any, before: dict[str, Any]) -> dict[str, Any]:
         "max_seq_len_drafted": stats.get("max_seq_len_drafted"),
         "drafter_calls_damaged": stats.get("damaged"),
         "missing_hooks": stats.get("missing_hooks") or [],
+        # tensor parallel: every rank's own counters and step clock (the figures above are the headline rank's)
+        "drafter_ranks": [
+            {"rank": i, **{k: w.get(k) for k in RANK_COUNTERS}, "step_ms": decode_step_ms(w)}
+            for i, w in enumerate(stats["ranks"])
+        ]
+        if stats.get("ranks")
+        else None,
+        "drafter_ranks_disagree": stats.get("ranks_disagree") if stats.get("ranks") else None,
     }

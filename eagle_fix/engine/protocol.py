@@ -64,6 +64,8 @@ class PointReply:
     max_seq_len_drafted: int | None = None
     drafter_calls_damaged: int | None = None
     missing_hooks: list[str] | None = None
+    drafter_ranks: list[dict[str, Any]] | None = None  # tensor parallel: each rank's counters and step clock
+    drafter_ranks_disagree: list[str] | None = None
     worker_memory: dict[str, Any] | None = None
 
     def message(self) -> dict[str, Any]:

@@ -45,6 +45,9 @@ class EngineSpec:
     compilation_mode: str | None = None
     cudagraph_mode: str | None = None
     kv_cache_memory_bytes: int | None = None  # CUDA: the KV budget the points need (not a device share)
+    tensor_parallel_size: int = 1
+    distributed_executor_backend: str | None = None
+    cpu_threads_bind: str | None = None  # CPU, TP > 1: VLLM_CPU_OMP_THREADS_BIND, one CPU list per rank
 
     def llm_kwargs(self) -> dict[str, Any]:
         """Keyword arguments of vllm.LLM for this engine."""
@@ -65,6 +68,10 @@ class EngineSpec:
             kwargs["gpu_memory_utilization"] = self.gpu_memory_utilization
         if self.kv_cache_memory_bytes:
             kwargs["kv_cache_memory_bytes"] = int(self.kv_cache_memory_bytes)
+        if self.tensor_parallel_size > 1:
+            kwargs["tensor_parallel_size"] = self.tensor_parallel_size
+            if self.distributed_executor_backend:
+                kwargs["distributed_executor_backend"] = self.distributed_executor_backend
         if self.mode != "eager":
             compilation = {
                 k: v for k, v in (("mode", self.compilation_mode), ("cudagraph_mode", self.cudagraph_mode)) if v
@@ -98,4 +105,6 @@ class EngineSpec:
         env[MODE_ENV] = PLUGIN_MODE_OF_ARM[self.fix or "on"]
         if self.kv_cache_gib:
             env["VLLM_CPU_KVCACHE_SPACE"] = f"{self.kv_cache_gib:g}"
+        if self.cpu_threads_bind:
+            env["VLLM_CPU_OMP_THREADS_BIND"] = self.cpu_threads_bind
         return env

@@ -12,8 +12,11 @@ from eagle_fix.fix.plugin import MODE_ENV, DrafterStatsExtension
 
 # The one place naming the extension's import path (engines of this release load it from here).
 WORKER_EXTENSION = "eagle_fix.engine.worker.WorkerExtension"
-# The drafter counters summed over workers (a counter unknown on one worker is unknown in the sum).
-SUMMED_COUNTERS = ("spec_steps", "fits_steps", "proposals")
+# The drafter counters every tensor-parallel rank keeps (each runs every step with its shard of the draft).
+RANK_COUNTERS = ("spec_steps", "fits_steps", "proposals", "max_seq_len_drafted", "damaged")
+# The rank whose counters and step clock a record's headline figures are: vLLM's driver worker, the
+# first reply of `collective_rpc`.
+HEADLINE_RANK = 0
 
 
 class WorkerExtension(DrafterStatsExtension, WorkerMemoryExtension):
@@ -37,19 +40,18 @@ def combine_workers(per_worker: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def merge_drafter_stats(per_worker: list[dict[str, Any]]) -> dict[str, Any]:
-    """The drafter's counters of an engine from its workers': the first worker's fields (its step times:
-    tensor-parallel workers run every step together), the counters summed, the furthest position drafted
-    the largest, the missing hooks of all. A counter whose hook is missing on a worker is None there
-    (unknown), and so is the sum."""
-    total: dict[str, Any] = dict(per_worker[0]) if per_worker else {}
-    for other in per_worker[1:]:
-        for key in SUMMED_COUNTERS:
-            total[key] = None if total.get(key) is None or other.get(key) is None else total[key] + other[key]
-        mine, theirs = total.get("max_seq_len_drafted"), other.get("max_seq_len_drafted")
-        total["max_seq_len_drafted"] = None if mine is None or theirs is None else max(mine, theirs)
-        total["missing_hooks"] = list(
-            dict.fromkeys((total.get("missing_hooks") or []) + (other.get("missing_hooks") or []))
-        )
+    """The drafter's counters of an engine from its workers'. Tensor-parallel ranks run every step
+    together, each with its own shard of the draft, so each counts the same steps: the headline is
+    HEADLINE_RANK's (summing would count one step once per rank), every rank's own figures stay in
+    `ranks`, and the counters on which ranks differ are named in `ranks_disagree` (a rank whose hooks
+    did not install, or that drafted less). The missing hooks are every rank's."""
+    if not per_worker:
+        return {}
+    total: dict[str, Any] = dict(per_worker[HEADLINE_RANK])
+    total["missing_hooks"] = list(dict.fromkeys(h for w in per_worker for h in (w.get("missing_hooks") or [])))
+    if len(per_worker) > 1:
+        total["ranks"] = per_worker
+        total["ranks_disagree"] = [k for k in RANK_COUNTERS if len({repr(w.get(k)) for w in per_worker}) > 1]
     return total
 
 

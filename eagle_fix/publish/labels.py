@@ -49,8 +49,9 @@ def engine_label(distribution: str | None, version: str | None) -> str:
 
 
 def workload_label(records: list[dict]) -> str:
-    """Profile, output length and k: two workloads never share a line on the dashboard; and where
-    vLLM's synthetic sampler set acceptance, that it did (its acceptance graphs show a setting)."""
+    """Profile, output length, k and (above 1) the tensor-parallel size: two workloads never share a line
+    on the dashboard; and where vLLM's synthetic sampler set acceptance, that it did (its acceptance
+    graphs show a setting)."""
     eagle = [r for r in records if r.get("arm") == "eagle3"] or records
     profiles = sorted({str(r.get("profile")) for r in records})
     outs = sorted({r.get("output_len") for r in records if r.get("output_len")})
@@ -60,6 +61,9 @@ def workload_label(records: list[dict]) -> str:
         parts.append(f"{'/'.join(map(str, outs))} out")
     if ks:
         parts.append(f"k={'/'.join(map(str, ks))}")
+    tps = sorted({r.get("tensor_parallel_size") for r in records if (r.get("tensor_parallel_size") or 1) > 1})
+    if tps:
+        parts.append(f"TP={'/'.join(map(str, tps))}")
     if any(r.get("synthetic_acceptance") is True for r in records):
         parts.append("synthetic acceptance")
     return ", ".join(parts)

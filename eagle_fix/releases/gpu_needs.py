@@ -10,31 +10,15 @@ import json
 from pathlib import Path
 from typing import Any
 
-from eagle_fix.fix.checkpoint import read_config
-from eagle_fix.machine.roofline import kv_budget_bytes, model_shape
-from eagle_fix.pairs.profiles import PROFILES, Profile
+from eagle_fix.pairs.profiles import PROFILES
 from eagle_fix.releases import registry
+from eagle_fix.sweep.road import need_bytes_per_device
 
 NEEDS_FILE = Path(__file__).resolve().parents[1] / "data" / "gpu_needs.json"
 PYTHON = (3, 11)  # pyproject's requires-python, and vLLM 0.33's
 # The oldest Linux driver that runs each CUDA major (NVIDIA's CUDA compatibility table, "minimum
 # required driver version" of the toolkit's first release).
 DRIVER_MIN = {12: 525, 13: 580}
-
-
-def need_bytes(profile: Profile) -> int | None:
-    """GPU memory one engine of the profile takes at its longest context on the EAGLE3 arm: both models'
-    weights and the KV budget the sweep gives it (eagle_fix.sweep.road.kv_budget); activations and CUDA
-    graphs come on top, so this is a floor. None for a profile without its models (`gpu`: the user's)."""
-    if profile.target is None or profile.draft is None:
-        return None
-    target, draft = profile.target_config(), read_config(profile.draft, "draft")
-    weights = model_shape(target)["weight_bytes"] + model_shape(draft)["weight_bytes"]
-    longest = max(profile.contexts)
-    kv = profile.kv_cache_memory_bytes or kv_budget_bytes(
-        target, draft, max_model_len=longest, max_num_seqs=profile.batch_size
-    )
-    return int(weights + kv)
 
 
 def needs() -> dict[str, Any]:
@@ -46,7 +30,11 @@ def needs() -> dict[str, Any]:
         "cuda_major": {r.version: r.cuda_major for r in cuda if r.cuda_major},
         "driver_min": {str(k): v for k, v in DRIVER_MIN.items()},
         "profiles": {
-            name: {"gpu_memory_utilization": p.gpu_memory_utilization, "need_bytes": need_bytes(p)}
+            name: {
+                "gpu_memory_utilization": p.gpu_memory_utilization,
+                "tensor_parallel_size": p.tensor_parallel_size,
+                "need_bytes": need_bytes_per_device(p),  # on each of its tensor_parallel_size GPUs
+            }
             for name, p in sorted(PROFILES.items())
             if p.device == "cuda"
         },

@@ -91,6 +91,8 @@ def server_args(spec: EngineSpec, port: int, *, host: str = HOST, prefix_caching
         ("max_num_batched_tokens", "--max-num-batched-tokens"),
         ("gpu_memory_utilization", "--gpu-memory-utilization"),
         ("kv_cache_memory_bytes", "--kv-cache-memory-bytes"),
+        ("tensor_parallel_size", "--tensor-parallel-size"),
+        ("distributed_executor_backend", "--distributed-executor-backend"),
     ):
         if kw.get(key):
             args += [flag, str(kw[key])]

@@ -179,11 +179,12 @@ def _record(
     )
     spec = fields.get("spec")
     if spec is not None:  # what was asked of the engine, recorded on failed points too
-        # CPU: the VLLM_CPU_KVCACHE_SPACE budget, in the same unit
+        # CPU: the VLLM_CPU_KVCACHE_SPACE budget, in the same unit (it is per rank: the engine's is the sum)
         rec["kv_cache_memory_bytes"] = spec.kv_cache_memory_bytes or (
-            int(spec.kv_cache_gib * 2**30) if spec.kv_cache_gib else None
+            int(spec.kv_cache_gib * 2**30) * spec.tensor_parallel_size if spec.kv_cache_gib else None
         )
         rec["gpu_memory_utilization"] = spec.gpu_memory_utilization
+        rec["tensor_parallel_size"] = spec.tensor_parallel_size
     if ready:
         for k in (
             "startup_s",

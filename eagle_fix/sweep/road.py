@@ -7,10 +7,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from eagle_fix.core.errors import EagleFixError
 from eagle_fix.engine.protocol import PointCommand
 from eagle_fix.engine.spec import COMPILATION_MODES, CUDAGRAPH_MODES, EngineSpec
 from eagle_fix.fix.checkpoint import read_config
-from eagle_fix.machine.roofline import kv_budget_bytes
+from eagle_fix.machine.pinning import rank_cpu_lists
+from eagle_fix.machine.roofline import kv_budget_bytes, model_shape
 from eagle_fix.pairs.profiles import Profile
 
 
@@ -42,12 +44,49 @@ def unknown_compile_setting(compilation_mode: str | None, cudagraph_mode: str | 
 
 
 def kv_budget(profile: Profile, *, arm: str, max_model_len: int, max_num_seqs: int) -> int:
-    """A CUDA engine's KV budget: the profile's, else what the longest sequences need (target and, on the
-    EAGLE3 arm, draft layers) for `max_num_seqs` of them (eagle_fix.machine.roofline.kv_budget_bytes)."""
+    """A CUDA engine's KV budget per device (vLLM's `kv_cache_memory_bytes` is per GPU): the profile's, else
+    what the longest sequences need (target and, on the EAGLE3 arm, draft layers) for `max_num_seqs` of them
+    (eagle_fix.machine.roofline.kv_budget_bytes), shared by the tensor-parallel ranks (each holds its KV heads)."""
     if profile.kv_cache_memory_bytes:
         return int(profile.kv_cache_memory_bytes)
     draft = read_config(profile.draft, "draft") if arm == "eagle3" else None
-    return kv_budget_bytes(profile.target_config(), draft, max_model_len=max_model_len, max_num_seqs=max_num_seqs)
+    total = kv_budget_bytes(profile.target_config(), draft, max_model_len=max_model_len, max_num_seqs=max_num_seqs)
+    return -(-total // profile.tensor_parallel_size)
+
+
+def need_bytes_per_device(profile: Profile) -> int | None:
+    """GPU memory each device of one engine of the profile takes at its longest context on the EAGLE3 arm:
+    its share of both models' weights (tensor parallel shards them) and its KV budget; activations and
+    CUDA graphs come on top, so this is a floor. None for a profile without its models (`gpu`: the user's)."""
+    if profile.target is None or profile.draft is None:
+        return None
+    draft = read_config(profile.draft, "draft")
+    weights = model_shape(profile.target_config())["weight_bytes"] + model_shape(draft)["weight_bytes"]
+    kv = kv_budget(profile, arm="eagle3", max_model_len=max(profile.contexts), max_num_seqs=profile.batch_size)
+    return int(-(-weights // profile.tensor_parallel_size) + kv)
+
+
+def check_devices(profile: Profile) -> None:
+    """A CUDA profile's devices before its engine starts, one line when they cannot hold it: as many GPUs as
+    its tensor-parallel size, each with room for its share (need_bytes_per_device) within the profile's
+    gpu_memory_utilization. (scripts/gpu_preflight.py asks the same of nvidia-smi before anything is installed.)"""
+    import torch  # lazy: CUDA profiles only, after check_runs_here found a GPU
+
+    tp, count = profile.tensor_parallel_size, torch.cuda.device_count()
+    if count < tp:
+        raise EagleFixError(
+            f"profile {profile.name!r} runs tensor parallel over {tp} GPUs and torch sees {count}: run it on a "
+            f"box with {tp} (CUDA_VISIBLE_DEVICES must list them), or choose a profile with fewer"
+        )
+    need, share = need_bytes_per_device(profile), profile.gpu_memory_utilization or 0.9
+    for i in range(tp) if need else ():
+        total = torch.cuda.get_device_properties(i).total_memory
+        if need > share * total:
+            raise EagleFixError(
+                f"profile {profile.name!r} needs at least {need / 2**30:.1f} GiB on each of its {tp} GPUs (its share "
+                f"of both models' weights and of the KV of its longest context) but GPU {i} gives vLLM "
+                f"{share * total / 2**30:.1f} GiB (gpu_memory_utilization {share:g}): use larger GPUs or more of them"
+            )
 
 
 def engine_spec(
@@ -66,6 +105,8 @@ def engine_spec(
     """The engine of one arm of a profile. What this machine or engine refuses of the profile (a CUDA
     profile without a GPU, the synthetic sampler on CPU) is one line here, before any engine starts."""
     profile.check_runs_here()
+    if profile.device == "cuda" and profile.tensor_parallel_size > 1:  # one GPU: check_runs_here found it
+        check_devices(profile)
     eagle3 = arm == "eagle3"
     max_num_seqs = max(max_num_seqs, 1)
     comp, graphs = compile_settings(profile, compilation_mode, cudagraph_mode)
@@ -88,6 +129,11 @@ def engine_spec(
         cudagraph_mode=graphs,
         kv_cache_memory_bytes=kv_budget(profile, arm=arm, max_model_len=max_model_len, max_num_seqs=max_num_seqs)
         if profile.device == "cuda"
+        else None,
+        tensor_parallel_size=profile.tensor_parallel_size,
+        distributed_executor_backend=profile.distributed_executor_backend,
+        cpu_threads_bind=rank_cpu_lists(profile.tensor_parallel_size)
+        if profile.device == "cpu" and profile.tensor_parallel_size > 1
         else None,
     )
 

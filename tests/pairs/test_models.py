@@ -136,7 +136,18 @@ def test_not_a_draft(pair):
 
 
 def test_profiles():
-    assert set(models.PROFILES) == {"cpu-quick", "cpu", "gpu-tiny", "gpu-dummy", "gpu", "cpu-8b", "cpu-8b-l8"}
+    assert set(models.PROFILES) == {
+        "cpu-quick",
+        "cpu",
+        "cpu-tp2",
+        "gpu-tiny",
+        "gpu-dummy",
+        "gpu",
+        "gpu-70b-tp4",
+        "gpu-70b-tp8",
+        "cpu-8b",
+        "cpu-8b-l8",
+    }
     assert models.get_profile("cpu-quick").contexts == (8192,)
     assert models.get_profile("cpu").contexts == (8192, 16384, 32768, 65536, 131072)
     gd = models.get_profile("gpu-dummy")
@@ -150,7 +161,7 @@ def test_profiles():
 
 
 def test_profile_errors():
-    with pytest.raises(EagleFixError, match="cpu-quick, cpu, gpu-tiny, gpu-dummy, gpu"):
+    with pytest.raises(EagleFixError, match="cpu-quick, cpu, cpu-tp2, gpu-tiny, gpu-dummy, gpu, gpu-70b-tp4"):
         models.get_profile("tpu")
     with pytest.raises(EagleFixError, match="--target DIR and --draft DIR"):
         models.get_profile("gpu", target="/m/t")
@@ -187,3 +198,50 @@ def test_a_cuda_profile_is_refused_in_one_line_without_a_gpu():
     with pytest.raises(EagleFixError, match=r"runs on CUDA and torch sees no GPU here|synthetic rejection sampler"):
         models.get_profile("gpu-dummy").check_runs_here()
     assert models.get_profile("gpu-tiny").synthetic_acceptance_length is None  # real acceptance on CUDA
+
+
+def test_the_70b_tensor_parallel_profiles_are_refused_here_in_one_line():
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is here: the CUDA profiles run")
+    for name, tp in (("gpu-70b-tp4", 4), ("gpu-70b-tp8", 8)):
+        prof = models.get_profile(name)
+        assert prof.tensor_parallel_size == tp and prof.load_format == "dummy"
+        cfg = prof.target_config()
+        assert (cfg["hidden_size"], cfg["num_hidden_layers"], cfg["num_attention_heads"]) == (8192, 80, 64)
+        assert (cfg["num_key_value_heads"], cfg["intermediate_size"], cfg["vocab_size"]) == (8, 28672, 128256)
+        assert cfg["max_position_embeddings"] == 131072 and cfg["rope_scaling"]["rope_type"] == "llama3"
+        with pytest.raises(EagleFixError, match=r"runs on CUDA and torch sees no GPU|synthetic rejection") as exc:
+            prof.check_runs_here()
+        assert "\n" not in str(exc.value)
+        if "synthetic" in str(exc.value):  # it names the CPU twin of tensor parallelism, not the 8B pair
+            assert "--profile cpu-tp2" in str(exc.value)
+
+
+def test_a_cuda_profile_checks_its_gpus_before_the_engine_starts(monkeypatch):
+    """With torch's answers faked: too few GPUs for the TP size, or a device too small for its share, is one
+    line before any engine starts (eagle_fix.sweep.road.check_devices)."""
+    import torch
+
+    from eagle_fix.sweep import road
+
+    prof = models.get_profile("gpu-70b-tp4")
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    with pytest.raises(
+        EagleFixError, match=r"^profile 'gpu-70b-tp4' runs tensor parallel over 4 GPUs and torch sees 2"
+    ):
+        road.check_devices(prof)
+
+    class Props:
+        total_memory = 48 * 2**30
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: Props)
+    with pytest.raises(EagleFixError, match=r"needs at least 46.2 GiB on each of its 4 GPUs .* GPU 0 gives vLLM 43.2"):
+        road.check_devices(prof)
+    Props.total_memory = 80 * 2**30
+    road.check_devices(prof)  # fits
+    # the per-device share: weights split 4 ways, the KV budget is per GPU (vLLM's kv_cache_memory_bytes)
+    eight = road.need_bytes_per_device(models.get_profile("gpu-70b-tp8"))
+    assert road.need_bytes_per_device(prof) == pytest.approx(2 * eight, rel=0.01)

@@ -132,6 +132,11 @@ def test_server_args_parse_with_vllms_own_parser():
     ns = make_arg_parser(FlexibleArgumentParser()).parse_args(serve.server_args(_spec(), 8123))
     assert ns.port == 8123 and ns.enforce_eager and ns.enable_prefix_caching is False
     assert ns.speculative_config["model"] == str(DRAFT)
+    assert ns.tensor_parallel_size == 1
+    # a tensor-parallel profile's server (cpu-tp2) gets vLLM's own flags for it
+    tp = serve.server_args(_spec(tensor_parallel_size=2, distributed_executor_backend="mp"), 8123)
+    ns = make_arg_parser(FlexibleArgumentParser()).parse_args(tp)
+    assert ns.tensor_parallel_size == 2 and ns.distributed_executor_backend == "mp"
 
 
 def test_busy_port_is_one_line():
