@@ -49,6 +49,7 @@ PARENT_PID_ENV = "EAGLE_FIX_PARENT_PID"
 ENGINE_LOG_ENV = "EAGLE_FIX_ENGINE_LOG"
 # The GPU workflow and the tests
 VENV_ENV = "EAGLE_FIX_VENV"
+RUNNER_STORE_ENV = "EAGLE_FIX_RUNNER_STORE"
 REAL_SHAPES_PROFILE_ENV = "EAGLE_FIX_REAL_SHAPES_PROFILE"
 FAULT_TIMINGS_ENV = "EAGLE_FIX_FAULT_TIMINGS"
 
@@ -178,6 +179,12 @@ SETTINGS: tuple[Setting, ...] = (
         "set by the workflow",
         ".github/workflows/gpu.yml",
         "internal",
+    ),
+    _s(
+        RUNNER_STORE_ENV,
+        "a repository variable: the folder, owned by the GPU runner's user, where the workflow keeps results and venvs between runs",
+        "$HOME/.cache/eagle-fix of the runner",
+        ".github/workflows/gpu.yml",
     ),
     _s(
         REAL_SHAPES_PROFILE_ENV,

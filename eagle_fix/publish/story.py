@@ -9,6 +9,7 @@ from pathlib import Path
 
 from eagle_fix.core import record
 from eagle_fix.publish.labels import LABELLED, withheld, workload_label
+from eagle_fix.store.fleet import jobs
 
 STORY_ID = "eagle-fix-story"
 STORY_PNG = "eagle-fix-story.png"
@@ -205,9 +206,27 @@ def story_figure(runs: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
-def story_html(runs: list[dict]) -> str:
-    """The block above asv's grid: which runs it tells and why, the figure, every failed point with its
-    cause, and where to look next."""
+def fleet_html(fleet: list[dict]) -> str:
+    """The machines of a CI matrix, one row per job: a machine whose job failed or uploaded nothing is named
+    here, where its series would otherwise just stop."""
+    if not fleet:
+        return ""
+    rows = "".join(
+        f"<tr><td>{html.escape(j.get('kind', '?'))}</td><td>{html.escape(', '.join(j.get('machines') or []) or '–')}</td>"
+        f"<td style='color:{'inherit' if j.get('status') == 'success' else '#c00'}'><b>"
+        f"{'ok' if j.get('status') == 'success' else html.escape(j.get('status', '?'))}</b></td>"
+        f"<td>{html.escape(j.get('reason') or '')}</td></tr>"
+        for j in fleet
+    )
+    return (
+        "<p>Machines of the last CI run:</p><table class='table table-condensed' style='font-size:12px;width:auto'>"
+        f"<tr><th>machine kind</th><th>asv machine</th><th>job</th><th>why</th></tr>{rows}</table>"
+    )
+
+
+def story_html(runs: list[dict], fleet: list[dict] | None = None) -> str:
+    """The block above asv's grid: the CI matrix's machines and how each job ended, which runs it tells and
+    why, the figure, every failed point with its cause, and where to look next."""
 
     def row(run: dict, r: dict, why: str) -> str:
         return (
@@ -246,12 +265,17 @@ def story_html(runs: list[dict]) -> str:
             ("Sweep.track_drafter_skipped_share", "drafter skipped share"),
         )
     )
+    figure = (
+        f"<img src='{STORY_PNG}' alt='decode time, speedup, acceptance and drafter coverage per context' "
+        f"style='max-width:100%'>"
+        if runs
+        else ""
+    )
     return (
         f"<div id='{STORY_ID}' style='padding:10px 20px'><h2>EAGLE3 at long context: what each machine has "
-        f"shown</h2><p>Per machine, its newest fix A/B, its most complete context curve and its newest run "
+        f"shown</h2>{fleet_html(fleet or [])}<p>Per machine, its newest fix A/B, its most complete context curve and its newest run "
         f"(one row each where they differ):</p><ul style='font-size:12px'>{told}</ul>"
-        f"<img src='{STORY_PNG}' alt='decode time, speedup, acceptance and drafter coverage per context' "
-        f"style='max-width:100%'>{table}<p>Per context in asv's graphs: {links}. Every asv graph below is lower "
+        f"{figure}{table}<p>Per context in asv's graphs: {links}. Every asv graph below is lower "
         f"is better; replayed results carry <code>source-replayed</code>, workloads their own "
         f"<code>workload</code> label. More tables and plots: <a href='eagle-fix/index.html'>the report</a>.</p></div>"
     )
@@ -260,9 +284,11 @@ def story_html(runs: list[dict]) -> str:
 def add_story(html_dir: Path, results_dir: Path, repo: Path) -> int:
     """Put the story above asv's grid (asv appends its grid to the same element). Returns how many runs it tells."""
     runs = story_runs(results_dir, repo)
-    if not runs:
+    fleet = jobs(Path(results_dir).parent)  # results/fleet beside results/asv: a CI matrix's jobs, merged
+    if not runs and not fleet:
         return 0
-    story_figure(runs, html_dir / STORY_PNG)
+    if runs:
+        story_figure(runs, html_dir / STORY_PNG)
     index = html_dir / "index.html"
     text = index.read_text(encoding="utf-8")
     text = re.sub(
@@ -271,6 +297,6 @@ def add_story(html_dir: Path, results_dir: Path, repo: Path) -> int:
     anchor = '<div id="summarygrid-display"'
     at = text.index(anchor)
     at = text.index(">", at) + 1
-    text = text[:at] + story_html(runs) + f"<!-- /{STORY_ID} -->" + text[at:]
+    text = text[:at] + story_html(runs, fleet) + f"<!-- /{STORY_ID} -->" + text[at:]
     index.write_text(text, encoding="utf-8")
     return len(runs)
