@@ -4,6 +4,7 @@ report read them)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -11,7 +12,7 @@ from typing import Any
 
 from eagle_fix.core import metrics, nested, record, stats
 from eagle_fix.core.errors import EagleFixError
-from eagle_fix.gate import verdict
+from eagle_fix.gate import acceptance_power, verdict
 
 # Metrics judged on the paired rounds: (record column, higher is better).
 PAIRED = tuple((m, metrics.METRIC[m].higher_is_better) for m in verdict.PAIRED)
@@ -98,6 +99,9 @@ def verdicts(
             k=k or 1,
             alpha=alpha,
         )
+        measured = acceptance_power.calibrated_power(entry.get("identity") or {})  # as compare shows it
+        if measured:
+            v = dataclasses.replace(v, power=f"{v.power}; {measured}")
         out["acceptance_length"] = {
             "verdict": v.verdict,
             "p": v.detail.get("p"),

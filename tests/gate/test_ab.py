@@ -133,6 +133,21 @@ def test_synthetic_acceptance_is_shown_never_judged():
     assert synthetic["drafter_coverage"]["verdict"] == "same"
 
 
+def test_the_acceptance_row_shows_the_calibrated_power_where_the_calibration_ran_this_point():
+    """As in compare: where results/calibration/acceptance ran the same profile, lengths and context, the
+    acceptance row says what the gate was measured to catch there; elsewhere it says nothing more."""
+    entry = _entry([10.0] * 8, [10.0] * 8)
+    entry["identity"].update(profile="cpu-quick", arm="eagle3", fix="on", output_len=512, batch_size=1)
+    entry["identity"]["num_speculative_tokens"] = 3
+    for side in ("base", "new"):
+        entry["pairs"][0][side].update(num_drafts=128, num_accepted_tokens=384, acceptance_length=4.0)
+    row = ab_result.verdicts(entry, 0.05, k=3)["acceptance_length"]
+    assert row["verdict"] == "same"
+    assert row["power"].endswith("; calibrated at 8K: a 7.6% drop caught in 10 of 10 trials"), row["power"]
+    entry["identity"]["output_len"] = 128  # not the calibrated length: no borrowed claim
+    assert "calibrated" not in ab_result.verdicts(entry, 0.05, k=3)["acceptance_length"]["power"]
+
+
 def test_too_few_rounds_for_the_test_are_inconclusive_and_name_the_rounds_needed():
     """5 rounds all 15% slower used to be a regression on a (min, max) interval that covers 93.75%;
     the sign test on 5 pairs cannot go below p = 1/16, so at alpha 0.01 nothing can be claimed."""

@@ -35,7 +35,10 @@ def existing(tmp_path):
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["--profile", "nope"], r"unknown profile 'nope': choose one of cpu-quick, cpu, cpu-tp2, gpu-tiny, gpu-dummy, gpu"),
+        (
+            ["--profile", "nope"],
+            r"unknown profile 'nope': choose one of cpu-quick, cpu, cpu-tp2, gpu-tiny, gpu-dummy, gpu",
+        ),
         (["--profile", "cpu-quick", "--modes", "fast"], r"--modes fast: unknown; choose from eager,compile"),
         (["--profile", "cpu-quick", "--arms", "medusa"], r"--arms medusa: unknown"),
         (["--profile", "cpu-quick", "--fix", "maybe"], r"--fix maybe: unknown; choose from on,off,upstream"),
