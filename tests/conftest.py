@@ -50,6 +50,19 @@ def run_py(
     )
 
 
+def eagle_fix_run(*args: str, env: dict | None = None, timeout: int = 3600) -> subprocess.CompletedProcess:
+    """`eagle-fix run ARGS --no-progress` as a user runs it, offline, from the checkout (the engine tests)."""
+    return subprocess.run(
+        [sys.executable, "-m", "eagle_fix.cli", "run", *args, "--no-progress"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=timeout,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})},
+        check=False,
+    )
+
+
 def last_json(stdout: str) -> dict:
     """The last line of stdout that is a JSON object (vLLM may print before it)."""
     for line in reversed(stdout.splitlines()):

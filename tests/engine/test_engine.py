@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, eagle_fix_run
 
 pytestmark = pytest.mark.engine
 
@@ -54,16 +54,7 @@ def ab_run(tmp_path_factory):
     """`eagle-fix run` of the fix A/B, as a user runs it (the command committed results/runs/fix-ab/ come
     from, at CI's contexts)."""
     out = tmp_path_factory.mktemp("engine") / "ab.jsonl"
-    proc = subprocess.run(
-        [sys.executable, "-m", "eagle_fix.cli", "run", *AB_ARGS, "--out", str(out), "--no-progress"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=3600,
-        env={**os.environ, "HF_HUB_OFFLINE": "1"},
-        check=False,
-    )
-    return proc, out
+    return eagle_fix_run(*AB_ARGS, "--out", str(out)), out
 
 
 @pytest.fixture(scope="session")
@@ -303,14 +294,8 @@ def test_a_drafter_damaged_in_one_mode_is_flagged_by_parity_and_fails_compare(ab
         record.append(base, r)
     record.append(new, next(r for r in mine if r["mode"] == "eager"))
     args = [*AB_ARGS[:2], "--contexts", str(SHORT), "--modes", "eager,compile", "--arms", "eagle3", "--fix", "on"]
-    proc = subprocess.run(
-        [sys.executable, "-m", "eagle_fix.cli", "run", *args, *AB_ARGS[-4:], "--out", str(new), "--resume"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=1800,
-        env={**os.environ, "HF_HUB_OFFLINE": "1", "EAGLE_FIX_INJECT_DRAFT_ERRORS": "0.9"},
-        check=False,
+    proc = eagle_fix_run(
+        *args, *AB_ARGS[-4:], "--out", str(new), "--resume", env={"EAGLE_FIX_INJECT_DRAFT_ERRORS": "0.9"}, timeout=1800
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     eager, damaged = record.read(new)

@@ -5,13 +5,9 @@ table's bound, as at TP = 1. One eager and one compiled engine at the profile's 
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
 
-from conftest import ROOT
+from conftest import eagle_fix_run
 from eagle_fix.core import record
 from eagle_fix.pairs.profiles import get_profile
 
@@ -22,15 +18,7 @@ ARGS = ["--profile", "cpu-tp2", "--contexts", str(SMALLEST), "--arms", "eagle3",
 
 
 def _run(out, *args):
-    return subprocess.run(
-        [sys.executable, "-m", "eagle_fix.cli", "run", *ARGS, *args, "--out", str(out), "--no-progress"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=1800,
-        env={**os.environ, "HF_HUB_OFFLINE": "1"},
-        check=False,
-    )
+    return eagle_fix_run(*ARGS, *args, "--out", str(out), timeout=1800)
 
 
 @pytest.fixture(scope="module")
