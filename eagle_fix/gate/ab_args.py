@@ -14,6 +14,7 @@ from typing import Any
 
 from eagle_fix.core.errors import EagleFixError, parse_positive_int
 from eagle_fix.gate import verdict
+from eagle_fix.machine.fingerprint import git_commit
 from eagle_fix.pairs.profiles import default_profile
 from eagle_fix.sweep.plan import RunArgs, csv, refuse_injected_delay
 
@@ -111,7 +112,9 @@ except ImportError:
     import eagle_fix.machine as m, eagle_fix.plugin as p
     CHILD_MODULE, inject_delay_s, fingerprint, versions = "eagle_fix.child", p.inject_delay_s, m.fingerprint, m.versions
 inject_delay_s()
-print(json.dumps({"versions": versions(), "machine_id": fingerprint()["id"], "child_module": CHILD_MODULE}))
+import eagle_fix
+print(json.dumps({"versions": versions(), "machine_id": fingerprint()["id"], "child_module": CHILD_MODULE,
+                  "eagle_fix_path": eagle_fix.__file__}))
 """
 
 
@@ -141,6 +144,8 @@ def side_info(python: str, env: dict[str, str], flag: str) -> dict[str, Any]:
             exit_code=2,
         )
     info = json.loads(proc.stdout.strip().splitlines()[-1])
+    if info.get("eagle_fix_path"):  # which checkout answers for this side (a merge base's, in the PR gate)
+        info["git_commit"] = git_commit(Path(info["eagle_fix_path"]).parent)
     return {"python": python, "env": env, **info}
 
 
