@@ -30,13 +30,18 @@ def tree_of(source: Path) -> Path:
     return source / "results" if (source / "results").is_dir() else source
 
 
-def write_job(tree: Path, *, kind: str, status: str, runner: str = "", reason: str = "") -> Path:
-    """The job's outcome into its tree (`fleet/<kind>.json`), written whatever happened before it."""
+def write_job(tree: Path, *, kind: str, status: str, runner: str = "", reason: str = "", machine: str = "") -> Path:
+    """The job's outcome into its tree (`fleet/<kind>.json`), written whatever happened before it. MACHINE:
+    the asv machine the job recorded under (its fingerprint name); without it, every machine in the tree."""
     if status not in STATUSES:
         raise EagleFixError(f"job status {status!r}: give one of {', '.join(STATUSES)} (GitHub's job.status)")
     if not kind or "/" in kind:
         raise EagleFixError(f"machine kind {kind!r}: give the runner's kind label, e.g. h100 (no '/')")
-    machines = sorted(p.name for p in (Path(tree) / "asv").glob("*") if (p / "machine.json").is_file())
+    machines = (
+        [machine]
+        if machine
+        else sorted(p.name for p in (Path(tree) / "asv").glob("*") if (p / "machine.json").is_file())
+    )
     path = Path(tree) / FLEET / f"{kind}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     entry = {"kind": kind, "status": status, "runner": runner, "reason": reason, "machines": machines}
@@ -107,10 +112,20 @@ def main(argv: list[str] | None = None) -> int:
     j.add_argument("--status", required=True, help=f"one of {', '.join(STATUSES)} (GitHub's job.status)")
     j.add_argument("--runner", default="")
     j.add_argument("--reason", default="")
+    j.add_argument("--machine", default="", help="the asv machine the job recorded under (default: all in the tree)")
     args = parser.parse_args(argv)
     try:
         if args.command == "job":
-            print(write_job(args.tree, kind=args.kind, status=args.status, runner=args.runner, reason=args.reason))
+            print(
+                write_job(
+                    args.tree,
+                    kind=args.kind,
+                    status=args.status,
+                    runner=args.runner,
+                    reason=args.reason,
+                    machine=args.machine,
+                )
+            )
             return 0
         out = merge(args.sources, args.into, expect=[k for k in args.expect.split(",") if k])
     except EagleFixError as exc:

@@ -36,6 +36,19 @@ def _artifacts(tmp: Path) -> list[Path]:
         shutil.copytree(ASV / machine, tree / "asv" / machine)
         shutil.copy2(ASV / "benchmarks.json", tree / "asv" / "benchmarks.json")
         job = _script("job", "--tree", str(tree), "--kind", f"kind{i}", "--status", "success", "--runner", f"r{i}")
+        # a job names the machine it recorded under; the committed tree of a runner holds other machines too
+        if i == 1:
+            _script(
+                "job",
+                "--tree",
+                str(tree),
+                "--kind",
+                f"kind{i}",
+                "--status",
+                "success",
+                "--machine",
+                "asv-name-of-the-job",
+            )
         assert job.returncode == 0, job.stderr
         out.append(art)
     return out
@@ -66,7 +79,8 @@ def test_split_trees_merge_back_into_the_committed_tree_and_failures_are_named(t
     )
     status = {j["kind"]: j["status"] for j in fleet.jobs(dest)}
     assert status == {**{f"kind{i}": "success" for i in range(len(MACHINES))}, "h200": "failure", "b200": "missing"}
-    assert {j["kind"]: j["machines"] for j in fleet.jobs(dest)}["kind0"] == [MACHINES[0]]
+    named = {j["kind"]: j["machines"] for j in fleet.jobs(dest)}
+    assert named["kind0"] == [MACHINES[0]] and named["kind1"] == ["asv-name-of-the-job"]
 
     # one dashboard with every machine's series, and the failed and missing jobs on its first view
     html = tmp_path / "html"
