@@ -265,5 +265,5 @@ def _acceptance(llm: Any, before: dict[str, Any]) -> dict[str, Any]:
         ]
         if stats.get("ranks")
         else None,
-        "drafter_ranks_disagree": stats.get("ranks_disagree") if stats.get("ranks") else None,
+        "drafter_ranks_disagree": stats.get("ranks_disagree"),  # only where there are ranks
     }

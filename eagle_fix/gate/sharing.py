@@ -7,8 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from eagle_fix.core.errors import EagleFixError
-from eagle_fix.fix.checkpoint import read_config
-from eagle_fix.machine.roofline import model_shape
+from eagle_fix.sweep.road import weights_per_device
 
 # Each side's share of one GPU under "split-memory", below half so the second engine's start-up
 # check (free memory >= its share) passes with the first engine up, and the CUDA context and
@@ -28,12 +27,9 @@ def engine_need_bytes(run: Any, spec: Any) -> int | None:
     draft on the EAGLE3 arm, from the configs; tensor parallel shards them), the KV budget (per GPU), and
     an allowance for the rest; None when the configs cannot say."""
     try:
-        weights = model_shape(run.profile.target_config())["weight_bytes"]
-        if spec.draft is not None:
-            weights += model_shape(read_config(run.profile.draft, "draft"))["weight_bytes"]
+        weights = weights_per_device(run.profile, eagle3=spec.draft is not None)
     except (EagleFixError, OSError, KeyError, TypeError, ValueError):
         return None
-    weights = -(-weights // max(1, getattr(spec, "tensor_parallel_size", 1)))
     return int(
         weights + (spec.kv_cache_memory_bytes or 0) + max(OVERHEAD_FLOOR_BYTES, OVERHEAD_SHARE_OF_WEIGHTS * weights)
     )

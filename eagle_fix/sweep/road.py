@@ -54,16 +54,23 @@ def kv_budget(profile: Profile, *, arm: str, max_model_len: int, max_num_seqs: i
     return -(-total // profile.tensor_parallel_size)
 
 
+def weights_per_device(profile: Profile, *, eagle3: bool = True) -> int:
+    """Bytes of the profile's weights on each GPU of one engine: the target's and, on the EAGLE3 arm, the
+    draft's, from their configs, sharded over the tensor-parallel ranks."""
+    weights = model_shape(profile.target_config())["weight_bytes"]
+    if eagle3:
+        weights += model_shape(read_config(profile.draft, "draft"))["weight_bytes"]
+    return -(-weights // profile.tensor_parallel_size)
+
+
 def need_bytes_per_device(profile: Profile) -> int | None:
     """GPU memory each device of one engine of the profile takes at its longest context on the EAGLE3 arm:
     its share of both models' weights (tensor parallel shards them) and its KV budget; activations and
     CUDA graphs come on top, so this is a floor. None for a profile without its models (`gpu`: the user's)."""
     if profile.target is None or profile.draft is None:
         return None
-    draft = read_config(profile.draft, "draft")
-    weights = model_shape(profile.target_config())["weight_bytes"] + model_shape(draft)["weight_bytes"]
     kv = kv_budget(profile, arm="eagle3", max_model_len=max(profile.contexts), max_num_seqs=profile.batch_size)
-    return int(-(-weights // profile.tensor_parallel_size) + kv)
+    return int(weights_per_device(profile) + kv)
 
 
 def check_devices(profile: Profile) -> None:
