@@ -8,7 +8,8 @@ cache size) and its effective max_model_len (where the V1 runner stops drafting)
 The verdict is per model runner, since they differ past the draft checkpoint's length: V1 skips
 drafting past the draft's max_model_len (`limited` when the rotary cache was raised but that was
 not), V2 has no such gate and drafts up to the target's length (so there only the rotary cache
-decides: `fixed` or `broken`). The top-level verdict and exit code are the runner vLLM would pick
+decides: `fixed` or `broken`), except where the release lowers the target's length to the draft's
+(vLLM 0.33, a draft whose RoPE is not cache-only, e.g. YaRN: `limited`). The top-level verdict and exit code are the runner vLLM would pick
 here (`model_runner`, by VllmConfig.use_v2_model_runner's rule); `by_runner` has both.
 
 Verdicts: ok (the checkpoint covers the positions), fixed (covered thanks to the engine or the
@@ -152,6 +153,28 @@ def model_runner(spec: Any = None, target: Any = None, parallel: Any = None) -> 
     return ("v2" if picked else "v1"), why
 
 
+def v2_max_model_len(spec: Any, target_len: int) -> int | None:
+    """The max_model_len Model Runner V2 serves this pair at, by the release's own rule
+    (`VllmConfig._limit_max_model_len_to_draft`, vLLM 0.33: lowered to the draft's where the engine did
+    not raise the draft's positions); None where the release has no such rule (V2 drafts up to the
+    target's length)."""
+    import types
+
+    try:
+        from vllm.config import VllmConfig
+
+        rule = VllmConfig._limit_max_model_len_to_draft
+    except (ImportError, AttributeError):
+        return None
+    model = types.SimpleNamespace(max_model_len=target_len)
+    stand_in = types.SimpleNamespace(speculative_config=spec, model_config=model, use_v2_model_runner=True)
+    try:
+        rule(stand_in)
+    except Exception:  # noqa: BLE001 -- a release whose rule reads more of VllmConfig: not modelled
+        return None
+    return int(model.max_model_len)
+
+
 @contextlib.contextmanager
 def engine_output(verbose: bool) -> Iterator[None]:
     """vLLM's own lines (its logger writes to fd 1 and 2 while building configs) are kept aside: with
@@ -239,7 +262,9 @@ def diagnose(
     eff_mpe = getattr(hf, "max_position_embeddings", None)
     eff_mml = dmc.max_model_len
     ckpt_mpe = checkpoint_max_position_embeddings(draft_cfg)
+    cache_rows = fix.rotary_cache_rows(hf)
     runner, why = model_runner(spec, target_mc, ParallelConfig())
+    v2_len = v2_max_model_len(spec, max_model_len)
     k = num_speculative_tokens
     by_runner = []
     for each in RUNNERS:  # the engine picks one; the other is what the same pair does elsewhere
@@ -248,8 +273,9 @@ def diagnose(
             runner=each,
             target_len=max_model_len,
             ckpt_mpe=ckpt_mpe,
-            eff_mpe=eff_mpe,
+            cache_rows=cache_rows,
             eff_mml=eff_mml,
+            v2_len=v2_len,
             cache_only=fix.rope_is_cache_only(hf),
             k=k,
         )
@@ -259,7 +285,7 @@ def diagnose(
                 "picked": each == runner,
                 "verdict": verdict,
                 "problems": problems,
-                "notes": _runner_notes(each, method, max_model_len, ckpt_mpe, eff_mml),
+                "notes": _runner_notes(each, method, max_model_len, ckpt_mpe, eff_mml, v2_len),
             }
         )
     picked = next(r for r in by_runner if r["picked"])
@@ -276,13 +302,19 @@ def diagnose(
         "plugin_mode": mode if mode is not None else "not loaded",
         "plugin_actions": plugin.actions() if mode is not None else [],
         "method": method,
-        "target": {"path": str(target), "max_model_len": max_model_len, "max_position_embeddings": target_limit},
+        "target": {
+            "path": str(target),
+            "max_model_len": max_model_len,
+            "max_position_embeddings": target_limit,
+            "v2_max_model_len": v2_len if v2_len is not None else max_model_len,
+        },
         "draft": {
             "path": str(draft),
             "format": fmt,
             "checkpoint_max_position_embeddings": ckpt_mpe,
             "effective_max_position_embeddings": eff_mpe,
             "effective_max_model_len": eff_mml,
+            "rotary_cache_rows": cache_rows,
             "rope_types": fix.rope_types(hf),
         },
         "verdict": verdict,
@@ -291,11 +323,15 @@ def diagnose(
     }
 
 
-def _runner_notes(runner: str, method: str, target_len: int, ckpt_mpe: int | None, eff_mml: int | None) -> list[str]:
+def _runner_notes(
+    runner: str, method: str, target_len: int, ckpt_mpe: int | None, eff_mml: int | None, v2_len: int | None
+) -> list[str]:
     """What the runner does with the draft's max_model_len, where the checkpoint is shorter than the
     target's length (otherwise neither runner cares)."""
     if method not in fix.SHARED_POSITION_METHODS or ckpt_mpe is None or ckpt_mpe >= target_len:
         return []
+    if runner == "v2" and v2_len is not None and v2_len < target_len:
+        return []  # the length rule is a problem line of its own
     if runner == "v2":
         # V2's speculator sets its draft length to the target's max_model_len: no fits-gate
         return [
@@ -315,21 +351,32 @@ def _judge(
     runner: str,
     target_len: int,
     ckpt_mpe: int | None,
-    eff_mpe: int | None,
+    cache_rows: int | None,
     eff_mml: int | None,
+    v2_len: int | None,
     cache_only: bool,
     k: int,
 ) -> tuple[str, list[str]]:
-    """The verdict from the numbers the engine will use. Draft positions reach target_len - 1."""
+    """The verdict from the numbers the engine will use. Draft positions reach the served length - 1."""
     if method not in fix.SHARED_POSITION_METHODS:
         return "ok", [] if method == "draft_model" else [f"method {method}: positions not analysed"]
     problems: list[str] = []
     if ckpt_mpe is None or ckpt_mpe >= target_len:
         return "ok", problems
-    cache_covers = eff_mpe is None or eff_mpe >= target_len
+    served = target_len
+    if runner == "v2" and v2_len is not None and v2_len < target_len:
+        # vLLM 0.33+: V2 cannot skip drafting, so where the engine did not raise the draft's positions
+        # (RoPE not cache-only, e.g. YaRN) it lowers the target's length to the draft's
+        served = v2_len
+        problems.append(
+            f"V2 runner lowers max_model_len from {target_len} to the draft's {v2_len} "
+            "(VllmConfig._limit_max_model_len_to_draft: the draft's RoPE is not cache-only, so the engine "
+            "does not raise its positions)"
+        )
+    cache_covers = cache_rows is None or cache_rows >= served
     if not cache_covers:
         problems.append(
-            f"draft rotary cache has {eff_mpe} positions but the target serves {target_len}"
+            f"draft rotary cache has {cache_rows} positions but the target serves {served}"
             + ("" if cache_only else " (RoPE type not cache-only: raising it would change the draft)")
         )
     if runner == "v1" and eff_mml is not None and eff_mml < target_len:
@@ -339,13 +386,13 @@ def _judge(
             f"(draft max_model_len {eff_mml} < target max_model_len {target_len}); drafts are zero-filled "
             "and still counted by vLLM's spec-decode counters"
         )
-        if cache_covers or eff_mml <= (eff_mpe or 0):
+        if cache_covers or eff_mml <= (cache_rows or 0):
             return "limited", problems
     if not cache_covers:
-        reach = target_len if runner == "v2" or eff_mml is None else min(eff_mml, target_len)
-        problems.append(f"positions {eff_mpe}..{reach - 1} will be read outside the draft's rotary cache")
+        reach = served if runner == "v2" or eff_mml is None else min(eff_mml, served)
+        problems.append(f"positions {cache_rows}..{reach - 1} will be read outside the draft's rotary cache")
         return "broken", problems
-    return "fixed", problems
+    return ("limited" if served < target_len else "fixed"), problems
 
 
 def render_text(report: dict[str, Any]) -> str:
@@ -364,6 +411,11 @@ def render_text(report: dict[str, Any]) -> str:
             f"draft ({d['format']}): max_position_embeddings checkpoint {d['checkpoint_max_position_embeddings']} -> "
             f"effective {d['effective_max_position_embeddings']}; max_model_len {d['effective_max_model_len']}; "
             f"RoPE {', '.join(d['rope_types'])}"
+            + (
+                f"; rotary cache {d['rotary_cache_rows']} rows"
+                if d["rotary_cache_rows"] != d["effective_max_position_embeddings"]
+                else ""
+            )
         ),
         (
             f"verdict: {report['verdict'].upper()} (model runner {report['model_runner']}, the one this engine picks: "

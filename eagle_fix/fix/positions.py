@@ -24,6 +24,9 @@ CACHE_ONLY_ROPE_TYPES = frozenset({"default", "linear", "llama3", "ntk", "propor
 # target's position ids). An independent `draft_model` has positions of its own.
 SHARED_POSITION_METHODS = frozenset({"eagle", "eagle3"})
 
+# RoPE types whose cache vLLM sizes from original_max_position_embeddings x factor.
+YARN_ROPE_TYPES = frozenset({"yarn", "deepseek_yarn"})
+
 
 def rope_types(hf_config: Any) -> list[str]:
     """The RoPE types a config uses, sorted; "default" when it names none.
@@ -31,7 +34,28 @@ def rope_types(hf_config: Any) -> list[str]:
     Reads transformers 5's `rope_parameters` (flat, or one dict per attention type) and the older
     `rope_scaling`; both may be absent on a draft config (the yuhuili draft has neither).
     """
-    found: set[str] = set()
+    return sorted({_rope_type(entry) for entry in _rope_entries(hf_config)}) or ["default"]
+
+
+def rotary_cache_rows(hf_config: Any) -> int | None:
+    """How many positions the rotary cos/sin cache holds, as vLLM's `get_rope` sizes it: the config's
+    max_position_embeddings, except YaRN, whose cache is original_max_position_embeddings x factor (so
+    raising max_position_embeddings does not lengthen it). The smallest over attention types."""
+    mpe = _get(hf_config, "max_position_embeddings")
+    rows = []
+    for entry in _rope_entries(hf_config) or [{}]:
+        original, factor = entry.get("original_max_position_embeddings"), entry.get("factor")
+        if _rope_type(entry) in YARN_ROPE_TYPES and original and factor:
+            rows.append(int(original * factor))
+        elif mpe is not None:
+            rows.append(int(mpe))
+    return min(rows) if rows else None
+
+
+def _rope_entries(hf_config: Any) -> list[dict]:
+    """Each RoPE parameter dict of the config: transformers 5's `rope_parameters` (flat, or one per
+    attention type) and the older `rope_scaling`."""
+    entries: list[dict] = []
     for attr in ("rope_parameters", "rope_scaling"):
         params = _get(hf_config, attr)
         if not params:
@@ -39,9 +63,12 @@ def rope_types(hf_config: Any) -> list[str]:
         if not isinstance(params, dict):
             params = dict(params)
         nested = [v for v in params.values() if isinstance(v, dict)]
-        for entry in nested or [params]:
-            found.add(str(entry.get("rope_type") or entry.get("type") or "default"))
-    return sorted(found) or ["default"]
+        entries += nested or [params]
+    return entries
+
+
+def _rope_type(entry: dict) -> str:
+    return str(entry.get("rope_type") or entry.get("type") or "default")
 
 
 def rope_is_cache_only(hf_config: Any) -> bool:

@@ -48,6 +48,9 @@ class Release:
     # The CUDA build: the CUDA major version its wheel (and the torch it pins) links, which the driver must
     # support (scripts/gpu_preflight.py); None where not read from the wheel.
     cuda_major: int | None = None
+    # Model Runner V2 lowers the target's max_model_len to the draft's where the engine did not raise the
+    # draft's positions (RoPE not cache-only, e.g. YaRN): VllmConfig._limit_max_model_len_to_draft, 0.33.0.
+    v2_length_rule: bool = False
 
     @property
     def tag(self) -> str:
@@ -97,7 +100,7 @@ RELEASES: tuple[Release, ...] = (
     Release("0.31.0", CUDA, "seed", "kernel"),
     Release("0.32.0", CUDA, "seed", "manager"),
     # 0.33.0 pins torch 2.14.0 and links libcudart.so.13
-    Release("0.33.0", CUDA, "generalized", "manager", pinned=True, cuda_major=13),
+    Release("0.33.0", CUDA, "generalized", "manager", pinned=True, cuda_major=13, v2_length_rule=True),
 )
 # Names --releases accepts for a group of the registry.
 GROUPS = {"cpu": CPU, "cuda": CUDA}

@@ -98,6 +98,52 @@ print(json.dumps({{n: diagnose(target=t, draft=d, max_model_len=n) for n in (102
         assert any("outside the draft's rotary cache" in p for p in r["problems"])
 
 
+# A YaRN draft (RoPE not cache-only: its rotary cache is original_max_position_embeddings x factor = 8192
+# rows, which raising max_position_embeddings does not lengthen) served at 16384. V1 skips drafting past
+# the draft's 8192 (limited); V2 drafts to the target's length (broken) unless the release lowers the
+# target's length to the draft's (vLLM 0.33's VllmConfig._limit_max_model_len_to_draft: limited).
+YARN_V1 = {"auto": "limited", "off": "limited", "revert": "broken"}
+YARN_V2_WITHOUT_RULE = {"auto": "broken", "off": "broken", "revert": "broken"}
+
+
+@pytest.mark.parametrize("mode", sorted(YARN_V1))
+def test_a_yarn_draft_per_runner_and_release(mode, shared_pair, tmp_path):
+    target, draft = shared_pair
+    cfg = json.loads((draft / "config.json").read_text())
+    cfg.update(
+        max_position_embeddings=8192,
+        rope_scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 2048},
+    )
+    yarn = tmp_path / "yarn-draft"
+    yarn.mkdir()
+    (yarn / "config.json").write_text(json.dumps(cfg))
+    code = f"""
+import json
+from pathlib import Path
+from vllm.config import VllmConfig
+from eagle_fix.fix.doctor import diagnose
+r = diagnose(target=Path({str(target)!r}), draft=Path({str(yarn)!r}), max_model_len=16384)
+print(json.dumps({{"report": r, "rule": hasattr(VllmConfig, "_limit_max_model_len_to_draft")}}))
+"""
+    out = run_py(code, mode=mode)
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = last_json(out.stdout)
+    r = got["report"]
+    known = by_version(r["vllm_version"])
+    rule = known.v2_length_rule if known is not None else got["rule"]
+    assert rule == got["rule"]  # the registry says what the release's source has
+    by_runner = {b["runner"]: b for b in r["by_runner"]}
+    assert r["draft"]["rope_types"] == ["yarn"] and r["draft"]["rotary_cache_rows"] == 8192
+    assert by_runner["v1"]["verdict"] == YARN_V1[mode]
+    assert by_runner["v2"]["verdict"] == (YARN_V1 if rule else YARN_V2_WITHOUT_RULE)[mode]
+    # V2's served length: the draft's where the rule lowers it (revert raised the draft's max_model_len)
+    assert r["target"]["v2_max_model_len"] == (8192 if rule and mode != "revert" else 16384)
+    if by_runner["v2"]["verdict"] == "limited":
+        assert any("lowers max_model_len from 16384 to the draft's 8192" in p for p in by_runner["v2"]["problems"])
+    if by_runner["v2"]["verdict"] == "broken":
+        assert any("8192..16383" in p for p in by_runner["v2"]["problems"])
+
+
 def test_json_output_is_one_object_and_exit_codes(shared_pair):
     t, d = map(str, shared_pair)
     ok = doctor("--target", t, "--draft", d, "--max-model-len", "8192", "--json", mode="auto")

@@ -14,6 +14,7 @@ from eagle_fix.fix.positions import (
     proposer_block_size,
     rope_is_cache_only,
     rope_types,
+    rotary_cache_rows,
 )
 
 
@@ -107,3 +108,18 @@ def test_proposer_block_size(sizes, gid, fallback, expected):
 def test_draft_layers_in_sorted_order():
     layers = {"model.layers.2.attn", "model.layers.10.attn", "model.layers.1.attn"}
     assert draft_layer_order(layers) == sorted(layers)
+
+
+def test_rotary_cache_rows_follow_vllms_get_rope():
+    # the cache is max_position_embeddings long, except YaRN's: original x factor, whatever the mpe says
+    assert rotary_cache_rows(SimpleNamespace(max_position_embeddings=2048)) == 2048
+    assert (
+        rotary_cache_rows(SimpleNamespace(max_position_embeddings=4096, rope_parameters={"rope_type": "llama3"}))
+        == 4096
+    )
+    yarn = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 2048}
+    assert rotary_cache_rows(SimpleNamespace(max_position_embeddings=131072, rope_parameters=yarn)) == 8192
+    # per attention type: the shortest cache decides
+    mixed = {"full_attention": {"rope_type": "default"}, "sliding_attention": yarn}
+    assert rotary_cache_rows(SimpleNamespace(max_position_embeddings=4096, rope_parameters=mixed)) == 4096
+    assert rotary_cache_rows(SimpleNamespace(hidden_size=16)) is None
