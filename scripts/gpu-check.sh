@@ -10,13 +10,15 @@
 #   scripts/gpu-check.sh --torch-only   only the probe: a GPU box with torch and no vLLM (python3, or PYTHON)
 set -uo pipefail
 cd "$(dirname "$0")/.."
-rehearse=0; torch_only=0; dry=0
+rehearse=0; torch_only=0; dry=0; out=""; prev=""
 for a in "$@"; do
   case "$a" in
     --rehearse) rehearse=1 ;;
     --torch-only) torch_only=1 ;;
     --dry-run) dry=1 ;;
   esac
+  [ "$prev" = --out ] && out=$a
+  prev=$a
 done
 if [ "$rehearse$dry" = 00 ] && ! command -v nvidia-smi >/dev/null 2>&1; then
   echo "gpu-check: no GPU here (no nvidia-smi on PATH); on a CPU machine rehearse it: scripts/gpu-check.sh --rehearse" >&2
@@ -24,8 +26,8 @@ if [ "$rehearse$dry" = 00 ] && ! command -v nvidia-smi >/dev/null 2>&1; then
 fi
 if [ "$torch_only" = 1 ]; then
   # no project venv needed: the probe imports torch, nvidia-ml-py where installed, and eagle_fix.machine from here
-  out=results/gpu-check/probe-$(hostname -s 2>/dev/null || echo host).json
-  mkdir -p results/gpu-check
+  out=${out:-results/gpu-check/probe-$(hostname -s 2>/dev/null || echo host).json}
+  mkdir -p "$(dirname "$out")"
   "${PYTHON:-python3}" -m eagle_fix.machine.cuda_probe > "$out" || exit $?
   echo "gpu-check: probe -> $out" >&2
   cat "$out"

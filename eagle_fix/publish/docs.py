@@ -10,6 +10,8 @@ from eagle_fix.publish.file_tables import (
     ab_table,
     compare_table,
     cost_table,
+    gpu_check_steps_table,
+    gpu_check_table,
     map_table,
     overhead_table,
     release_cost_table,
@@ -61,6 +63,8 @@ FILE_TABLES["gate-replay"] = noise_tables.replay_table
 # the acceptance gate's power (scripts/calibrate_acceptance.sh): the drafter damaged on purpose
 FILE_TABLES["acceptance-power"] = acceptance_power.power_table
 FILE_TABLES["gate-cost"] = cost.cost_table  # what gating the cpu-quick and cpu grids costs on one machine
+FILE_TABLES["gpu-check"] = gpu_check_table  # scripts/gpu-check.sh's summaries: each CUDA claim and its check
+FILE_TABLES["gpu-check-steps"] = gpu_check_steps_table
 FILE_TABLES["settings"] = settings_table  # the environment variables, from eagle_fix.core.settings
 # Tables of the records' newest rows (key=value arguments filter them).
 DOC_TABLES = {

@@ -11,6 +11,7 @@ from eagle_fix.core.errors import EagleFixError
 from eagle_fix.gate import ab_result, compare, verdict
 from eagle_fix.publish.frame import release_key
 from eagle_fix.publish.tables import format_cell, md_table
+from eagle_fix.releases import gpu_check, gpu_claims
 from eagle_fix.served.summary import break_even, read_map, summarize
 from eagle_fix.store.results import load_asv_file, sidecar_records
 
@@ -449,3 +450,36 @@ def compare_table(paths, metrics: tuple[str, ...] = ("step_ms", "decode_throughp
         + f"\n\n`{Path(paths[0]).name}` → `{Path(paths[1]).name}`, threshold {cmp.threshold:.0%}, alpha "
         f"{cmp.alpha:g}: {counts}."
     )
+
+
+def gpu_check_table(paths) -> str:
+    """`eagle-fix gpu-check` summaries (results/gpu-check/): one row per check, the claim and where the docs
+    make it, and each summary's answer (a rehearsal on CPU, a CUDA run) in its own column."""
+    runs = [json.loads(Path(p).read_text()) for p in paths]
+    if not runs:
+        raise EagleFixError("--table gpu-check: give one or more results/gpu-check/*.json files")
+    head = ["check", "the claim", "made in"] + [f"{r['kind']} on {r['machine']}" for r in runs]
+    rows = []
+    for c in runs[0]["checks"]:
+        answers = []
+        for r in runs:
+            row = next((x for x in r["checks"] if x["check"] == c["check"]), None)
+            answers.append("–" if row is None else f"**{row['status']}**: {row['line']}".replace("|", "/"))
+        rows.append([f"`{c['check']}`", c["claim"], c["docs"].replace("; ", ", "), *answers])
+    return md_table(head, rows)
+
+
+def gpu_check_steps_table(paths) -> str:
+    """The steps of an `eagle-fix gpu-check` summary: the command as it ran, its exit and time, and the checks
+    that read it."""
+    runs = [json.loads(Path(p).read_text()) for p in paths]
+    if len(runs) != 1:
+        raise EagleFixError("--table gpu-check-steps: give one results/gpu-check/*.json file")
+    rows = []
+    for name, step in runs[0]["steps"].items():
+        checks = ", ".join(f"`{c.name}`" for c in gpu_claims.CHECKS if c.step == name)
+        took = "–" if step.get("seconds") is None else f"{step['seconds']:.0f} s"
+        env = [f"{k}={v}" for k, v in (step.get("env") or {}).items()]
+        command = gpu_check.short_command([*env, *step["command"].split()])
+        rows.append([f"`{name}`", f"`{command}`", str(step.get("exit")), took, checks])
+    return md_table(["step", "command (as it ran)", "exit", "time", "checks that read it"], rows)

@@ -4,8 +4,9 @@ No GPU has run this suite: every CUDA statement in README and docs rests on vLLM
 line, its config classes and fakes. On one GPU with vLLM's CUDA build this command answers them in minutes
 and writes one summary file: each check, the claim it tests, where the docs make it, and passed / failed /
 not run with the figures it read. Steps: the hook test, the doctor, gpu-tiny's fix A/B at 8K (every fix arm,
-eager and compiled), one gpu-dummy point (in-worker memory, NVML, the step clock), the gate's noise, a
-damaged drafter, and the probe that needs torch but no vLLM (NVML's structs, CUDA events).
+eager and compiled), one gpu-dummy point eager and compiled (memory, NVML, CUDA graphs, the step clock), the gate's noise, a
+damaged drafter, the machine's fingerprint and measured limits, and the probe that needs torch but no vLLM
+(NVML's structs, CUDA events).
 
 `--rehearse` runs the same steps on a CPU machine with the CPU twin (cpu-quick for gpu-tiny and gpu-dummy);
 the CUDA-only judgements say so. `--records STEP=FILE` judges records a run already made instead of running
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -28,7 +30,7 @@ from typing import Any
 
 from eagle_fix.core import record
 from eagle_fix.core.errors import EagleFixError
-from eagle_fix.core.settings import INJECT_DRAFT_NOISE_ENV
+from eagle_fix.core.settings import INJECT_DRAFT_ERRORS_ENV
 from eagle_fix.machine.fingerprint import fingerprint
 from eagle_fix.pairs.profiles import real_shape_configs
 from eagle_fix.releases.gpu_claims import CHECKS, DAMAGE, FAILED, NOT_RUN, PASSED, StepRun, judge
@@ -52,44 +54,18 @@ class Step:
 def steps(cuda: bool, work: Path, python: str = sys.executable) -> list[Step]:
     tiny, dummy = ("gpu-tiny", "gpu-dummy") if cuda else ("cpu-quick", "cpu-quick")
     target, draft = real_shape_configs()
-    run = (python, "-m", "eagle_fix.cli", "run", "--contexts", str(CONTEXT), "--arms", "eagle3")
+    cli = (python, "-m", "eagle_fix.cli")
+    run = (*cli, "run", "--contexts", str(CONTEXT), "--arms", "eagle3", "--repeats", "2")
+    hooks = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-m"] + ["not engine", "tests/fix/test_hooks.py"]
+    doctor = f"doctor --target {target} --draft {draft} --max-model-len {CONTEXT} --json".split()
     return [
-        Step(
-            "hooks",
-            (python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not engine", "tests/fix/test_hooks.py"),
-        ),
-        Step(
-            "doctor",
-            (
-                python,
-                "-m",
-                "eagle_fix.cli",
-                "doctor",
-                "--target",
-                str(target),
-                "--draft",
-                str(draft),
-                "--max-model-len",
-                str(CONTEXT),
-                "--json",
-            ),
-            env={"EAGLE_FIX_MODE": "off"},  # the engine as installed
-            timeout_s=300,
-        ),
+        Step("hooks", (python, *hooks)),
+        Step("doctor", (*cli, *doctor), env={"EAGLE_FIX_MODE": "off"}, timeout_s=300),  # the engine as installed
         Step(
             "fix-ab",
             (
                 *run,
-                "--profile",
-                tiny,
-                "--modes",
-                "eager,compile",
-                "--fix",
-                "on,off,upstream",
-                "--repeats",
-                "2",
-                "--output-len",
-                "128",
+                *f"--profile {tiny} --modes eager,compile --fix on,off,upstream --output-len 128".split(),
                 "--out",
                 str(work / "fix-ab.jsonl"),
             ),
@@ -100,61 +76,35 @@ def steps(cuda: bool, work: Path, python: str = sys.executable) -> list[Step]:
             "dummy",
             (
                 *run,
-                "--profile",
-                dummy,
-                "--modes",
-                "eager",
-                "--fix",
-                "on",
-                "--repeats",
-                "2",
-                "--output-len",
-                "64",
+                *f"--profile {dummy} --modes eager,compile --fix on --output-len 64".split(),
                 "--out",
                 str(work / "dummy.jsonl"),
             ),
             records="dummy.jsonl",
+            timeout_s=1200,
         ),
         Step(
             "damage",
             (
                 *run,
-                "--profile",
-                tiny,
-                "--modes",
-                "eager",
-                "--fix",
-                "on",
-                "--repeats",
-                "2",
-                "--output-len",
-                "128",
+                *f"--profile {tiny} --modes eager --fix on --output-len 128".split(),
                 "--out",
                 str(work / "damage.jsonl"),
             ),
-            env={INJECT_DRAFT_NOISE_ENV: DAMAGE},
+            env={INJECT_DRAFT_ERRORS_ENV: DAMAGE},
             records="damage.jsonl",
         ),
         Step(
             "noise",
             (
-                python,
-                "-m",
-                "eagle_fix.cli",
-                "noise",
-                "--profile",
-                tiny,
-                "--context",
-                str(CONTEXT),
-                "--blocks",
-                "2",
-                "--rounds",
-                "4",
+                *cli,
+                *f"noise --profile {tiny} --context {CONTEXT} --blocks 2 --rounds 4".split(),
                 "--folder",
                 str(work / "gate"),
             ),
             timeout_s=1800,
         ),
+        Step("machine", (*cli, "machine", "--json", "--refresh"), timeout_s=300),
         Step("probe", (python, "-m", "eagle_fix.machine.cuda_probe"), timeout_s=300),
     ]
 
@@ -187,6 +137,12 @@ def run_step(step: Step, work: Path, root: Path) -> StepRun:
             pass
     print(f"gpu-check: {step.name}: exit {rc} in {run.seconds} s", file=sys.stderr, flush=True)
     return run
+
+
+def short_command(argv: tuple[str, ...] | list[str]) -> str:
+    """A step's command as the summary shows it: without the interpreter, paths from the checkout down (the
+    same on every machine)."""
+    return re.sub(r"(?<!\S)/\S*?/(?=(?:eagle_fix|\.gpu-check)/)", "", " ".join(argv))
 
 
 def _text(b: bytes | str | None) -> str:
@@ -302,6 +258,7 @@ def cli_main(args: argparse.Namespace) -> int:
         else:
             runs[s.name] = run_step(s, work, root)
     rows = judge(runs, cuda)
+    plan = {s.name: s for s in steps(cuda, work)}
     summary = {
         "schema": 1,
         "kind": "cuda" if cuda else "rehearsal",
@@ -310,10 +267,8 @@ def cli_main(args: argparse.Namespace) -> int:
         "seconds": round(time.monotonic() - t0, 1),
         "steps": {
             name: {
-                "command": " ".join(s.argv[1:])
-                if (s := next((x for x in steps(cuda, work) if x.name == name), None))
-                else None,
-                "env": dict(s.env) if s else {},
+                "command": short_command(plan[name].argv[1:]),
+                "env": dict(plan[name].env),
                 "exit": r.rc,
                 "seconds": r.seconds,
                 "from_records": [str(p) for p in a.records.get(name, ())],

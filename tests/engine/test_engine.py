@@ -315,3 +315,58 @@ def test_a_drafter_damaged_in_one_mode_is_flagged_by_parity_and_fails_compare(ab
     )
     assert gate.returncode == 1, gate.stdout[-3000:] + gate.stderr[-3000:]
     assert re.search(r"compile\s+eagle3\s+on\s+flags\s.*parity\s+REGRESSION", gate.stdout), gate.stdout
+
+
+# What scripts/gpu-check.sh --rehearse must say of this sweep (the CPU twin of gpu-tiny's fix A/B at 8K, here at
+# CI's contexts): each check that reads the fix A/B or a finished point, and the CUDA-only ones as not run.
+GPU_CHECK_PASSED = {
+    "hooks",
+    "doctor",
+    "fix-on-drafts",
+    "fix-off-compile-dies",
+    "fix-off-eager-silent",
+    "upstream-per-runner",
+    "parity",
+    "memory-in-worker",
+    "step-clock",
+    "limits-on-device",
+}
+GPU_CHECK_CUDA_ONLY = {"v2-coverage", "memory-nvml", "cuda-graphs", "fingerprint-gpu", "nvml-struct", "host-clock"}
+
+
+def test_the_gpu_check_rehearsed_on_this_sweep(ab_run, tmp_path):
+    """The GPU script's every line that is not CUDA-only, on this machine: its hook test, doctor and probe
+    run; its fix A/B and gpu-dummy judgements read this module's sweep (no engine started again)."""
+    _, out = ab_run
+    summary = tmp_path / "gpu-check.json"
+    proc = subprocess.run(
+        [
+            "bash",
+            "scripts/gpu-check.sh",
+            "--rehearse",
+            "--only",
+            "hooks,doctor,machine,probe",
+            "--records",
+            f"fix-ab={out}",
+        ]
+        + ["--records", f"dummy={out}", "--out", str(summary), "--work", str(tmp_path / "work")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    got = json.loads(summary.read_text())
+    status = {c["check"]: c["status"] for c in got["checks"]}
+    assert {k for k, v in status.items() if v == "passed"} == GPU_CHECK_PASSED, got["checks"]
+    assert {k for k, v in status.items() if v == "not run"} == GPU_CHECK_CUDA_ONLY | {"damage", "noise"}
+    assert got["kind"] == "rehearsal" and got["steps"]["fix-ab"]["from_records"] == [str(out)]
+    compiled_off = [
+        r
+        for r in got["steps"]["fix-ab"]["records"]
+        if (r["mode"], r["fix"], r["status"]) == ("compile", "off", "failed")
+    ]
+    assert compiled_off and all("index out of bounds" in r["cause"] for r in compiled_off)
+    assert got["steps"]["probe"]["report"]["cuda_available"] is False
+    assert "gpu-check: 10 passed, 0 failed, 8 not run" in proc.stderr
