@@ -29,11 +29,11 @@ from pathlib import Path
 from typing import Any
 
 from eagle_fix.core import record
-from eagle_fix.core.errors import EagleFixError
+from eagle_fix.core.errors import EagleFixError, parse_positive_int
 from eagle_fix.core.settings import INJECT_DRAFT_ERRORS_ENV
 from eagle_fix.machine.fingerprint import fingerprint
 from eagle_fix.pairs.profiles import real_shape_configs
-from eagle_fix.releases.gpu_claims import CHECKS, DAMAGE, FAILED, NOT_RUN, PASSED, StepRun, judge
+from eagle_fix.releases.gpu_claims import CHECKS, DAMAGE, DRAFT_POSITIONS, FAILED, NOT_RUN, PASSED, StepRun, judge
 
 SUMMARY_DIR = Path("results") / "gpu-check"
 WORK_DIR = Path(".gpu-check")  # step outputs (records, engine logs): ignored; the summary keeps the figures
@@ -51,13 +51,13 @@ class Step:
     timeout_s: int = 900
 
 
-def steps(cuda: bool, work: Path, python: str = sys.executable) -> list[Step]:
+def steps(cuda: bool, work: Path, context: int = CONTEXT, python: str = sys.executable) -> list[Step]:
     tiny, dummy = ("gpu-tiny", "gpu-dummy") if cuda else ("cpu-quick", "cpu-quick")
     target, draft = real_shape_configs()
     cli = (python, "-m", "eagle_fix.cli")
-    run = (*cli, "run", "--contexts", str(CONTEXT), "--arms", "eagle3", "--repeats", "2")
+    run = (*cli, "run", "--contexts", str(context), "--arms", "eagle3", "--repeats", "2")
     hooks = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-m"] + ["not engine", "tests/fix/test_hooks.py"]
-    doctor = f"doctor --target {target} --draft {draft} --max-model-len {CONTEXT} --json".split()
+    doctor = f"doctor --target {target} --draft {draft} --max-model-len {context} --json".split()
     return [
         Step("hooks", (python, *hooks)),
         Step("doctor", (*cli, *doctor), env={"EAGLE_FIX_MODE": "off"}, timeout_s=300),  # the engine as installed
@@ -98,7 +98,7 @@ def steps(cuda: bool, work: Path, python: str = sys.executable) -> list[Step]:
             "noise",
             (
                 *cli,
-                *f"noise --profile {tiny} --context {CONTEXT} --blocks 2 --rounds 4".split(),
+                *f"noise --profile {tiny} --context {context} --blocks 2 --rounds 4".split(),
                 "--folder",
                 str(work / "gate"),
             ),
@@ -182,6 +182,7 @@ class GpuCheckArgs:
     out: Path | None
     work: Path
     dry_run: bool
+    context: int = CONTEXT
 
     @classmethod
     def from_cli_args(cls, a: argparse.Namespace) -> GpuCheckArgs:
@@ -205,9 +206,11 @@ class GpuCheckArgs:
         only, skip = names(a.only, "--only"), names(a.skip, "--skip")
         if a.torch_only:
             only = ("probe",)
-        return cls(
-            a.rehearse, a.torch_only, only, skip, records, Path(a.out) if a.out else None, Path(a.work), a.dry_run
-        )
+        context = parse_positive_int(a.context, "--context")
+        if context <= DRAFT_POSITIONS:
+            raise EagleFixError(f"--context {context}: the checks need a context past the draft's {DRAFT_POSITIONS}")
+        out = Path(a.out) if a.out else None
+        return cls(a.rehearse, a.torch_only, only, skip, records, out, Path(a.work), a.dry_run, context)
 
 
 def add_cli_args(parser: argparse.ArgumentParser) -> None:
@@ -227,6 +230,7 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--work", default=str(WORK_DIR), help="where the steps' records and logs go (default %(default)s)"
     )
+    parser.add_argument("--context", default=str(CONTEXT), help="the points' context, past 2048 (default %(default)s)")
     parser.add_argument("--dry-run", action="store_true", help="print the steps and the checks; run nothing")
 
 
@@ -239,7 +243,7 @@ def cli_main(args: argparse.Namespace) -> int:
         )
     root = Path(__file__).resolve().parents[2]
     work = a.work if a.work.is_absolute() else root / a.work
-    chosen = [s for s in steps(cuda, work) if (not a.only or s.name in a.only) and s.name not in a.skip]
+    chosen = [s for s in steps(cuda, work, a.context) if (not a.only or s.name in a.only) and s.name not in a.skip]
     if a.dry_run:
         for s in chosen:
             src = a.records.get(s.name)
@@ -250,7 +254,7 @@ def cli_main(args: argparse.Namespace) -> int:
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     runs: dict[str, StepRun] = {}
-    for s in steps(cuda, work):
+    for s in steps(cuda, work, a.context):
         if s.name in a.records:
             runs[s.name] = StepRun(records=[r for p in a.records[s.name] for r in record.read(p)])
         elif s not in chosen:
@@ -258,7 +262,7 @@ def cli_main(args: argparse.Namespace) -> int:
         else:
             runs[s.name] = run_step(s, work, root)
     rows = judge(runs, cuda)
-    plan = {s.name: s for s in steps(cuda, work)}
+    plan = {s.name: s for s in steps(cuda, work, a.context)}
     summary = {
         "schema": 1,
         "kind": "cuda" if cuda else "rehearsal",

@@ -72,10 +72,15 @@ def _acc(r: dict[str, Any]) -> str:
     return "n/a" if a is None else f"{a:.2f}"
 
 
-def _hooks(runs, cuda):
-    run = runs["hooks"]
-    last = run.tail.strip().splitlines()[-1] if run.tail.strip() else ""
-    return run.rc == 0, last or f"exit {run.rc}"
+def _exit_zero(step: str):
+    """A step judged by its exit code, shown with its last line (pytest's tally, noise's verdict)."""
+
+    def judge(runs, cuda):
+        run = runs[step]
+        last = run.tail.strip().splitlines()[-1] if run.tail.strip() else ""
+        return run.rc == 0, last or f"exit {run.rc}"
+
+    return judge
 
 
 def _doctor(runs, cuda):
@@ -230,26 +235,25 @@ def _cudagraphs(runs, cuda):
     )
 
 
-def _machine(runs) -> dict[str, Any]:
-    rep = runs["machine"].report
+def _report(runs, step: str) -> dict[str, Any]:
+    """The JSON a step printed (eagle-fix machine, the probe)."""
+    rep = runs[step].report
     if rep is None:
-        raise _Missing("eagle-fix machine printed nothing")
+        raise _Missing(f"the {step} step printed nothing")
     return rep
 
 
 def _fingerprint(runs, cuda):
-    gpu = (_machine(runs).get("fingerprint") or {}).get("cuda") or {}
+    gpu = (_report(runs, "machine").get("fingerprint") or {}).get("cuda") or {}
     keys = ("name", "driver_version", "cuda_driver_version", "compute_capability", "memory_total_bytes")
     return all(gpu.get(k) for k in keys), ", ".join(f"{k} {gpu.get(k)}" for k in keys)
 
 
 def _limits(runs, cuda):
-    lim = _machine(runs).get("limits") or {}
-    peak, bw = lim.get("peak_gflops"), lim.get("bandwidth_gbs") or lim.get("copy_gbs")
-    want = "cuda" if cuda else "cpu"
-    return lim.get("device") == want and (
-        peak or 0
-    ) > 0, f"measured on {lim.get('device')}: {peak or 0:.0f} GFLOP/s peak, {bw or 0:.1f} GB/s"
+    lim = _report(runs, "machine").get("limits") or {}
+    peak, bw = lim.get("peak_gflops") or 0, lim.get("bandwidth_gbs") or 0
+    ok = lim.get("device") == ("cuda" if cuda else "cpu") and peak > 0
+    return ok, f"measured on {lim.get('device')}: {peak:.0f} GFLOP/s peak, {bw:.1f} GB/s"
 
 
 def _damage(runs, cuda):
@@ -271,21 +275,8 @@ def _damage(runs, cuda):
     )
 
 
-def _noise(runs, cuda):
-    run = runs["noise"]
-    last = run.tail.strip().splitlines()[-1] if run.tail.strip() else ""
-    return run.rc == 0, last or f"exit {run.rc}"
-
-
-def _probe(runs) -> dict[str, Any]:
-    rep = runs["probe"].report
-    if rep is None:
-        raise _Missing("the probe printed nothing")
-    return rep
-
-
 def _nvml(runs, cuda):
-    nv = _probe(runs).get("nvml") or {}
+    nv = _report(runs, "probe").get("nvml") or {}
     ok = nv.get("sampler_used") is not None and (nv.get("v2_used") is not None or nv.get("v2_error") is not None)
     return (
         ok,
@@ -294,7 +285,7 @@ def _nvml(runs, cuda):
 
 
 def _host_clock(runs, cuda):
-    sc = _probe(runs).get("step_clock") or {}
+    sc = _report(runs, "probe").get("step_clock") or {}
     ratio = sc.get("host_over_device")
     return (
         ratio is not None and ratio < 1,
@@ -309,7 +300,7 @@ CHECKS = (
         "hooks",
         "every internal the plugin wraps exists in the installed engine, with the parameters its wrapper reads",
         "docs/fix.md; docs/releases.md",
-        _hooks,
+        _exit_zero("hooks"),
     ),
     Check(
         "doctor",
@@ -404,7 +395,7 @@ CHECKS = (
         "noise",
         "the gate's variance components (launch, round, sample) and ab's plan, measured on this machine",
         "docs/statistics.md#the-launch-is-the-unit",
-        _noise,
+        _exit_zero("noise"),
     ),
     Check(
         "fingerprint-gpu",

@@ -330,43 +330,38 @@ GPU_CHECK_PASSED = {
     "memory-in-worker",
     "step-clock",
     "limits-on-device",
+    "damage",
+    "noise",
 }
 GPU_CHECK_CUDA_ONLY = {"v2-coverage", "memory-nvml", "cuda-graphs", "fingerprint-gpu", "nvml-struct", "host-clock"}
 
 
 def test_the_gpu_check_rehearsed_on_this_sweep(ab_run, tmp_path):
-    """The GPU script's every line that is not CUDA-only, on this machine: its hook test, doctor and probe
-    run; its fix A/B and gpu-dummy judgements read this module's sweep (no engine started again)."""
+    """The GPU script's every line that is not CUDA-only, on this machine: its hook test, doctor, damaged
+    drafter, gate noise (two short launch pairs), machine and probe run at CI's context past 2048; its fix A/B
+    and gpu-dummy judgements read this module's sweep instead of starting those engines again."""
     _, out = ab_run
     summary = tmp_path / "gpu-check.json"
+    argv = ["--rehearse", "--context", str(PAST[0]), "--only", "hooks,doctor,damage,noise,machine,probe"]
+    argv += ["--records", f"fix-ab={out}", "--records", f"dummy={out}", "--out", str(summary)]
     proc = subprocess.run(
-        [
-            "bash",
-            "scripts/gpu-check.sh",
-            "--rehearse",
-            "--only",
-            "hooks,doctor,machine,probe",
-            "--records",
-            f"fix-ab={out}",
-        ]
-        + ["--records", f"dummy={out}", "--out", str(summary), "--work", str(tmp_path / "work")],
+        ["bash", "scripts/gpu-check.sh", *argv, "--work", str(tmp_path / "work")],
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=900,
+        timeout=1800,
         check=False,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     got = json.loads(summary.read_text())
     status = {c["check"]: c["status"] for c in got["checks"]}
     assert {k for k, v in status.items() if v == "passed"} == GPU_CHECK_PASSED, got["checks"]
-    assert {k for k, v in status.items() if v == "not run"} == GPU_CHECK_CUDA_ONLY | {"damage", "noise"}
+    assert {k for k, v in status.items() if v == "not run"} == GPU_CHECK_CUDA_ONLY
     assert got["kind"] == "rehearsal" and got["steps"]["fix-ab"]["from_records"] == [str(out)]
-    compiled_off = [
-        r
-        for r in got["steps"]["fix-ab"]["records"]
-        if (r["mode"], r["fix"], r["status"]) == ("compile", "off", "failed")
-    ]
+    fix_ab = got["steps"]["fix-ab"]["records"]
+    compiled_off = [r for r in fix_ab if (r["mode"], r["fix"], r["status"]) == ("compile", "off", "failed")]
     assert compiled_off and all("index out of bounds" in r["cause"] for r in compiled_off)
+    damaged = got["steps"]["damage"]["records"][0]
+    assert damaged["context_len"] == PAST[0] and damaged["drafter_calls_damaged"] > 0
     assert got["steps"]["probe"]["report"]["cuda_available"] is False
-    assert "gpu-check: 10 passed, 0 failed, 8 not run" in proc.stderr
+    assert "gpu-check: 12 passed, 0 failed, 6 not run" in proc.stderr

@@ -55,6 +55,7 @@ def test_without_a_gpu_the_script_and_the_command_answer_in_one_line():
         (["--only", "hooks,bogus"], "--only bogus: no such step; give some of hooks,doctor,fix-ab"),
         (["--records", "fix-ab=/no/such.jsonl"], "--records fix-ab=/no/such.jsonl: no such file /no/such.jsonl"),
         (["--records", "probe=x"], "give STEP=FILE[,FILE...] with STEP fix-ab, dummy or damage"),
+        (["--context", "2048"], "--context 2048: the checks need a context past the draft's 2048"),
     ],
 )
 def test_bad_arguments_are_one_line(argv, words):
