@@ -5,10 +5,13 @@ first, while its speed looks fine. Checked by the sweep as each point's twin (th
 other mode) is recorded; a mismatch is a flag on the later record, so the report shows it and
 `eagle-fix compare` fails where it is new.
 
-Tolerance: the tokens must be identical (the committed pairs run in fp32/bf16 on one machine, and a
-near-tie at some position would flip every later token, so a flip is reported with its position, for
-a reader to tell a tie from a divergence in the engine logs; the records keep no logits); the
-acceptance lengths' 95% intervals (count-based, eagle_fix.core.stats) must overlap."""
+Tolerance: the tokens must be identical, except at a near-tie. Each record keeps, per token of its
+first request, the margin between the top two logprobs (`output_logprob_margins`, from vLLM's own
+logprobs of the first decode run). Where the outputs first differ and either mode's margin there is
+below NEAR_TIE_NATS, the two modes' numerics (bf16 rounding, another kernel order) may pick either
+token: that is a near-tie, recorded on the record (`parity_near_tie`) and not a flag. Otherwise, or
+where no margin was recorded (records before margins), a flip is the `parity` flag with its position.
+The acceptance lengths' 95% intervals (count-based, eagle_fix.core.stats) must overlap."""
 
 from __future__ import annotations
 
@@ -19,6 +22,13 @@ from eagle_fix.core.record import ENGINE_MODES, IDENTITY
 
 # The flag's name (the part before the colon is what compare and the report show).
 FLAG = "parity"
+# vLLM logprobs asked for on the first decode run: the chosen token and its runner-up.
+LOGPROBS = 2
+# A flip where the top two logprobs lie closer than this (nats) is a near-tie. bf16 keeps 8 bits of mantissa:
+# logits of a few units round by ~0.01-0.03, and eager and compiled kernels may round them apart, so a margin
+# under 0.1 nats can flip by numerics alone; a real divergence (a stale buffer, a wrong table) shows at
+# positions where the target was sure.
+NEAR_TIE_NATS = 0.1
 
 
 def twin_key(rec: dict[str, Any]) -> tuple:
@@ -39,24 +49,42 @@ def _interval(rec: dict[str, Any]) -> tuple[float, float] | None:
     return (float(ci[0]), float(ci[1])) if isinstance(ci, list | tuple) and len(ci) == 2 else None
 
 
-def mismatch(rec: dict[str, Any], twin: dict[str, Any]) -> str | None:
-    """The parity flag between a record and its twin in the other mode, or None where they agree (or
-    cannot be compared: a failed point, no tokens recorded, the same mode)."""
+def _pair(rec: dict[str, Any], twin: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """(eager, compiled) where the two can be compared: twins in the two modes, both finished."""
     if rec.get("mode") == twin.get("mode") or twin_key(rec) != twin_key(twin):
         return None
     if rec.get("status") != "ok" or twin.get("status") != "ok":
         return None
-    eager, compiled = (rec, twin) if rec.get("mode") == ENGINE_MODES[0] else (twin, rec)
+    return (rec, twin) if rec.get("mode") == ENGINE_MODES[0] else (twin, rec)
+
+
+def _flip(eager: dict[str, Any], compiled: dict[str, Any]) -> int | None:
     a, b = eager.get("output_token_ids"), compiled.get("output_token_ids")
-    if a is not None and b is not None:
-        at = first_difference(list(a), list(b))
-        if at is not None:
-            shown = lambda ids: ids[at] if at < len(ids) else "end"
-            return (
-                f"{FLAG}: eager and compiled greedy outputs differ from token {at} of {max(len(a), len(b))} "
-                f"({shown(a)} vs {shown(b)}): a near-tie of the target's top two logits there, or a compiled "
-                "engine that computes something else"
+    return None if a is None or b is None else first_difference(list(a), list(b))
+
+
+def mismatch(rec: dict[str, Any], twin: dict[str, Any]) -> str | None:
+    """The parity flag between a record and its twin in the other mode, or None where they agree, differ
+    only from a near-tie on, or cannot be compared (a failed point, no tokens recorded, the same mode)."""
+    pair = _pair(rec, twin)
+    if pair is None:
+        return None
+    eager, compiled = pair
+    at = _flip(eager, compiled)
+    if at is not None and near_tie(eager, compiled, at) is None:
+        a, b = eager["output_token_ids"], compiled["output_token_ids"]
+        shown = lambda ids: ids[at] if at < len(ids) else "end"
+        margin = _margin(eager, at)
+        return (
+            f"{FLAG}: eager and compiled greedy outputs differ from token {at} of {max(len(a), len(b))} "
+            f"({shown(a)} vs {shown(b)})"
+            + (
+                f" where the target was sure (top-two logprob margin {margin:.2f} nats): a compiled engine that "
+                "computes something else"
+                if margin is not None
+                else ": no logprob margins recorded to tell a near-tie from a divergence"
             )
+        )
     ia, ib = _interval(eager), _interval(compiled)
     if ia and ib and (ia[1] < ib[0] or ib[1] < ia[0]):
         return (
@@ -67,9 +95,39 @@ def mismatch(rec: dict[str, Any], twin: dict[str, Any]) -> str | None:
     return None
 
 
-def flags(rec: dict[str, Any], earlier: Iterable[dict[str, Any]]) -> list[str]:
-    """The parity flag of a new record against its twin among the run's earlier records (the latest
-    twin wins, as a re-run point replaces the earlier one)."""
+def _margin(rec: dict[str, Any], at: int) -> float | None:
+    margins = rec.get("output_logprob_margins") or []
+    return margins[at] if at < len(margins) and margins[at] is not None else None
+
+
+def near_tie(eager: dict[str, Any], compiled: dict[str, Any], at: int) -> str | None:
+    """Where the outputs first differ at `at`: the near-tie note when either mode's top two logprobs there
+    lie within NEAR_TIE_NATS, else None (no margins recorded: not a near-tie, the flip stays a flag)."""
+    margins = {mode: _margin(r, at) for mode, r in (("eager", eager), ("compiled", compiled))}
+    known = [m for m in margins.values() if m is not None]
+    if not known or min(known) >= NEAR_TIE_NATS:
+        return None
+    shown = ", ".join(f"{mode} {m:.3f}" if m is not None else f"{mode} n/a" for mode, m in margins.items())
+    return f"outputs differ from token {at}, a near-tie there (top-two logprob margin {shown} nats < {NEAR_TIE_NATS})"
+
+
+def _twin(rec: dict[str, Any], earlier: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
+    """The latest twin of a record among the run's earlier ones (a re-run point replaces the earlier one)."""
     twins = [r for r in earlier if r.get("mode") != rec.get("mode") and twin_key(r) == twin_key(rec)]
-    found = mismatch(rec, twins[-1]) if twins else None
+    return twins[-1] if twins else None
+
+
+def flags(rec: dict[str, Any], earlier: Iterable[dict[str, Any]]) -> list[str]:
+    """The parity flag of a new record against its twin among the run's earlier records."""
+    twin = _twin(rec, earlier)
+    found = mismatch(rec, twin) if twin is not None else None
     return [found] if found else []
+
+
+def tie_note(rec: dict[str, Any], earlier: Iterable[dict[str, Any]]) -> str | None:
+    """The near-tie a new record's outputs differ from its twin's by, if that is all they differ by (the sweep
+    keeps it on the record as `parity_near_tie`, shown, not a flag)."""
+    twin = _twin(rec, earlier)
+    pair = _pair(rec, twin) if twin is not None else None
+    at = _flip(*pair) if pair is not None else None
+    return None if at is None else near_tie(*pair, at)

@@ -64,6 +64,10 @@ FIELDS = (
     "drafter_ranks_disagree",
     # the first request's greedy tokens of the first decode run: the eager/compile parity check's input
     "output_token_ids",
+    # and per token the margin of its top two logprobs (nats): where a flip is a near-tie (eagle_fix.core.parity)
+    "output_logprob_margins",
+    # set where the eager and compiled twins' outputs differ only from a near-tie on (shown, not a flag)
+    "parity_near_tie",
     "samples",
     "ci95",
     "repeats",

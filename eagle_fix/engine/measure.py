@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from eagle_fix.core.parity import LOGPROBS as PARITY_LOGPROBS
 from eagle_fix.core.workload import make_prompts
 from eagle_fix.engine.logs import log_tail
 from eagle_fix.engine.protocol import PointCommand, PointReply
@@ -166,6 +167,9 @@ def measure_point(
     ]
     one = SamplingParams(temperature=0, max_tokens=1, ignore_eos=True)
     full = SamplingParams(temperature=0, max_tokens=output_len, ignore_eos=True)
+    # the first decode run also returns each token's top two logprobs: the margin between them tells a
+    # near-tie (which numerics may flip) from a real eager/compile divergence (eagle_fix.core.parity)
+    first = SamplingParams(temperature=0, max_tokens=output_len, ignore_eos=True, logprobs=PARITY_LOGPROBS)
 
     # 1. TTFT: the full, uncached prefill (one token out). The last one leaves the prefix cache
     #    filled, so the decode runs below do not pay the long prefill again.
@@ -196,7 +200,7 @@ def measure_point(
         # the worker's counters and step times cover this decode run alone
         llm.collective_rpc("eagle_fix_reset_drafter_stats")
         t1 = time.perf_counter()
-        outputs = llm.generate(prompts, full, use_tqdm=False)
+        outputs = llm.generate(prompts, first if i == 0 else full, use_tqdm=False)
         wall_s = time.perf_counter() - t1
         n_out = sum(len(o.outputs[0].token_ids) for o in outputs)
         decode_s = _decode_span(outputs)
@@ -221,6 +225,7 @@ def measure_point(
             result.output_tokens = n_out
             result.output_token_ids = list(outputs[0].outputs[0].token_ids)
             result.output_token_ids_head = result.output_token_ids[:16]
+            result.output_logprob_margins = logprob_margins(outputs[0].outputs[0].logprobs)
         if counted:
             for key, value in _acceptance(llm, before).items():
                 setattr(result, key, value)
@@ -229,6 +234,18 @@ def measure_point(
         memory = {**memory, "reset_error": reset_error}
     result.worker_memory = memory
     return result
+
+
+def logprob_margins(logprobs: Any) -> list[float] | None:
+    """Per generated token, its top logprob minus the runner-up's (nats; 4 decimals), from vLLM's per-position
+    {token_id: Logprob} dicts; None where the engine returned none, a position with one entry is None."""
+    if not logprobs:
+        return None
+    out: list[float | None] = []
+    for position in logprobs:
+        top = sorted((float(getattr(lp, "logprob", lp)) for lp in (position or {}).values()), reverse=True)
+        out.append(round(top[0] - top[1], 4) if len(top) >= 2 else None)
+    return out
 
 
 def _acceptance(llm: Any, before: dict[str, Any]) -> dict[str, Any]:

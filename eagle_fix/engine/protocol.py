@@ -52,6 +52,7 @@ class PointReply:
     output_tokens: int | None = None
     output_token_ids_head: list[int] | None = None
     output_token_ids: list[int] | None = None  # the first request's, whole (eagle_fix.core.parity)
+    output_logprob_margins: list[float | None] | None = None  # its tokens' top-two logprob margins (the same)
     num_drafts: int | None = None
     num_draft_tokens: int | None = None
     num_accepted_tokens: int | None = None

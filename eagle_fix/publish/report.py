@@ -90,6 +90,9 @@ def _notes(df) -> list[str]:
         for flag in r.get("flags") if isinstance(r.get("flags"), list) else []:
             if str(flag).startswith(parity.FLAG):
                 notes.append(f"Parity, {r['context_len']} {r['arm']} {r.get('fix') or ''} ({r['mode']}): {flag}.")
+        tie = r.get("parity_near_tie")
+        if isinstance(tie, str) and tie:  # twins that differ only from a near-tie on: told, not flagged
+            notes.append(f"Parity, {r['context_len']} {r['arm']} {r.get('fix') or ''} ({r['mode']}): {tie}.")
     asv = df[df["source"] == "asv"] if "source" in df else df.iloc[:0]
     if len(asv):
         replayed = (asv.get("asv_source") == "replayed").sum() if "asv_source" in asv else 0

@@ -208,6 +208,7 @@ def _record(
     if result:
         record.summarize(rec, result.samples, result.acceptance())
         rec["output_token_ids"] = result.output_token_ids
+        rec["output_logprob_margins"] = result.output_logprob_margins
         _roofline(rec, run)
     doctor = fields.get("doctor")
     if p.arm == "eagle3":
@@ -244,6 +245,7 @@ def _relative(path: Path, run: Resolved) -> str:
 def _emit(run: Resolved, rec: dict[str, Any], progress: Progress, earlier: list[dict[str, Any]]) -> dict[str, Any]:
     """Write a point (flagged where it disagrees with its twin in the other mode) and show it."""
     rec["flags"] = [*rec.get("flags", []), *parity.flags(rec, earlier)]
+    rec["parity_near_tie"] = parity.tie_note(rec, earlier)
     if run.out is not None:
         record.append(run.out, rec)
     progress.point(rec)

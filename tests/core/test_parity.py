@@ -49,3 +49,37 @@ def test_only_ok_twins_of_the_same_point_in_the_other_mode_are_compared():
     assert parity.flags(rec("compile", tokens=None, acc=None, ci=None), [other]) == []
     # the latest twin wins
     assert parity.flags(rec("compile"), [other, rec("eager")]) == []
+
+
+def test_a_flip_at_a_near_tie_is_told_not_flagged():
+    """Margins are each token's top-two logprob gap (nats): a flip where either mode's gap is under
+    NEAR_TIE_NATS is numerics, noted on the record; where the target was sure, it is the flag."""
+    eager = rec("eager", output_logprob_margins=[3.0, 2.5, 0.04, 1.0])
+    compiled = rec("compile", tokens=(1, 2, 9, 4), output_logprob_margins=[3.0, 2.5, 0.06, 1.0])
+    assert parity.flags(compiled, [eager]) == []
+    note = parity.tie_note(compiled, [eager])
+    assert note == (
+        "outputs differ from token 2, a near-tie there (top-two logprob margin eager 0.040, compiled 0.060 nats "
+        f"< {parity.NEAR_TIE_NATS})"
+    )
+    sure = rec("eager", output_logprob_margins=[3.0, 2.5, 1.7, 1.0])
+    (flag,) = parity.flags(rec("compile", tokens=(1, 2, 9, 4), output_logprob_margins=[3.0, 2.5, 1.7, 1.0]), [sure])
+    assert flag.startswith("parity: eager and compiled greedy outputs differ from token 2 of 4 (3 vs 9) where the")
+    assert "top-two logprob margin 1.70 nats" in flag
+    assert parity.tie_note(rec("compile", tokens=(1, 2, 9, 4)), [sure]) is None
+    # identical outputs: nothing to tell, whatever the margins
+    assert parity.tie_note(rec("compile", output_logprob_margins=[0.01] * 4), [eager]) is None
+
+
+def test_margins_from_vllms_logprobs():
+    from types import SimpleNamespace as L
+
+    from eagle_fix.engine.measure import logprob_margins
+
+    positions = [
+        {5: L(logprob=-0.1), 7: L(logprob=-2.4)},
+        {3: L(logprob=-0.69), 4: L(logprob=-0.7)},
+        {9: L(logprob=0.0)},
+    ]
+    assert logprob_margins(positions) == [2.3, 0.01, None]
+    assert logprob_margins(None) is None

@@ -275,6 +275,10 @@ def test_eager_and_compiled_twins_generate_the_same_tokens_and_pass_parity(ab):
             continue
         assert r["output_token_ids"] and len(r["output_token_ids"]) == 32
         assert r["output_token_ids"] == twin["output_token_ids"], (ctx, arm, fix)
+        # vLLM's top-two logprobs per token (the near-tie test's input): a gap >= 0 at every position, in both modes
+        for m in (r["output_logprob_margins"], twin["output_logprob_margins"]):
+            assert len(m) == 32 and all(x is not None and x >= 0 for x in m), m
+        assert r["parity_near_tie"] is None and twin["parity_near_tie"] is None
         pairs += 1
     assert pairs == 4 * len(CONTEXTS) - len(PAST)  # every arm at every context, the compiled fix-off crashes aside
     assert not [f for r in ab.values() for f in r["flags"] if f.startswith("parity")]
