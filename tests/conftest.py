@@ -50,15 +50,33 @@ def run_py(
     )
 
 
-def eagle_fix_run(*args: str, env: dict | None = None, timeout: int = 3600) -> subprocess.CompletedProcess:
-    """`eagle-fix run ARGS --no-progress` as a user runs it, offline, from the checkout (the engine tests)."""
+def eagle_fix_cli(*argv: str, env: dict | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
+    """`eagle-fix ARGV` as a user runs it, offline, from the checkout."""
     return subprocess.run(
-        [sys.executable, "-m", "eagle_fix.cli", "run", *args, "--no-progress"],
+        [sys.executable, "-m", "eagle_fix.cli", *argv],
         capture_output=True,
         text=True,
         cwd=ROOT,
         timeout=timeout,
         env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})},
+        check=False,
+    )
+
+
+def eagle_fix_run(*args: str, env: dict | None = None, timeout: int = 3600) -> subprocess.CompletedProcess:
+    """`eagle-fix run ARGS --no-progress` (the engine tests)."""
+    return eagle_fix_cli("run", *args, "--no-progress", env=env, timeout=timeout)
+
+
+def run_script(script: str, *args: str, cwd: Path = ROOT, env: dict | None = None, timeout: int = 300):
+    """A bash script of scripts/ as a user runs it, in `cwd` (the checkout, or a copy of one)."""
+    return subprocess.run(
+        ["bash", script, *args],
+        cwd=cwd,
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
         check=False,
     )
 

@@ -4,23 +4,13 @@ a store the user cannot write refused in one line that says how to fix it."""
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
 
-from conftest import ROOT
+from conftest import ROOT, run_script
 
 
 def store_script(checkout, *args, env=None):
-    return subprocess.run(
-        ["bash", "scripts/runner_store.sh", *args],
-        cwd=checkout,
-        env={**os.environ, **(env or {})},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    return run_script("scripts/runner_store.sh", *args, cwd=checkout, env=env, timeout=60)
 
 
 def _checkout(tmp_path):

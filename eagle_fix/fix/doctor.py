@@ -153,11 +153,11 @@ def model_runner(spec: Any = None, target: Any = None, parallel: Any = None) -> 
     return ("v2" if picked else "v1"), why
 
 
-def v2_max_model_len(spec: Any, target_len: int) -> int | None:
+def v2_max_model_len(spec: Any, target_len: int) -> int:
     """The max_model_len Model Runner V2 serves this pair at, by the release's own rule
     (`VllmConfig._limit_max_model_len_to_draft`, vLLM 0.33: lowered to the draft's where the engine did
-    not raise the draft's positions); None where the release has no such rule (V2 drafts up to the
-    target's length)."""
+    not raise the draft's positions); the target's own where the release has no such rule (V2 drafts up
+    to the target's length)."""
     import types
 
     try:
@@ -165,13 +165,13 @@ def v2_max_model_len(spec: Any, target_len: int) -> int | None:
 
         rule = VllmConfig._limit_max_model_len_to_draft
     except (ImportError, AttributeError):
-        return None
+        return target_len
     model = types.SimpleNamespace(max_model_len=target_len)
     stand_in = types.SimpleNamespace(speculative_config=spec, model_config=model, use_v2_model_runner=True)
     try:
         rule(stand_in)
     except Exception:  # noqa: BLE001 -- a release whose rule reads more of VllmConfig: not modelled
-        return None
+        return target_len
     return int(model.max_model_len)
 
 
@@ -268,14 +268,15 @@ def diagnose(
     k = num_speculative_tokens
     by_runner = []
     for each in RUNNERS:  # the engine picks one; the other is what the same pair does elsewhere
+        served = v2_len if each == "v2" else max_model_len  # V1 never lowers it: it skips drafting instead
         verdict, problems = _judge(
             method=method,
             runner=each,
             target_len=max_model_len,
+            served=served,
             ckpt_mpe=ckpt_mpe,
             cache_rows=cache_rows,
             eff_mml=eff_mml,
-            v2_len=v2_len,
             cache_only=fix.rope_is_cache_only(hf),
             k=k,
         )
@@ -285,7 +286,7 @@ def diagnose(
                 "picked": each == runner,
                 "verdict": verdict,
                 "problems": problems,
-                "notes": _runner_notes(each, method, max_model_len, ckpt_mpe, eff_mml, v2_len),
+                "notes": _runner_notes(each, method, max_model_len, served, ckpt_mpe, eff_mml),
             }
         )
     picked = next(r for r in by_runner if r["picked"])
@@ -306,7 +307,7 @@ def diagnose(
             "path": str(target),
             "max_model_len": max_model_len,
             "max_position_embeddings": target_limit,
-            "v2_max_model_len": v2_len if v2_len is not None else max_model_len,
+            "v2_max_model_len": v2_len,
         },
         "draft": {
             "path": str(draft),
@@ -324,14 +325,14 @@ def diagnose(
 
 
 def _runner_notes(
-    runner: str, method: str, target_len: int, ckpt_mpe: int | None, eff_mml: int | None, v2_len: int | None
+    runner: str, method: str, target_len: int, served: int, ckpt_mpe: int | None, eff_mml: int | None
 ) -> list[str]:
     """What the runner does with the draft's max_model_len, where the checkpoint is shorter than the
     target's length (otherwise neither runner cares)."""
     if method not in fix.SHARED_POSITION_METHODS or ckpt_mpe is None or ckpt_mpe >= target_len:
         return []
-    if runner == "v2" and v2_len is not None and v2_len < target_len:
-        return []  # the length rule is a problem line of its own
+    if served < target_len:
+        return []  # V2's length rule is a problem line of its own
     if runner == "v2":
         # V2's speculator sets its draft length to the target's max_model_len: no fits-gate
         return [
@@ -350,26 +351,25 @@ def _judge(
     method: str,
     runner: str,
     target_len: int,
+    served: int,
     ckpt_mpe: int | None,
     cache_rows: int | None,
     eff_mml: int | None,
-    v2_len: int | None,
     cache_only: bool,
     k: int,
 ) -> tuple[str, list[str]]:
-    """The verdict from the numbers the engine will use. Draft positions reach the served length - 1."""
+    """The verdict from the numbers the engine will use. Draft positions reach `served` - 1, the length the
+    runner serves (V2 may lower the target's)."""
     if method not in fix.SHARED_POSITION_METHODS:
         return "ok", [] if method == "draft_model" else [f"method {method}: positions not analysed"]
     problems: list[str] = []
     if ckpt_mpe is None or ckpt_mpe >= target_len:
         return "ok", problems
-    served = target_len
-    if runner == "v2" and v2_len is not None and v2_len < target_len:
+    if served < target_len:
         # vLLM 0.33+: V2 cannot skip drafting, so where the engine did not raise the draft's positions
         # (RoPE not cache-only, e.g. YaRN) it lowers the target's length to the draft's
-        served = v2_len
         problems.append(
-            f"V2 runner lowers max_model_len from {target_len} to the draft's {v2_len} "
+            f"V2 runner lowers max_model_len from {target_len} to the draft's {served} "
             "(VllmConfig._limit_max_model_len_to_draft: the draft's RoPE is not cache-only, so the engine "
             "does not raise its positions)"
         )

@@ -116,18 +116,11 @@ class Profile:
                 f"profile {self.name!r} uses vLLM's synthetic rejection sampler "
                 f"(rejection_sample_method='synthetic'), which {why}; on this machine run --profile {twin}"
             )
-        if self.device == "cuda":
-            try:
-                import torch  # lazy: importing the profiles (eagle-fix --help, doctor) must not load torch
-
-                cuda = torch.cuda.is_available()
-            except ImportError:
-                cuda = False
-            if not cuda:
-                raise EagleFixError(
-                    f"profile {self.name!r} runs on CUDA and torch sees no GPU here; on this "
-                    f"machine use --profile cpu or cpu-quick (on a GPU box: scripts/setup.sh --gpu)"
-                )
+        if self.device == "cuda" and not cuda_available():
+            raise EagleFixError(
+                f"profile {self.name!r} runs on CUDA and torch sees no GPU here; on this "
+                f"machine use --profile cpu or cpu-quick (on a GPU box: scripts/setup.sh --gpu)"
+            )
 
 
 def speculative_config(
@@ -267,6 +260,15 @@ DEFAULT_PROFILES = {"matrix": "cpu-quick", "ab": "cpu-quick", "map": "cpu-map-qu
 PURPOSES = ("run", "dashboard", *DEFAULT_PROFILES)
 
 
+def cuda_available() -> bool:
+    """Whether torch sees a GPU here (False without torch)."""
+    try:
+        import torch  # lazy: importing the profiles (eagle-fix --help, doctor) must not load torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
+
+
 def default_profile(purpose: str = "run", *, models_named: bool = False) -> str:
     """The default profile of `purpose`. For a run and its dashboard: with CUDA, the real-shape dummy run (or
     `gpu` for named checkpoints); else `cpu`."""
@@ -274,13 +276,7 @@ def default_profile(purpose: str = "run", *, models_named: bool = False) -> str:
         raise ValueError(f"no default profile for {purpose!r}: one of {', '.join(PURPOSES)}")
     if purpose in DEFAULT_PROFILES:
         return DEFAULT_PROFILES[purpose]
-    try:
-        import torch  # lazy: importing the profiles (eagle-fix --help, doctor) must not load torch
-
-        cuda = torch.cuda.is_available()
-    except ImportError:
-        cuda = False
-    if cuda:
+    if cuda_available():
         return "gpu" if models_named else "gpu-dummy"
     return "cpu"
 

@@ -32,7 +32,7 @@ from eagle_fix.core import record
 from eagle_fix.core.errors import EagleFixError, parse_positive_int
 from eagle_fix.core.settings import INJECT_DRAFT_ERRORS_ENV
 from eagle_fix.machine.fingerprint import fingerprint
-from eagle_fix.pairs.profiles import real_shape_configs
+from eagle_fix.pairs.profiles import cuda_available, real_shape_configs
 from eagle_fix.releases.gpu_claims import CHECKS, DAMAGE, DRAFT_POSITIONS, FAILED, NOT_RUN, PASSED, StepRun, judge
 
 SUMMARY_DIR = Path("results") / "gpu-check"
@@ -42,64 +42,46 @@ CONTEXT = 8192
 
 @dataclass(frozen=True)
 class Step:
-    """One command of the check; `records` names the JSON-lines file it writes (under the work folder)."""
+    """One command of the check; a step with `records` writes its JSON lines to WORK/<name>.jsonl."""
 
     name: str
     argv: tuple[str, ...]
     env: Mapping[str, str] = field(default_factory=dict)
-    records: str | None = None
+    records: bool = False
     timeout_s: int = 900
+
+
+def records_file(work: Path, step: str) -> Path:
+    return work / f"{step}.jsonl"
 
 
 def steps(cuda: bool, work: Path, context: int = CONTEXT, python: str = sys.executable) -> list[Step]:
     tiny, dummy = ("gpu-tiny", "gpu-dummy") if cuda else ("cpu-quick", "cpu-quick")
     target, draft = real_shape_configs()
     cli = (python, "-m", "eagle_fix.cli")
-    run = (*cli, "run", "--contexts", str(context), "--arms", "eagle3", "--repeats", "2")
     hooks = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-m"] + ["not engine", "tests/fix/test_hooks.py"]
     doctor = f"doctor --target {target} --draft {draft} --max-model-len {context} --json".split()
+
+    def sweep(name: str, flags: str, **kw: Any) -> Step:
+        """`eagle-fix run` of the EAGLE3 arm at the context, its records in the work folder."""
+        run = f"run --contexts {context} --arms eagle3 --repeats 2 {flags} --out".split()
+        return Step(name, (*cli, *run, str(records_file(work, name))), records=True, **kw)
+
     return [
         Step("hooks", (python, *hooks)),
         Step("doctor", (*cli, *doctor), env={"EAGLE_FIX_MODE": "off"}, timeout_s=300),  # the engine as installed
-        Step(
-            "fix-ab",
-            (
-                *run,
-                *f"--profile {tiny} --modes eager,compile --fix on,off,upstream --output-len 128".split(),
-                "--out",
-                str(work / "fix-ab.jsonl"),
-            ),
-            records="fix-ab.jsonl",
-            timeout_s=1800,
+        sweep(
+            "fix-ab", f"--profile {tiny} --modes eager,compile --fix on,off,upstream --output-len 128", timeout_s=1800
         ),
-        Step(
-            "dummy",
-            (
-                *run,
-                *f"--profile {dummy} --modes eager,compile --fix on --output-len 64".split(),
-                "--out",
-                str(work / "dummy.jsonl"),
-            ),
-            records="dummy.jsonl",
-            timeout_s=1200,
-        ),
-        Step(
-            "damage",
-            (
-                *run,
-                *f"--profile {tiny} --modes eager --fix on --output-len 128".split(),
-                "--out",
-                str(work / "damage.jsonl"),
-            ),
-            env={INJECT_DRAFT_ERRORS_ENV: DAMAGE},
-            records="damage.jsonl",
+        sweep("dummy", f"--profile {dummy} --modes eager,compile --fix on --output-len 64", timeout_s=1200),
+        sweep(
+            "damage", f"--profile {tiny} --modes eager --fix on --output-len 128", env={INJECT_DRAFT_ERRORS_ENV: DAMAGE}
         ),
         Step(
             "noise",
             (
                 *cli,
-                *f"noise --profile {tiny} --context {context} --blocks 2 --rounds 4".split(),
-                "--folder",
+                *f"noise --profile {tiny} --context {context} --blocks 2 --rounds 4 --folder".split(),
                 str(work / "gate"),
             ),
             timeout_s=1800,
@@ -129,7 +111,7 @@ def run_step(step: Step, work: Path, root: Path) -> StepRun:
     run = StepRun(rc=rc, seconds=round(time.monotonic() - t0, 1), tail=(stdout + stderr)[-4000:])
     (work / f"{step.name}.log").write_text(stdout + stderr)
     if step.records:
-        run.records = record.read(work / step.records, missing_ok=True)
+        run.records = record.read(records_file(work, step.name), missing_ok=True)
     elif stdout.strip().startswith("{"):
         try:
             run.report = json.loads(stdout.strip().splitlines()[-1])
@@ -147,15 +129,6 @@ def short_command(argv: tuple[str, ...] | list[str]) -> str:
 
 def _text(b: bytes | str | None) -> str:
     return b.decode(errors="replace") if isinstance(b, bytes) else (b or "")
-
-
-def has_cuda() -> bool:
-    try:
-        import torch
-
-        return bool(torch.cuda.is_available())
-    except ImportError:
-        return False
 
 
 def excerpt(rec: dict[str, Any]) -> dict[str, Any]:
@@ -236,14 +209,15 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
 
 def cli_main(args: argparse.Namespace) -> int:
     a = GpuCheckArgs.from_cli_args(args)
-    cuda = has_cuda()
+    cuda = cuda_available()
     if not cuda and not a.rehearse and not a.dry_run and not a.torch_only:
         raise EagleFixError(
             "no CUDA device here (torch.cuda.is_available() is False); on a CPU machine run it with --rehearse"
         )
     root = Path(__file__).resolve().parents[2]
     work = a.work if a.work.is_absolute() else root / a.work
-    chosen = [s for s in steps(cuda, work, a.context) if (not a.only or s.name in a.only) and s.name not in a.skip]
+    plan = {s.name: s for s in steps(cuda, work, a.context)}
+    chosen = [s for s in plan.values() if (not a.only or s.name in a.only) and s.name not in a.skip]
     if a.dry_run:
         for s in chosen:
             src = a.records.get(s.name)
@@ -254,7 +228,7 @@ def cli_main(args: argparse.Namespace) -> int:
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     runs: dict[str, StepRun] = {}
-    for s in steps(cuda, work, a.context):
+    for s in plan.values():
         if s.name in a.records:
             runs[s.name] = StepRun(records=[r for p in a.records[s.name] for r in record.read(p)])
         elif s not in chosen:
@@ -262,7 +236,6 @@ def cli_main(args: argparse.Namespace) -> int:
         else:
             runs[s.name] = run_step(s, work, root)
     rows = judge(runs, cuda)
-    plan = {s.name: s for s in steps(cuda, work, a.context)}
     summary = {
         "schema": 1,
         "kind": "cuda" if cuda else "rehearsal",

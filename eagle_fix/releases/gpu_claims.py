@@ -42,15 +42,25 @@ class Check:
 # ------------------------------------------------------------------------------ the judgements
 
 
-def _past(runs: dict[str, StepRun], step: str, **match: Any) -> list[dict[str, Any]]:
-    """The step's EAGLE3 records past the draft's positions that match (fix=..., mode=...)."""
+def _eagle3(runs: dict[str, StepRun], step: str, **match: Any) -> list[dict[str, Any]]:
+    """The step's EAGLE3 records that match (fix=..., mode=..., status=...)."""
     return [
-        r
-        for r in runs[step].records or []
-        if r.get("arm") == "eagle3"
-        and (r.get("context_len") or 0) > DRAFT_POSITIONS
-        and all(r.get(k) == v for k, v in match.items())
+        r for r in runs[step].records or [] if r.get("arm") == "eagle3" and all(r.get(k) == v for k, v in match.items())
     ]
+
+
+def _past(runs: dict[str, StepRun], step: str, **match: Any) -> list[dict[str, Any]]:
+    """The step's matching EAGLE3 records past the draft's positions."""
+    return [r for r in _eagle3(runs, step, **match) if (r.get("context_len") or 0) > DRAFT_POSITIONS]
+
+
+def _drafted_past(r: dict[str, Any]) -> bool:
+    """A finished point whose drafter ran, past the draft's positions."""
+    return (
+        r["status"] == "ok"
+        and (r.get("drafter_proposals") or 0) > 0
+        and (r.get("max_seq_len_drafted") or 0) > DRAFT_POSITIONS
+    )
 
 
 def _need(recs: list[dict[str, Any]], what: str) -> None:
@@ -96,12 +106,7 @@ def _doctor(runs, cuda):
 def _fix_on(runs, cuda):
     recs = _past(runs, "fix-ab", fix="on")
     _need(recs, "fix-on point past 2048")
-    ok = all(
-        r["status"] == "ok"
-        and (r.get("drafter_proposals") or 0) > 0
-        and (r.get("max_seq_len_drafted") or 0) > DRAFT_POSITIONS
-        for r in recs
-    )
+    ok = all(_drafted_past(r) for r in recs)
     line = "; ".join(
         f"{r['mode']} {r['context_len']}: {r['status']}, acceptance {_acc(r)}, {r.get('drafter_proposals')} proposals, "
         f"drafted to {r.get('max_seq_len_drafted')}"
@@ -144,11 +149,7 @@ def _upstream(runs, cuda):
     for r in recs:
         runner = r.get("model_runner")
         if runner == "v2":  # no fits-gate: the engine's own override is the whole fix
-            good = (
-                r["status"] == "ok"
-                and (r.get("drafter_proposals") or 0) > 0
-                and (r.get("max_seq_len_drafted") or 0) > DRAFT_POSITIONS
-            )
+            good = _drafted_past(r)
         else:  # V1: drafter off past the draft's max_model_len, vLLM still counts (zero-filled) drafts
             good = (
                 r["status"] == "ok"
@@ -188,8 +189,7 @@ def _v2_coverage(runs, cuda):
 
 
 def _dummy(runs, mode: str = "eager") -> dict[str, Any]:
-    recs = [r for r in runs["dummy"].records or [] if r.get("arm") == "eagle3" and r.get("status") == "ok"]
-    recs = [r for r in recs if r.get("mode") == mode]
+    recs = _eagle3(runs, "dummy", status="ok", mode=mode)
     _need(recs, f"finished {mode} EAGLE3 point")
     return recs[0]
 
@@ -257,7 +257,7 @@ def _limits(runs, cuda):
 
 
 def _damage(runs, cuda):
-    hurt = [r for r in runs["damage"].records or [] if r.get("arm") == "eagle3" and r.get("status") == "ok"]
+    hurt = _eagle3(runs, "damage", status="ok")
     _need(hurt, "finished damaged point")
     on = {r["context_len"]: r.get("acceptance_length") for r in _past(runs, "fix-ab", fix="on", mode="eager")}
     r = hurt[0]
@@ -267,7 +267,8 @@ def _damage(runs, cuda):
     ok = (
         (r.get("drafter_calls_damaged") or 0) > 0
         and (r.get("drafter_proposals") or 0) > 0
-        and (r.get("acceptance_length") or 9) < base
+        and r.get("acceptance_length") is not None
+        and r["acceptance_length"] < base
     )
     return (
         ok,

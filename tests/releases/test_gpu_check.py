@@ -6,29 +6,18 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 
 import pytest
 
-from conftest import ROOT
+from conftest import eagle_fix_cli, run_script
 from eagle_fix.releases import gpu_claims
 from eagle_fix.releases.gpu_claims import StepRun, judge
 
 
 def script(*args, path=None):
-    env = {**os.environ, "PYTHON": sys.executable}
-    if path is not None:
-        env["PATH"] = path
-    return subprocess.run(
-        ["bash", "scripts/gpu-check.sh", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    env = {"PYTHON": sys.executable, **({"PATH": path} if path is not None else {})}
+    return run_script("scripts/gpu-check.sh", *args, env=env)
 
 
 def test_without_a_gpu_the_script_and_the_command_answer_in_one_line():
@@ -38,9 +27,7 @@ def test_without_a_gpu_the_script_and_the_command_answer_in_one_line():
         "gpu-check: no GPU here (no nvidia-smi on PATH); on a CPU machine rehearse it: scripts/gpu-check.sh --rehearse"
     ]
     # past the script (nvidia-smi present, no CUDA device): the command's own line
-    proc = subprocess.run(
-        [sys.executable, "-m", "eagle_fix.cli", "gpu-check"], cwd=ROOT, capture_output=True, text=True, check=False
-    )
+    proc = eagle_fix_cli("gpu-check")
     assert proc.returncode == 1 and proc.stderr.strip().splitlines() == [
         (
             "eagle-fix gpu-check: error: no CUDA device here (torch.cuda.is_available() is False); on a CPU machine "
@@ -59,13 +46,7 @@ def test_without_a_gpu_the_script_and_the_command_answer_in_one_line():
     ],
 )
 def test_bad_arguments_are_one_line(argv, words):
-    proc = subprocess.run(
-        [sys.executable, "-m", "eagle_fix.cli", "gpu-check", "--rehearse", *argv],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    proc = eagle_fix_cli("gpu-check", "--rehearse", *argv)
     assert proc.returncode == 1 and len(proc.stderr.strip().splitlines()) == 1 and words in proc.stderr, proc.stderr
 
 
