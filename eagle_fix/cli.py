@@ -13,6 +13,11 @@ from eagle_fix.engine.lifecycle import Interrupted
 COMMANDS = (
     ("doctor", "eagle_fix.fix.doctor", "check whether the installed vLLM covers a draft's positions"),
     ("train-tiny", "eagle_fix.pairs.training", "train the tiny Llama target + EAGLE3 draft (CPU, seeded)"),
+    (
+        "train-chat",
+        "eagle_fix.pairs.chat_pair",
+        "train the chat pair on ShareGPT text (the realistic regime; CPU, seeded)",
+    ),
     ("run", "eagle_fix.sweep.cli", "run the benchmark sweep on the real engine, one JSON line per point"),
     ("report", "eagle_fix.publish.report", "tables and plots from asv results and run JSON lines"),
     (

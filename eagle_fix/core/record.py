@@ -32,7 +32,19 @@ FIX_ARMS = (
 )  # the fix A/B arms of the EAGLE3 arm (the plugin modes they map to: eagle_fix.engine.spec)
 
 # What makes two records the same point: matched by --resume, compare, ab, the report and asv.
-IDENTITY = ("profile", "context_len", "mode", "arm", "fix", "batch_size", "output_len", "num_speculative_tokens")
+# `workload` and `temperature` make the regime (older records: the copy workload, greedy; see upgrade())
+IDENTITY = (
+    "profile",
+    "context_len",
+    "mode",
+    "arm",
+    "fix",
+    "batch_size",
+    "output_len",
+    "num_speculative_tokens",
+    "workload",
+    "temperature",
+)
 # Where it ran: two records of one point from different machines or engines are not one history.
 ENVIRONMENT = ("machine_id", "vllm_version")
 
@@ -153,6 +165,8 @@ def upgrade(rec: dict[str, Any]) -> dict[str, Any]:
         out["tpot_ms"] = 1000.0 * (rec.get("batch_size") or 1) / rec["decode_throughput_tok_s"]
     if out["flags"] is None:
         out["flags"] = []
+    if out["workload"] is None:  # every record before the chat workload ran the copy workload, greedily
+        out["workload"], out["temperature"] = "copy", 0.0 if out["temperature"] is None else out["temperature"]
     if out["tensor_parallel_size"] is None:  # every record before it was recorded ran on one worker
         out["tensor_parallel_size"] = 1
     if out["clocks"] is None and out["step_ms"] is not None:  # step_ms was read on the wall clock from the start

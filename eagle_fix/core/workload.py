@@ -1,8 +1,17 @@
-"""The suite's one seeded synthetic long-context workload: random spans later copied verbatim."""
+"""The suite's seeded long-context workloads: `copy` (synthetic: random spans later copied verbatim, the
+tiny pair's best case) and `chat` (held-out ShareGPT conversations, the chat pair's realistic regime)."""
 
 from __future__ import annotations
 
+import functools
+from pathlib import Path
+
 import numpy as np
+
+from eagle_fix.core import sharegpt
+
+# A profile's workload: what its prompts are made of (and so part of what a point means)
+WORKLOADS = ("copy", "chat")
 
 # The "language": a fixed lexicon of common ids (same for every seed, so a draft's reduced
 # vocabulary trained on it fits every prompt) plus rare ids drawn from the whole vocabulary.
@@ -98,3 +107,25 @@ def make_prompts(context_len: int, batch_size: int = 1, *, vocab_size: int, seed
         assert len(prompt) == context_len
         prompts.append(prompt.tolist())
     return prompts
+
+
+@functools.lru_cache(maxsize=4)
+def _tokenizer(path: str):
+    from tokenizers import Tokenizer  # lazy: only the chat workload reads text
+
+    return Tokenizer.from_file(path)
+
+
+def workload_prompts(
+    workload: str, context_len: int, batch_size: int = 1, *, vocab_size: int, seed: int = 0, target: str | None = None
+) -> list[list[int]]:
+    """The prompts of one point: `copy` from make_prompts; `chat` from held-out ShareGPT text through the
+    target's own tokenizer.json (the chat pair ships one)."""
+    if workload == "copy":
+        return make_prompts(context_len, batch_size, vocab_size=vocab_size, seed=seed)
+    if workload != "chat":
+        raise ValueError(f"unknown workload {workload!r}: one of {', '.join(WORKLOADS)}")
+    tok = Path(target or "") / "tokenizer.json"
+    if not tok.is_file():
+        raise ValueError(f"the chat workload needs the target's tokenizer.json: {tok} is missing")
+    return sharegpt.make_chat_prompts(context_len, batch_size, tokenizer=_tokenizer(str(tok)), seed=seed)

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from eagle_fix.core.parity import LOGPROBS as PARITY_LOGPROBS
-from eagle_fix.core.workload import make_prompts
+from eagle_fix.core.workload import workload_prompts
 from eagle_fix.engine.logs import log_tail
 from eagle_fix.engine.protocol import PointCommand, PointReply
 from eagle_fix.engine.spec import EngineSpec
@@ -162,9 +162,8 @@ def measure_point(
     prompt_len, batch, output_len = int(cmd.prompt_len), int(cmd.batch_size), int(cmd.output_len)
     # ttft_repeats 0 (eagle-fix ab's later rounds): the prompt is cached already; decode only
     repeats, ttft_repeats = max(1, int(cmd.repeats)), max(0, int(cmd.ttft_repeats))
-    prompts = [
-        TokensPrompt(prompt_token_ids=p) for p in make_prompts(prompt_len, batch, vocab_size=vocab, seed=int(cmd.seed))
-    ]
+    made = workload_prompts(spec.workload, prompt_len, batch, vocab_size=vocab, seed=int(cmd.seed), target=spec.target)
+    prompts = [TokensPrompt(prompt_token_ids=p) for p in made]
     one = SamplingParams(temperature=0, max_tokens=1, ignore_eos=True)
     full = SamplingParams(temperature=0, max_tokens=output_len, ignore_eos=True)
     # the first decode run also returns each token's top two logprobs: the margin between them tells a

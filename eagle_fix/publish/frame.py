@@ -14,6 +14,8 @@ WORKLOAD = (
     ("output_len", "output", "{:.0f}"),
     ("num_speculative_tokens", "k", "{:.0f}"),
     ("batch_size", "batch", "{:.0f}"),
+    ("workload", "workload", "{}"),
+    ("temperature", "T", "{:g}"),
 )
 GIB = 1024**3
 

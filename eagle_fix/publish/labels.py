@@ -64,6 +64,13 @@ def workload_label(records: list[dict]) -> str:
     tps = sorted({r.get("tensor_parallel_size") for r in records if (r.get("tensor_parallel_size") or 1) > 1})
     if tps:
         parts.append(f"TP={'/'.join(map(str, tps))}")
+    # the regime, where it is not the copy workload decoded greedily (so the existing series keep their label)
+    loads = sorted({str(r.get("workload")) for r in records if r.get("workload") not in (None, "copy")})
+    if loads:
+        parts.append(f"{'/'.join(loads)} text")
+    temps = sorted({float(r["temperature"]) for r in records if r.get("temperature")})
+    if temps:
+        parts.append(f"T={'/'.join(f'{t:g}' for t in temps)}")
     if any(r.get("synthetic_acceptance") is True for r in records):
         parts.append("synthetic acceptance")
     return ", ".join(parts)

