@@ -164,11 +164,12 @@ def measure_point(
     repeats, ttft_repeats = max(1, int(cmd.repeats)), max(0, int(cmd.ttft_repeats))
     made = workload_prompts(spec.workload, prompt_len, batch, vocab_size=vocab, seed=int(cmd.seed), target=spec.target)
     prompts = [TokensPrompt(prompt_token_ids=p) for p in made]
-    one = SamplingParams(temperature=0, max_tokens=1, ignore_eos=True)
-    full = SamplingParams(temperature=0, max_tokens=output_len, ignore_eos=True)
+    temp = float(cmd.temperature)
+    one = SamplingParams(temperature=temp, max_tokens=1, ignore_eos=True)
+    full = SamplingParams(temperature=temp, max_tokens=output_len, ignore_eos=True)
     # the first decode run also returns each token's top two logprobs: the margin between them tells a
     # near-tie (which numerics may flip) from a real eager/compile divergence (eagle_fix.core.parity)
-    first = SamplingParams(temperature=0, max_tokens=output_len, ignore_eos=True, logprobs=PARITY_LOGPROBS)
+    first = SamplingParams(temperature=temp, max_tokens=output_len, ignore_eos=True, logprobs=PARITY_LOGPROBS)
 
     # 1. TTFT: the full, uncached prefill (one token out). The last one leaves the prefix cache
     #    filled, so the decode runs below do not pay the long prefill again.

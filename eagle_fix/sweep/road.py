@@ -155,6 +155,7 @@ def point_command(
     seed: int,
     repeats: int,
     ttft_repeats: int,
+    temperature: float = 0.0,
 ) -> PointCommand:
     """What the engine child is asked to measure at one context."""
     return PointCommand(
@@ -164,4 +165,5 @@ def point_command(
         seed=seed,
         repeats=repeats,
         ttft_repeats=ttft_repeats,
+        temperature=temperature,
     )

@@ -60,8 +60,17 @@ def test_a_flip_at_a_near_tie_is_told_not_flagged():
     note = parity.tie_note(compiled, [eager])
     assert note == (
         "outputs differ from token 2, a near-tie there (top-two logprob margin eager 0.040, compiled 0.060 nats "
-        f"< {parity.NEAR_TIE_NATS})"
+        f"< {parity.NEAR_TIE_NATS}); acceptance not compared: the modes decode different text from there"
     )
+    # from a near-tie on the twins decode different text: acceptance far apart is no flag there
+    # (measured: the chat pair's 32K twins, 1.82 eager and 3.43 compiled, after a flip at token 4)
+    far = {"ci95": {"acceptance_length": [3.1, 3.6]}, "acceptance_length": 3.4}
+    assert parity.flags({**compiled, **far}, [{**eager, "ci95": {"acceptance_length": [1.6, 2.0]}}]) == []
+    # under sampling the tokens are draws: only acceptance is compared, with its intervals
+    hot = {"temperature": 0.7}
+    assert parity.flags({**compiled, **hot}, [{**eager, **hot}]) == []
+    (flag,) = parity.flags({**compiled, **hot, **far}, [{**eager, **hot, "ci95": {"acceptance_length": [1.6, 2.0]}}])
+    assert flag.startswith("parity: acceptance eager")
     sure = rec("eager", output_logprob_margins=[3.0, 2.5, 1.7, 1.0])
     (flag,) = parity.flags(rec("compile", tokens=(1, 2, 9, 4), output_logprob_margins=[3.0, 2.5, 1.7, 1.0]), [sure])
     assert flag.startswith("parity: eager and compiled greedy outputs differ from token 2 of 4 (3 vs 9) where the")

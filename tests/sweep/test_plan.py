@@ -87,6 +87,21 @@ def test_identity_of_a_point_is_the_records_identity():
     assert record.baseline_key(run.identity(eagle)) == record.key(run.identity(base))
 
 
+def test_the_regime_is_the_profiles_workload_at_the_runs_temperature():
+    eagle = Point(8192, "eager", "eagle3", "on")
+    run = resolve(RunArgs(profile="cpu-chat", contexts=(8192,), fixes=("on",), temperature=0.7))
+    assert (run.identity(eagle)["workload"], run.identity(eagle)["temperature"]) == ("chat", 0.7)
+    assert run.command(eagle).temperature == 0.7 and run.engine_spec(eagle).workload == "chat"
+    quick = resolve(RunArgs(profile="cpu-quick", contexts=(8192,), fixes=("on",)))
+    assert (quick.identity(eagle)["workload"], quick.command(eagle).temperature) == ("copy", 0.0)
+
+
+@pytest.mark.parametrize("bad", ["-0.1", "2.5", "nan", "hot"])
+def test_a_temperature_out_of_range_is_one_line(bad):
+    proc = run_cli("--profile", "cpu-chat", "--temperature", bad)
+    assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1].endswith("give a number from 0 (greedy) to 2")
+
+
 def test_a_full_filesystem_is_refused_before_any_engine(tmp_path, monkeypatch):
     import shutil
     from collections import namedtuple
