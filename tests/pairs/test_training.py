@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from conftest import eagle_fix_cli
 from eagle_fix.pairs import chat_pair, training, training_record
 
 TINY = training.DEFAULT_OUT
@@ -127,12 +128,6 @@ def test_the_chat_pairs_record_matches_its_files_and_says_its_output_does_not_lo
 
 
 def test_train_chat_refuses_a_folder_it_did_not_write(tmp_path):
-    proc = subprocess.run(
-        [sys.executable, "-m", "eagle_fix.cli", "train-chat", "--from", str(tmp_path), "--out", str(tmp_path / "o")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    proc = eagle_fix_cli("train-chat", "--from", str(tmp_path), "--out", str(tmp_path / "o"), timeout=120)
     assert proc.returncode != 0 and "training.json is missing" in proc.stderr
     assert not (tmp_path / "o").exists()

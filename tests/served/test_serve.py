@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from conftest import ROOT, default_signals
+from conftest import ROOT, default_signals, eagle_fix_cli
 from eagle_fix.core.errors import EagleFixError
 from eagle_fix.engine import lifecycle
 from eagle_fix.pairs import tokenizer
@@ -155,14 +155,7 @@ def test_busy_port_refused_before_any_server_starts(tmp_path):
         s.bind(("127.0.0.1", 0))
         s.listen()
         port = s.getsockname()[1]
-        proc = subprocess.run(
-            [sys.executable, "-m", "eagle_fix.cli", "map", "--port", str(port), "--out", str(tmp_path / "m.ndjson")],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            cwd=ROOT,
-            check=False,
-        )
+        proc = eagle_fix_cli("map", "--port", str(port), "--out", str(tmp_path / "m.ndjson"), timeout=120)
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert lines == [
