@@ -23,11 +23,13 @@ carrying the cause its log names; the next cell starts a fresh server.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as _dt
 import json
 import os
 import re
+import subprocess
 import time
 import zlib
 from pathlib import Path
@@ -48,6 +50,10 @@ from eagle_fix.served.summary import KIND, load_label, parse_load
 from eagle_fix.sweep import road
 from eagle_fix.sweep.load import LoadSampler
 from eagle_fix.sweep.plan import injected
+
+# how long a server whose /health stopped answering may take to be seen dead (a SIGKILLed group exits
+# its engine core first; the API server, holding GiBs, a moment later)
+DEATH_SETTLE_S = 5.0
 
 SCHEMA = 1
 # vLLM bench's per-request lists: dropped from the record (vllm bench serve drops them too unless
@@ -395,7 +401,11 @@ def measure(
             client_error = f"{result.get('failed', n)} of {n} requests failed: {first}"
     if not srv.alive() or not srv.healthy(30.0):
         # dead, or up with its engine core gone (/health answers 503): the log after this cell's
-        # mark names why; the next cell gets a fresh server (Servers.get)
+        # mark names why; the next cell gets a fresh server (Servers.get). A SIGKILLed server of a few
+        # GiB is still exiting when its engine core is gone: give it a moment to be seen dead.
+        if srv.proc is not None and srv.alive():
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                srv.proc.wait(timeout=DEATH_SETTLE_S)
         what = "server died during the cell" if not srv.alive() else "server stopped answering /health during the cell"
         rec.update(status="failed", error=srv.death_message(what))
         return rec
