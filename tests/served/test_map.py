@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -307,17 +309,28 @@ def test_server_killed_mid_cell_fails_that_cell_and_the_next_goes_on(tmp_path):
     )
     killed: list[int] = []
 
+    def running(text: str) -> bool:
+        """A request in flight on the server, by its own /metrics (a fixed sleep after the cell's mark
+        raced a fast cell: it finished before the kill and was rightly 'ok')."""
+        port = re.search(r"engine ready \(pid \d+, port (\d+)", text)
+        try:
+            body = urllib.request.urlopen(f"http://127.0.0.1:{port.group(1)}/metrics", timeout=5).read()
+        except OSError:
+            return False
+        gauge = re.search(rb"^vllm:num_requests_running\{[^}]*\} ([0-9.]+)", body, re.MULTILINE)
+        return bool(gauge and float(gauge.group(1)) >= 1)
+
     def killer():
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline and not killed:
             for pgid in lifecycle.groups():
                 log = next((tmp_path / "logs").glob("server-*-0.log"), None)
-                if log and " point " in log.read_text(errors="replace"):
-                    time.sleep(1.0)  # inside the cell: the client is waiting for tokens
+                text = log.read_text(errors="replace") if log else ""
+                if " point " in text and running(text):  # inside the cell: the client waits for tokens
                     os.killpg(pgid, signal.SIGKILL)
                     killed.append(pgid)
                     return
-            time.sleep(0.2)
+            time.sleep(0.05)
 
     t = threading.Thread(target=killer, daemon=True)
     t.start()
