@@ -10,6 +10,9 @@
 #   CALIBRATE_AA=3                                    undamaged runs (the first is the base)
 #   CALIBRATE_CONTEXTS=8192,32768                     contexts (one engine per launch serves them all)
 #   CALIBRATE_OUT=results/calibration/acceptance      where; files that exist are skipped (resumable)
+#   CALIBRATE_PROFILE=cpu-quick                       the regime: cpu-quick (the best case) or cpu-chat
+#                                                     (the realistic one; its own CALIBRATE_OUT, e.g.
+#                                                     results/calibration/acceptance-chat)
 # Acceptance counts do not depend on the machine's speed, but run it alone anyway: it is engine work.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -19,6 +22,7 @@ trials=${1:-10}
 shares=${CALIBRATE_SHARES:-0.01 0.02 0.05}
 aa=${CALIBRATE_AA:-3}
 contexts=${CALIBRATE_CONTEXTS:-8192,32768}
+profile=${CALIBRATE_PROFILE:-cpu-quick}
 start=$(date +%s)
 for i in $(seq -f %02g 1 "$trials"); do
     for s in 0 $shares; do
@@ -29,7 +33,7 @@ for i in $(seq -f %02g 1 "$trials"); do
         if [ "$s" = 0 ]; then knobs=(); else
             knobs=(EAGLE_FIX_INJECT_DRAFT_ERRORS="$s" EAGLE_FIX_INJECT_DRAFT_SEED="$((10#$i))"); fi
         echo "calibrate-acceptance: share $s trial $i ($(( $(date +%s) - start )) s so far)"
-        env "${knobs[@]}" .venv/bin/eagle-fix run --profile cpu-quick --contexts "$contexts" --modes eager \
+        env "${knobs[@]}" .venv/bin/eagle-fix run --profile "$profile" --contexts "$contexts" --modes eager \
             --arms eagle3 --fix on --repeats 1 --out "$f.part" --log-dir "${TMPDIR:-/tmp}/eagle-fix-calibrate-acceptance-logs" \
             --no-progress || exit $?
         mv "$f.part" "$f"

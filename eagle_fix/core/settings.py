@@ -212,13 +212,13 @@ def get(name: str) -> str | None:
 
 
 def parse_number(name: str, raw: str, *, hint: str, high: float = math.inf) -> float:
-    """A knob's value as a number in [0, HIGH] (finite); a bad one is a one-line ValueError naming the knob
-    and, in HINT, what to give (every calibration knob reads its value through here)."""
+    """A knob's or flag's value as a number in [0, HIGH] (finite); a bad one is a one-line ValueError naming
+    it and, in HINT, what to give (every calibration knob and --temperature read their values through here)."""
     try:
         value = float(raw)
     except ValueError:
         raise ValueError(f"{name}={raw!r} is not a number; {hint}") from None
     if not 0 <= value <= high or math.isinf(value):  # `not <=` also catches NaN
-        bound = "a finite number >= 0" if math.isinf(high) else f"a share between 0 and {high:g}"
+        bound = "a finite number >= 0" if math.isinf(high) else f"between 0 and {high:g}"
         raise ValueError(f"{name}={raw!r} must be {bound}; {hint}")
     return value

@@ -88,31 +88,28 @@ def _rows() -> tuple[tuple[bool, str, str, str], ...]:
     return tuple(out)
 
 
-@functools.lru_cache(maxsize=2)
+@functools.lru_cache(maxsize=1)
+def _held_out_rows() -> tuple[tuple[bool, str, str, str], ...]:
+    """The held-out rows: every conversation of the held-out split that shares neither its text nor its id
+    (another part of one conversation) with the first TRAINED_ON training conversations the pair read."""
+    seen = [r for r in _rows() if not r[0]][:TRAINED_ON]
+    roots, seen_texts = {r[1] for r in seen}, {r[2] for r in seen}
+    return tuple(r for r in _rows() if r[0] and r[1] not in roots and r[2] not in seen_texts)
+
+
 def texts(split: str) -> tuple[str, ...]:
     """The usable conversations of one split ('train' or 'held-out'), as text, in file order. The chat pair
-    trains on the first TRAINED_ON of 'train'; 'held-out' leaves out every conversation that shares its
-    text or its id (another part of one conversation) with those, so no prompt repeats what the pair read."""
+    trains on the first TRAINED_ON of 'train'; 'held-out' leaves out what those share (_held_out_rows), so
+    no prompt repeats what the pair read."""
     if split not in ("train", "held-out"):
         raise ValueError(f"split must be 'train' or 'held-out', got {split!r}")
-    rows = _rows()
-    train = [r for r in rows if not r[0]]
-    if split == "train":
-        return tuple(r[2] for r in train)
-    seen = train[:TRAINED_ON]
-    roots, seen_texts = {r[1] for r in seen}, {r[2] for r in seen}
-    return tuple(r[2] for r in _held_out(rows, roots, seen_texts))
-
-
-def _held_out(rows, roots: set[str], seen_texts: set[str]) -> list[tuple]:
-    return [r for r in rows if r[0] and r[1] not in roots and r[2] not in seen_texts]
+    rows = [r for r in _rows() if not r[0]] if split == "train" else _held_out_rows()
+    return tuple(r[2] for r in rows)
 
 
 def questions() -> list[str]:
     """The first user turn of each held-out conversation: what a chat prompt ends by asking."""
-    rows = _rows()
-    seen = [r for r in rows if not r[0]][:TRAINED_ON]
-    return [r[3] for r in _held_out(rows, {r[1] for r in seen}, {r[2] for r in seen}) if r[3]]
+    return [r[3] for r in _held_out_rows() if r[3]]
 
 
 def make_chat_prompts(context_len: int, batch_size: int, *, tokenizer: Any, seed: int = 0) -> list[list[int]]:

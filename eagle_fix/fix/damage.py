@@ -47,9 +47,12 @@ def inject_draft_errors() -> float:
     return parse_draft_errors(raw) if raw else 0.0
 
 
-def expected_acceptance(share: float, k: int) -> float:
-    """The acceptance length a drafter that was always right keeps under INJECT_DRAFT_ERRORS_ENV=share."""
-    return 1.0 + sum((1.0 - share) ** i for i in range(1, k + 1))
+def expected_acceptance(share: float, k: int, per_position=None) -> float:
+    """The acceptance length a drafter keeps under INJECT_DRAFT_ERRORS_ENV=share: position i survives when
+    it was accepted undamaged (per_position[i], vLLM's per-position acceptance rate; 1 for a drafter that
+    was always right) and none of the first i drafted tokens was made wrong."""
+    rates = list(per_position) if per_position else [1.0] * k
+    return 1.0 + sum(rate * (1.0 - share) ** i for i, rate in enumerate(rates[:k], start=1))
 
 
 def parse_draft_seed(raw: str) -> float:

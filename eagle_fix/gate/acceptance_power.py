@@ -17,11 +17,15 @@ from eagle_fix.core import record
 from eagle_fix.core.errors import EagleFixError
 from eagle_fix.fix.damage import expected_acceptance
 from eagle_fix.gate import verdict
+from eagle_fix.pairs.profiles import PROFILES
 
 # What a calibrated share must do: caught in at least this share of at least GOAL_TRIALS trials.
 GOAL_DETECTION, GOAL_TRIALS = 0.9, 10
-# The committed calibration (scripts/calibrate_acceptance.sh's default folder).
+# The committed calibrations: the best case (scripts/calibrate_acceptance.sh's default folder, cpu-quick)
+# and the realistic regime (CALIBRATE_PROFILE=cpu-chat). A point takes the figure of the one that ran its
+# pair, workload and lengths.
 FOLDER = Path(__file__).resolve().parents[2] / "results" / "calibration" / "acceptance"
+FOLDERS = (FOLDER, FOLDER.with_name("acceptance-chat"))
 
 
 def _trials(folder: Path) -> dict[float, list[tuple[str, list[dict[str, Any]]]]]:
@@ -84,7 +88,11 @@ def power(folder: Path) -> list[dict[str, Any]]:
                     "trials": n,
                     "alarms": alarms,
                     "drop": statistics.median(drops) if drops else None,
-                    "predicted_drop": expected_acceptance(share, k) / (k + 1) - 1,
+                    # from the base's own per-position acceptance: below the ceiling a wrong token often
+                    # lands on a draft position that was lost anyway
+                    "predicted_drop": expected_acceptance(share, k, b.get("per_position_acceptance"))
+                    / expected_acceptance(0.0, k, b.get("per_position_acceptance"))
+                    - 1,
                     "base_acceptance": b["acceptance_length"],
                     "base_drafts": b["num_drafts"],
                 }
@@ -108,35 +116,54 @@ def calibrated(rows: list[dict[str, Any]]) -> dict[int, dict[str, Any] | None]:
     return out
 
 
+# What a point must share with a calibration's base run for the calibration's figure to be its own.
+SETTING = ("output_len", "num_speculative_tokens", "batch_size", "workload", "temperature")
+
+
+def _same_pair(name: str | None) -> tuple[str, ...]:
+    """The profiles that run the named profile's pair and workload on its device, unsharded: the contexts
+    differ, the counts at one context do not."""
+    base = PROFILES.get(name or "")
+    if base is None:
+        return ()
+    key = (base.target, base.draft, base.workload, base.device, base.load_format, base.tensor_parallel_size)
+    return tuple(
+        p.name
+        for p in PROFILES.values()
+        if (p.target, p.draft, p.workload, p.device, p.load_format, p.tensor_parallel_size) == key
+    )
+
+
 @functools.cache
 def _committed(folder: Path) -> tuple[dict[str, Any], dict[int, dict[str, Any] | None]]:
-    """The committed calibration's setting (the base run's pair, output length, k) and its result per context."""
+    """The committed calibration's setting (the base run's pair, workload, lengths, k) and its result per context."""
     rows = power(folder)
     (_, base_recs), *_ = _trials(folder)[0.0]
-    b = base_recs[0]
-    setting = {k: b.get(k) for k in ("output_len", "num_speculative_tokens", "batch_size")}
-    setting["profiles"] = ("cpu", "cpu-quick")  # the shipped pair and workload, whichever grid
+    b = record.upgrade(dict(base_recs[0]))
+    setting = {k: b.get(k) for k in SETTING}
+    setting["profiles"] = _same_pair(b.get("profile"))
     return setting, calibrated(rows)
 
 
-def calibrated_power(rec: dict[str, Any], folder: Path = FOLDER) -> str | None:
-    """The measured power of the acceptance verdict at this point, in words, where the committed calibration
-    ran the same pair, workload and lengths at this context (None elsewhere: the counts test's own
+def calibrated_power(rec: dict[str, Any], folders=FOLDERS) -> str | None:
+    """The measured power of the acceptance verdict at this point, in words, from the committed calibration
+    that ran the same pair, workload and lengths at this context (None elsewhere: the counts test's own
     detectable drop is then all a reader has)."""
-    try:
-        setting, best = _committed(Path(folder))
-    except EagleFixError:
-        return None
-    same = rec.get("profile") in setting["profiles"] and all(
-        rec.get(k) == setting[k] for k in ("output_len", "num_speculative_tokens", "batch_size")
-    )
-    ctx = rec.get("context_len")
-    if not same or ctx not in best:
-        return None
-    r = best[ctx]
-    if r is None:
-        return f"calibrated at {ctx // 1024}K: no drafter loss tried was caught in 9 of 10 trials"
-    return f"calibrated at {ctx // 1024}K: a {-r['drop']:.1%} drop caught in {r['alarms']} of {r['trials']} trials"
+    rec = record.upgrade(dict(rec))
+    for folder in [folders] if isinstance(folders, str | Path) else folders:
+        try:
+            setting, best = _committed(Path(folder))
+        except EagleFixError:
+            continue
+        same = rec.get("profile") in setting["profiles"] and all(rec.get(k) == setting[k] for k in SETTING)
+        ctx = rec.get("context_len")
+        if not same or ctx not in best:
+            continue
+        r = best[ctx]
+        if r is None:
+            return f"calibrated at {ctx // 1024}K: no drafter loss tried was caught in 9 of 10 trials"
+        return f"calibrated at {ctx // 1024}K: a {-r['drop']:.1%} drop caught in {r['alarms']} of {r['trials']} trials"
+    return None
 
 
 def power_table(paths) -> str:

@@ -4,7 +4,6 @@ in `resolve()`, each error naming its flag), the points in the order they run, a
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import shutil
 from dataclasses import dataclass, field, replace
@@ -13,6 +12,7 @@ from typing import Any
 
 from eagle_fix.core.errors import EagleFixError, parse_positive_int
 from eagle_fix.core.record import ARMS, ENGINE_MODES, FIX_ARMS
+from eagle_fix.core.settings import parse_number
 from eagle_fix.engine.protocol import PointCommand
 from eagle_fix.engine.spec import EngineSpec
 from eagle_fix.fix.checkpoint import read_config
@@ -33,12 +33,9 @@ MAX_TEMPERATURE = 2.0
 def parse_temperature(raw: Any) -> float:
     """--temperature as a number in [0, MAX_TEMPERATURE]; anything else is one line naming what to give."""
     try:
-        value = float(raw)
-    except (TypeError, ValueError):
-        value = math.nan
-    if not 0 <= value <= MAX_TEMPERATURE:  # `not <=` also catches NaN
-        raise EagleFixError(f"--temperature {raw!r}: give a number from 0 (greedy) to {MAX_TEMPERATURE:g}")
-    return value
+        return parse_number("--temperature", str(raw), hint="0 is greedy decoding", high=MAX_TEMPERATURE)
+    except ValueError as exc:
+        raise EagleFixError(str(exc)) from None
 
 
 @dataclass(frozen=True)

@@ -68,3 +68,39 @@ def test_the_calibrated_figure_is_said_only_where_the_calibration_ran_that_point
     assert acceptance_power.calibrated_power({**point(8192, 1, 1), "profile": "gpu-tiny"}, tmp_path) is None
     assert acceptance_power.calibrated_power(point(16384, 1, 1), tmp_path) is None
     assert acceptance_power.calibrated_power(point(8192, 1, 1), tmp_path / "none") is None
+
+
+def test_the_prediction_starts_from_the_base_drafters_own_per_position_acceptance():
+    from eagle_fix.fix.damage import expected_acceptance
+
+    assert expected_acceptance(0.1, 3) == pytest.approx(1 + 0.9 + 0.81 + 0.729)  # always right: the ceiling's
+    assert expected_acceptance(0.0, 3, [0.5, 0.25, 0.1]) == pytest.approx(1.85)
+    # below the ceiling a wrong token often lands where the draft was lost anyway: a smaller drop
+    assert expected_acceptance(0.5, 3, [0.5, 0.25, 0.1]) == pytest.approx(1 + 0.25 + 0.0625 + 0.0125)
+
+
+def chat_point(ctx, drafts, accepted, per_position):
+    return {
+        **point(ctx, drafts, accepted),
+        "profile": "cpu-chat",
+        "workload": "chat",
+        "temperature": 0.0,
+        "per_position_acceptance": per_position,
+    }
+
+
+def test_each_regime_takes_the_figure_of_its_own_calibration(tmp_path):
+    best, chat = tmp_path / "acceptance", tmp_path / "acceptance-chat"
+    best.mkdir(), chat.mkdir()
+    write(best, "0-01", point(8192, 128, 384))
+    write(chat, "0-01", chat_point(8192, 170, 340, [0.9, 0.7, 0.4]))
+    for i in range(1, 11):
+        write(best, f"0.05-{i:02d}", point(8192, 140, 381))
+        write(chat, f"0.3-{i:02d}", chat_point(8192, 230, 230, [0.6, 0.3, 0.1]))
+    row = next(r for r in acceptance_power.power(chat) if r["share"] == 0.3)
+    assert row["predicted_drop"] == pytest.approx((1 + 0.9 * 0.7 + 0.7 * 0.49 + 0.4 * 0.343) / 3.0 - 1)
+    folders = (best, chat)
+    assert "7.0% drop" in acceptance_power.calibrated_power(point(8192, 1, 1), folders)
+    assert "33.3% drop" in acceptance_power.calibrated_power(chat_point(8192, 1, 1, None), folders)
+    # the chat pair sampled at 0.7 is neither calibration's point
+    assert acceptance_power.calibrated_power({**chat_point(8192, 1, 1, None), "temperature": 0.7}, folders) is None

@@ -99,7 +99,9 @@ def test_the_regime_is_the_profiles_workload_at_the_runs_temperature():
 @pytest.mark.parametrize("bad", ["-0.1", "2.5", "nan", "hot"])
 def test_a_temperature_out_of_range_is_one_line(bad):
     proc = run_cli("--profile", "cpu-chat", "--temperature", bad)
-    assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1].endswith("give a number from 0 (greedy) to 2")
+    last = proc.stderr.strip().splitlines()[-1]
+    assert proc.returncode == 1 and f"--temperature={bad!r}" in last and last.endswith("; 0 is greedy decoding")
+    assert ("is not a number" if bad == "hot" else "must be between 0 and 2") in last
 
 
 def test_a_full_filesystem_is_refused_before_any_engine(tmp_path, monkeypatch):
