@@ -11,13 +11,17 @@ logprobs of the first decode run). Where the outputs first differ and either mod
 below NEAR_TIE_NATS, the two modes' numerics (bf16 rounding, another kernel order) may pick either
 token: that is a near-tie, recorded on the record (`parity_near_tie`) and not a flag. Otherwise, or
 where no margin was recorded (records before margins), a flip is the `parity` flag with its position.
-The acceptance lengths' 95% intervals (count-based, eagle_fix.core.stats) must overlap."""
+The acceptance lengths' 95% intervals (count-based, eagle_fix.core.stats) must overlap. Under sampling the
+tokens are draws and are not compared; the acceptance rate of each draft position must agree too (95%
+Wilson intervals of vLLM's per-position counts overlap): a drafter that gains at one position and loses at
+another can keep its mean."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import Any
 
+from eagle_fix.core import stats
 from eagle_fix.core.record import ENGINE_MODES, IDENTITY
 
 # The flag's name (the part before the colon is what compare and the report show).
@@ -90,12 +94,35 @@ def mismatch(rec: dict[str, Any], twin: dict[str, Any]) -> str | None:
     if at is not None:  # a near-tie flipped a token: from there the modes decode different text, whose
         return None  # acceptance is not comparable (the chat regime's 32K twins: 1.82 vs 3.43)
     ia, ib = _interval(eager), _interval(compiled)
-    if ia and ib and (ia[1] < ib[0] or ib[1] < ia[0]):
+    if ia and ib and _apart(ia, ib):
         return (
             f"{FLAG}: acceptance eager {eager['acceptance_length']:.2f} [{ia[0]:.2f}, {ia[1]:.2f}] and compiled "
             f"{compiled['acceptance_length']:.2f} [{ib[0]:.2f}, {ib[1]:.2f}] do not overlap: the drafter drafts "
             "differently in one mode"
         )
+    return _position_apart(eager, compiled) if (eager.get("temperature") or 0) > 0 else None
+
+
+def _apart(a: tuple[float, float], b: tuple[float, float]) -> bool:
+    return a[1] < b[0] or b[1] < a[0]
+
+
+def _position_apart(eager: dict[str, Any], compiled: dict[str, Any]) -> str | None:
+    """Under sampling: the first draft position whose acceptance rates' 95% Wilson intervals (vLLM's
+    per-position counts over the drafts) do not overlap between the modes, as the flag; None where all do
+    or no counts were recorded."""
+    counts = [(r.get("accepted_per_position"), r.get("num_drafts")) for r in (eager, compiled)]
+    if not all(acc and n for acc, n in counts):
+        return None
+    (a, na), (b, nb) = counts
+    for i, (x, y) in enumerate(zip(a, b), start=1):
+        ia, ib = stats.wilson(int(x), int(na)), stats.wilson(int(y), int(nb))
+        if ia and ib and _apart(ia, ib):
+            return (
+                f"{FLAG}: sampled (T={eager.get('temperature'):g}), draft position {i} accepted {x / na:.0%} "
+                f"[{ia[0]:.0%}, {ia[1]:.0%}] eager and {y / nb:.0%} [{ib[0]:.0%}, {ib[1]:.0%}] compiled: the "
+                "drafter drafts differently in one mode"
+            )
     return None
 
 

@@ -92,3 +92,18 @@ def test_margins_from_vllms_logprobs():
     ]
     assert logprob_margins(positions) == [2.3, 0.01, None]
     assert logprob_margins(None) is None
+
+
+def test_under_sampling_each_draft_positions_acceptance_is_compared_with_its_interval():
+    """Under sampling the mean can hold while the positions move apart (a drafter that gains at one position
+    and loses at another): per position, the two modes' 95% Wilson intervals must overlap."""
+    hot = {"temperature": 0.7, "num_drafts": 100}
+    eager = rec("eager", tokens=(5, 6, 7, 8), acc=2.1, ci=(1.9, 2.3), **hot, accepted_per_position=[80, 20, 10])
+    same = rec("compile", acc=2.1, ci=(1.9, 2.3), **hot, accepted_per_position=[76, 24, 10])
+    assert parity.flags(same, [eager]) == []  # the tokens differ (draws): not compared
+    moved = rec("compile", acc=2.1, ci=(1.9, 2.3), **hot, accepted_per_position=[50, 45, 15])  # the same mean
+    (flag,) = parity.flags(moved, [eager])
+    assert flag.startswith("parity: sampled (T=0.7), draft position 1 accepted 80% [71%, 87%] eager and 50% [40%, 60%]")
+    # greedy twins with identical tokens are judged on the mean alone (their counts are exact)
+    cold = {**hot, "temperature": 0.0}
+    assert parity.flags({**moved, **cold}, [{**eager, **cold, "output_token_ids": [1, 2, 3, 4]}]) == []
