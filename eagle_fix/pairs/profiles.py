@@ -325,4 +325,8 @@ MAP_PROFILES: dict[str, MapProfile] = {
     "cpu-map-quick": MapProfile(
         "cpu-map-quick", "cpu-quick", (2048, 8192), (1, 2, 4), request_rates=(1.0,), output_len=128
     ),
+    # The same grid in the realistic regime: the chat pair on held-out ShareGPT chat (docs/chat-pair.md).
+    "cpu-map-chat": MapProfile(
+        "cpu-map-chat", "cpu-chat", (2048, 8192), (1, 2, 4), request_rates=(1.0,), output_len=128
+    ),
 }

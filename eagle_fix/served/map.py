@@ -4,7 +4,8 @@ loaded by vLLM's own client (`eagle_fix.served.server`), over contexts x load x 
 The load is vLLM bench's `--max-concurrency` (every request sent at once, at most c in flight) or
 its `--request-rate` (Poisson arrivals). Each cell runs `prompts_per_slot x c` requests (rate mode:
 `prompts_per_slot x` the largest concurrency), each a distinct prompt of the suite's seeded workload
-(`eagle_fix.core.workload.make_prompts`, a new seed per cell, round and arm: no request shares a prefix
+(`eagle_fix.core.workload.workload_prompts`: the sweep profile's workload, copy or chat; a new seed per
+cell, round and arm: no request shares a prefix
 with another, so no cascade attention or prefix-cache shortcut), of `context - output_len - k - 1`
 tokens, greedy, `output_len` tokens out.
 
@@ -37,7 +38,7 @@ from typing import Any
 
 from eagle_fix.core import record
 from eagle_fix.core.errors import EagleFixError
-from eagle_fix.core.workload import make_prompts
+from eagle_fix.core.workload import workload_prompts
 from eagle_fix.engine import lifecycle
 from eagle_fix.engine.logs import log_tail
 from eagle_fix.engine.spec import EngineSpec
@@ -85,6 +86,8 @@ OUR_KEYS = (
     "output_len",
     "num_speculative_tokens",
     "prefix_caching",
+    "workload",
+    "temperature",
     "status",
     "error",
     "seed",
@@ -343,6 +346,8 @@ def measure(
         "output_len": grid.output_len,
         "num_speculative_tokens": grid.sweep_profile.num_speculative_tokens if arm == "eagle3" else None,
         "prefix_caching": grid.prefix_caching,
+        "workload": grid.sweep_profile.workload,  # vLLM's client runs greedy, as the sweep's regime does
+        "temperature": 0.0,
         "seed": seed,
         # vLLM bench's own names for the load, filled here too so a failed cell carries them
         "max_concurrency": conc,
@@ -365,8 +370,10 @@ def measure(
     )
     rec["kv_cache_capacity_tokens"], rec["kv_max_concurrency"] = kv_capacity(srv.log_path)
     vocab = grid.sweep_profile.target_config()["vocab_size"]
-    prompts = make_prompts(plen, n, vocab_size=vocab, seed=seed)
-    dataset = client.write_prompts(servers.log_dir / "prompts" / f"{seed}.jsonl", prompts, vocab)
+    workload, target = grid.sweep_profile.workload, str(srv.spec.target)
+    prompts = workload_prompts(workload, plen, n, vocab_size=vocab, seed=seed, target=target)
+    where = servers.log_dir / "prompts" / f"{seed}.jsonl"
+    dataset = client.write_prompts(where, prompts, vocab, workload=workload, target=target)
     argv = client.bench_args(
         srv.base_url,
         str(srv.spec.target),

@@ -63,6 +63,29 @@ def test_prompt_text_fits_vllms_characters_per_token_bound():
     assert len(tokenizer.ids_to_text(ids)) <= longest * len(ids)
 
 
+def test_the_chat_workloads_prompts_reach_vllms_client_as_the_same_ids(tmp_path):
+    """The map's chat cells: held-out ShareGPT prompts written as text through the chat pair's tokenizer.json
+    come back, tokenized as the server will, as the very ids the sweep's points use."""
+    from tokenizers import Tokenizer
+
+    from eagle_fix.core.workload import workload_prompts
+    from eagle_fix.pairs.profiles import MAP_PROFILES, PROFILES
+
+    target = str(PROFILES[MAP_PROFILES["cpu-map-chat"].profile].target)
+    prompts = workload_prompts("chat", 1500, 2, vocab_size=1024, seed=3, target=target)
+    path = client.write_prompts(tmp_path / "p.jsonl", prompts, 1024, workload="chat", target=target)
+    tok = Tokenizer.from_file(f"{target}/tokenizer.json")
+    texts = [json.loads(line)["prompt"] for line in path.read_text().splitlines()]
+    # BPE merges across the joins of separately encoded texts may re-tokenize a few ids apart, never into more
+    # tokens (a request must not run past max_model_len); the text is cut only at the front: the question
+    # and the answer cue at the end arrive whole
+    for ids, text in zip(prompts, texts, strict=True):
+        assert len(ids) - 10 <= len(tok.encode(text).ids) <= len(ids)
+        assert text.endswith(tok.decode(ids)[-1000:]) and text.endswith("Assistant:")
+    assert prompts[0] != prompts[1]
+    assert "User:" in json.loads(path.read_text().splitlines()[0])["prompt"]  # chat text, not the tiny words
+
+
 def test_unknown_word_is_an_error_not_a_silent_id():
     from tokenizers import Tokenizer
 
