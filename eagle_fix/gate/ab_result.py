@@ -98,6 +98,7 @@ def verdicts(
             new_length=fn["acceptance_length"],
             k=k or 1,
             alpha=alpha,
+            launch_sd=acceptance_power.launch_spread(entry.get("identity") or {}),
         )
         measured = acceptance_power.calibrated_power(entry.get("identity") or {})  # as compare shows it
         if measured:

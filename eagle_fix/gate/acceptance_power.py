@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import math
 import statistics
 from pathlib import Path
 from typing import Any
@@ -49,7 +50,7 @@ def _trials(folder: Path) -> dict[float, list[tuple[str, list[dict[str, Any]]]]]
     return out
 
 
-def _judge(base: dict[str, Any], new: dict[str, Any]) -> verdict.Verdict:
+def _judge(base: dict[str, Any], new: dict[str, Any], launch_sd: float | None = None) -> verdict.Verdict:
     k = new.get("num_speculative_tokens") or len(new.get("accepted_per_position") or []) or 1
     return verdict.acceptance(
         base["num_drafts"],
@@ -59,7 +60,21 @@ def _judge(base: dict[str, Any], new: dict[str, Any]) -> verdict.Verdict:
         base_length=base["acceptance_length"],
         new_length=new["acceptance_length"],
         k=k,
+        launch_sd=launch_sd,
     )
+
+
+# Undamaged runs a sampled calibration needs before its spread is used (and left out one at a time).
+MIN_SPREAD_RUNS = 4
+
+
+def _spread(lengths: list[float]) -> float | None:
+    """Acceptance's spread from launch to launch (sample standard deviation of the undamaged runs)."""
+    return statistics.stdev(lengths) if len(lengths) >= MIN_SPREAD_RUNS else None
+
+
+def _undamaged(trials: dict, ctx: int) -> list[tuple[str, float]]:
+    return [(name, r["acceptance_length"]) for name, recs in trials[0.0] for r in recs if r["context_len"] == ctx]
 
 
 def power(folder: Path) -> list[dict[str, Any]]:
@@ -68,18 +83,23 @@ def power(folder: Path) -> list[dict[str, Any]]:
     trials = _trials(folder)
     (_, base_recs), *aa = trials[0.0]
     base = {r["context_len"]: r for r in base_recs}
+    sampled = bool(base_recs and record.upgrade(dict(base_recs[0])).get("temperature"))
     rows = []
     for share in sorted(trials):
         runs = aa if share == 0 else trials[share]
         for ctx, b in sorted(base.items()):
             drops, alarms, n = [], 0, 0
-            for _, recs in runs:
+            undamaged = _undamaged(trials, ctx)
+            for name, recs in runs:
                 new = next((r for r in recs if r["context_len"] == ctx), None)
                 if new is None:
                     continue
                 n += 1
                 drops.append(new["acceptance_length"] / b["acceptance_length"] - 1)
-                alarms += _judge(b, new).verdict == "regression"
+                # sampled: the launch test, its spread from the other undamaged runs (an A/A trial is not
+                # judged by a spread it is part of); greedy: the counts test
+                sd = _spread([x for other, x in undamaged if share or other != name]) if sampled else None
+                alarms += _judge(b, new, math.inf if sampled and sd is None else sd).verdict == "regression"
             k = b.get("num_speculative_tokens") or 3
             rows.append(
                 {
@@ -95,6 +115,7 @@ def power(folder: Path) -> list[dict[str, Any]]:
                     - 1,
                     "base_acceptance": b["acceptance_length"],
                     "base_drafts": b["num_drafts"],
+                    "launch_sd": _spread([x for _, x in undamaged]) if sampled else None,
                 }
             )
     return rows
@@ -134,30 +155,51 @@ def _pair_key(p: Any) -> tuple[Any, ...]:
 
 
 @functools.cache
-def _committed(folder: Path) -> tuple[dict[str, Any], dict[int, dict[str, Any] | None]]:
-    """The committed calibration's setting (the base run's pair, workload, lengths, k) and its result per context."""
+def _committed(folder: Path) -> tuple[dict[str, Any], dict[int, dict[str, Any] | None], dict[int, float | None]]:
+    """The committed calibration's setting (the base run's pair, workload, lengths, k), its result per context
+    and, sampled, acceptance's launch spread per context."""
     rows = power(folder)
     (_, base_recs), *_ = _trials(folder)[0.0]
     b = record.upgrade(dict(base_recs[0]))
     setting = {k: b.get(k) for k in SETTING}
     setting["profiles"] = _same_pair(b.get("profile"))
-    return setting, calibrated(rows)
+    spreads = {r["context_len"]: r["launch_sd"] for r in rows if r["share"] == 0}
+    return setting, calibrated(rows), spreads
+
+
+def _matching(rec: dict[str, Any], folders) -> tuple[int, dict[int, Any], dict[int, float | None]] | None:
+    """(context, results per context, spreads per context) of the committed calibration that ran the point's
+    pair, workload, lengths and temperature at its context."""
+    rec = record.upgrade(dict(rec))
+    for folder in [folders] if isinstance(folders, str | Path) else folders:
+        try:
+            setting, best, spreads = _committed(Path(folder))
+        except EagleFixError:
+            continue
+        same = rec.get("profile") in setting["profiles"] and all(rec.get(k) == setting[k] for k in SETTING)
+        if same and rec.get("context_len") in best:
+            return rec["context_len"], best, spreads
+    return None
+
+
+def launch_spread(rec: dict[str, Any], folders=FOLDERS) -> float | None:
+    """What `verdict.acceptance` judges a point's acceptance with: None for greedy (its counts are exact: the
+    counts test), the calibrated launch spread for a sampled point, infinity for a sampled point no committed
+    calibration covers (no claim)."""
+    if not record.upgrade(dict(rec)).get("temperature"):
+        return None
+    found = _matching(rec, folders)
+    sd = found[2].get(found[0]) if found else None
+    return math.inf if sd is None else sd
 
 
 def calibrated_power(rec: dict[str, Any], folders=FOLDERS) -> str | None:
     """The measured power of the acceptance verdict at this point, in words, from the committed calibration
     that ran the same pair, workload and lengths at this context (None elsewhere: the counts test's own
     detectable drop is then all a reader has)."""
-    rec = record.upgrade(dict(rec))
-    for folder in [folders] if isinstance(folders, str | Path) else folders:
-        try:
-            setting, best = _committed(Path(folder))
-        except EagleFixError:
-            continue
-        same = rec.get("profile") in setting["profiles"] and all(rec.get(k) == setting[k] for k in SETTING)
-        ctx = rec.get("context_len")
-        if not same or ctx not in best:
-            continue
+    found = _matching(rec, folders)
+    if found is not None:
+        ctx, best, _ = found
         r = best[ctx]
         if r is None:
             return f"calibrated at {ctx // 1024}K: no drafter loss tried was caught in 9 of 10 trials"
@@ -182,7 +224,8 @@ def power_table(paths) -> str:
     said = []
     for ctx, r in best.items():
         b = base[ctx]
-        head = f"{ctx // 1024}K (base {b['base_acceptance']:.2f}, {b['base_drafts']} drafts)"
+        spread = f", launch spread {b['launch_sd']:.3f}" if b.get("launch_sd") is not None else ""
+        head = f"{ctx // 1024}K (base {b['base_acceptance']:.2f}, {b['base_drafts']} drafts{spread})"
         said.append(
             f"{head}: a drop of {-r['drop']:.1%} caught in {r['alarms']} of {r['trials']}"
             if r

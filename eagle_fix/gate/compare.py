@@ -224,6 +224,7 @@ def _judge_metric(
             new_length=vn,
             k=k,
             alpha=alpha,
+            launch_sd=acceptance_power.launch_spread(rn),
         )
         measured = acceptance_power.calibrated_power(rn)
         if measured:

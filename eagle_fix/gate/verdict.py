@@ -128,9 +128,14 @@ def acceptance(
     new_length: float,
     k: int,
     alpha: float = DEFAULT_ALPHA,
+    launch_sd: float | None = None,
 ) -> Verdict:
     """Acceptance length on vLLM's counts (two-proportion test, the draft as the unit, p < alpha).
-    Under greedy sampling acceptance is exact, so no threshold applies."""
+    Under greedy sampling acceptance is exact, so no threshold applies. A sampled point (`launch_sd` given:
+    acceptance's spread from launch to launch, measured by the sampled A/A) is judged by the launch instead:
+    its drafts share one path of draws, so the counts test claims more than it has."""
+    if launch_sd is not None:
+        return _sampled_acceptance(base_length, new_length, launch_sd, alpha)
     p = counts.acceptance_change_p(drafts_base, accepted_base, drafts_new, accepted_new, k)
     moved = new_length != base_length
     if p is not None and p < alpha and moved:
@@ -145,6 +150,35 @@ def acceptance(
         f"p={p:.3g} (counts)" if p is not None else "",
         power,
         detail={"p": p, "alpha": alpha, "detectable_drop": drop},
+    )
+
+
+def _sampled_acceptance(base_length: float, new_length: float, launch_sd: float, alpha: float) -> Verdict:
+    """One launch a side, sigma_L known (eagle_fix.core.nested's launch test): z = change / (sd sqrt 2).
+    An infinite sd: no calibration for the setting, so no claim."""
+    moved = new_length != base_length
+    change = relative_change(base_length, new_length)
+    if math.isinf(launch_sd):
+        return Verdict(
+            "within noise" if moved else "same",
+            change,
+            "sampled, no launch spread calibrated for this setting (CALIBRATE_TEMPERATURE=T scripts/calibrate_acceptance.sh)",
+            "could detect no drop",
+            detail={"p": None, "alpha": alpha, "launch_sd": None},
+        )
+    se = launch_sd * math.sqrt(2.0)
+    p = significance.two_sided_normal_p((new_length - base_length) / se) if se > 0 else float(not moved)
+    if p < alpha and moved:
+        verdict = "improved" if new_length > base_length else "regression"
+    else:
+        verdict = "within noise" if moved else "same"
+    drop = nested.quantile(1.0 - alpha / 2.0) * se
+    return Verdict(
+        verdict,
+        change,
+        f"p={p:.3g} (sampled: one launch a side, launch spread {launch_sd:.3f} from the sampled A/A)",
+        f"could detect a drop >= {drop:.2g} tokens",
+        detail={"p": p, "alpha": alpha, "launch_sd": launch_sd, "detectable_drop": drop},
     )
 
 

@@ -104,3 +104,43 @@ def test_each_regime_takes_the_figure_of_its_own_calibration(tmp_path):
     assert "33.3% drop" in acceptance_power.calibrated_power(chat_point(8192, 1, 1, None), folders)
     # the chat pair sampled at 0.7 is neither calibration's point
     assert acceptance_power.calibrated_power({**chat_point(8192, 1, 1, None), "temperature": 0.7}, folders) is None
+
+
+def sampled_point(ctx, drafts, accepted):
+    return {**chat_point(ctx, drafts, accepted, [0.3, 0.1, 0.03]), "temperature": 0.7}
+
+
+# The committed sampled A/A at 8K (results/calibration/acceptance-chat-sampled): (drafts, accepted) per run,
+# the first the base. Its 8th run is 14% below the base: the counts test calls that a regression.
+SAMPLED_AA = [(337, 174), (315, 196), (350, 163), (372, 139), (344, 167), (351, 161), (368, 144), (393, 119)]
+SAMPLED_AA += [(346, 165), (368, 143)]
+
+
+def test_sampled_acceptance_is_judged_by_the_launch_not_the_drafts(tmp_path):
+    for i, (d, a) in enumerate(SAMPLED_AA, 1):
+        write(tmp_path, f"0-{i:02d}", sampled_point(8192, d, a))
+    for i in range(1, 11):
+        write(tmp_path, f"0.6-{i:02d}", sampled_point(8192, 439, 72))  # 1.16: -23.5%
+    base, outlier = sampled_point(8192, *SAMPLED_AA[0]), sampled_point(8192, *SAMPLED_AA[7])
+    assert acceptance_power._judge(base, outlier).verdict == "regression"  # the counts test, fooled
+    rows = {r["share"]: r for r in acceptance_power.power(tmp_path)}
+    assert rows[0.0]["alarms"] == 0 and rows[0.6]["alarms"] == 10
+    lengths = [1 + a / d for d, a in SAMPLED_AA]
+    assert rows[0.0]["launch_sd"] == pytest.approx(__import__("statistics").stdev(lengths))
+    # a sampled point takes that spread; one no sampled calibration covers gets none (no claim); greedy: counts
+    assert acceptance_power.launch_spread(sampled_point(8192, 1, 1), tmp_path) == rows[0.0]["launch_sd"]
+    assert acceptance_power.launch_spread(sampled_point(32768, 1, 1), tmp_path) == float("inf")
+    assert acceptance_power.launch_spread(chat_point(8192, 1, 1, None), tmp_path) is None
+    assert "launch spread 0.0" in acceptance_power.power_table([tmp_path])
+
+
+def test_the_launch_test_claims_only_past_the_spread_and_nothing_uncalibrated():
+    from eagle_fix.gate import verdict
+
+    judge = lambda new, sd: verdict.acceptance(337, 174, 400, 100, base_length=1.5, new_length=new, k=3, launch_sd=sd)
+    assert judge(1.35, 0.09).verdict == "within noise"  # 1.2 launch spreads of the difference
+    far = judge(1.1, 0.09)
+    assert far.verdict == "regression" and "one launch a side" in far.evidence
+    assert far.detail["detectable_drop"] == pytest.approx(2.5758 * 0.09 * 2**0.5, rel=1e-3)
+    none = judge(1.0, float("inf"))
+    assert none.verdict == "within noise" and "no launch spread calibrated" in none.evidence
