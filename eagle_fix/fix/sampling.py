@@ -39,6 +39,11 @@ def expand_kernel_drops_floats() -> bool | None:
     return out.tolist() != [0.5, 0.25, 0.25]
 
 
+def expand_kernel_state() -> str | None:
+    """The probe in words, as the doctor reports it: "broken", "ok", or None (no CPU kernel)."""
+    return {True: "broken", False: "ok", None: None}[expand_kernel_drops_floats()]
+
+
 def expand_in_torch(x: Any, cu_num_tokens: Any, num_tokens: int, replace_from: float = 0, replace_to: float = 0) -> Any:
     """vLLM's `expand_batch_to_tokens` ([a, b] with cu [2, 3] -> [a, a, b]; `replace_from` values become
     `replace_to`), in torch."""

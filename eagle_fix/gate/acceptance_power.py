@@ -85,11 +85,12 @@ def power(folder: Path) -> list[dict[str, Any]]:
     base = {r["context_len"]: r for r in base_recs}
     sampled = bool(base_recs and record.upgrade(dict(base_recs[0])).get("temperature"))
     rows = []
+    undamaged = {ctx: _undamaged(trials, ctx) for ctx in base}
+    spreads = {ctx: _spread([x for _, x in runs]) if sampled else None for ctx, runs in undamaged.items()}
     for share in sorted(trials):
         runs = aa if share == 0 else trials[share]
         for ctx, b in sorted(base.items()):
             drops, alarms, n = [], 0, 0
-            undamaged = _undamaged(trials, ctx)
             for name, recs in runs:
                 new = next((r for r in recs if r["context_len"] == ctx), None)
                 if new is None:
@@ -98,7 +99,9 @@ def power(folder: Path) -> list[dict[str, Any]]:
                 drops.append(new["acceptance_length"] / b["acceptance_length"] - 1)
                 # sampled: the launch test, its spread from the other undamaged runs (an A/A trial is not
                 # judged by a spread it is part of); greedy: the counts test
-                sd = _spread([x for other, x in undamaged if share or other != name]) if sampled else None
+                sd = spreads[ctx]
+                if sampled and share == 0:
+                    sd = _spread([x for other, x in undamaged[ctx] if other != name])
                 alarms += _judge(b, new, math.inf if sampled and sd is None else sd).verdict == "regression"
             k = b.get("num_speculative_tokens") or 3
             rows.append(
@@ -115,7 +118,7 @@ def power(folder: Path) -> list[dict[str, Any]]:
                     - 1,
                     "base_acceptance": b["acceptance_length"],
                     "base_drafts": b["num_drafts"],
-                    "launch_sd": _spread([x for _, x in undamaged]) if sampled else None,
+                    "launch_sd": spreads[ctx],
                 }
             )
     return rows

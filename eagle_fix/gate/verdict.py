@@ -137,15 +137,10 @@ def acceptance(
     if launch_sd is not None:
         return _sampled_acceptance(base_length, new_length, launch_sd, alpha)
     p = counts.acceptance_change_p(drafts_base, accepted_base, drafts_new, accepted_new, k)
-    moved = new_length != base_length
-    if p is not None and p < alpha and moved:
-        verdict = "improved" if new_length > base_length else "regression"
-    else:
-        verdict = "within noise" if moved else "same"
     drop = counts.acceptance_detectable_drop(drafts_base, accepted_base, drafts_new, k, alpha)
     power = f"could detect a drop >= {drop:.2g} tokens" if drop is not None else "could detect no drop"
     return Verdict(
-        verdict,
+        _acceptance_call(p, alpha, base_length, new_length),
         relative_change(base_length, new_length),
         f"p={p:.3g} (counts)" if p is not None else "",
         power,
@@ -153,28 +148,32 @@ def acceptance(
     )
 
 
+def _acceptance_call(p: float | None, alpha: float, base_length: float, new_length: float) -> str:
+    """The verdict of either acceptance test: a direction where p < alpha and the length moved."""
+    moved = new_length != base_length
+    if p is not None and p < alpha and moved:
+        return "improved" if new_length > base_length else "regression"
+    return "within noise" if moved else "same"
+
+
 def _sampled_acceptance(base_length: float, new_length: float, launch_sd: float, alpha: float) -> Verdict:
     """One launch a side, sigma_L known (eagle_fix.core.nested's launch test): z = change / (sd sqrt 2).
     An infinite sd: no calibration for the setting, so no claim."""
-    moved = new_length != base_length
     change = relative_change(base_length, new_length)
     if math.isinf(launch_sd):
         return Verdict(
-            "within noise" if moved else "same",
+            _acceptance_call(None, alpha, base_length, new_length),
             change,
             "sampled, no launch spread calibrated for this setting (CALIBRATE_TEMPERATURE=T scripts/calibrate_acceptance.sh)",
             "could detect no drop",
             detail={"p": None, "alpha": alpha, "launch_sd": None},
         )
     se = launch_sd * math.sqrt(2.0)
+    moved = new_length != base_length
     p = significance.two_sided_normal_p((new_length - base_length) / se) if se > 0 else float(not moved)
-    if p < alpha and moved:
-        verdict = "improved" if new_length > base_length else "regression"
-    else:
-        verdict = "within noise" if moved else "same"
     drop = nested.quantile(1.0 - alpha / 2.0) * se
     return Verdict(
-        verdict,
+        _acceptance_call(p, alpha, base_length, new_length),
         change,
         f"p={p:.3g} (sampled: one launch a side, launch spread {launch_sd:.3f} from the sampled A/A)",
         f"could detect a drop >= {drop:.2g} tokens",
