@@ -361,3 +361,48 @@ def detectable_at(c: Components, *, rounds: int, blocks: int, power: float, alph
     """The relative slowdown caught with `power` by `blocks` launch pairs of `rounds` rounds."""
     se = math.sqrt(c.block_variance(rounds) / blocks)
     return math.expm1((_N.inv_cdf(1 - alpha_look / 2) + _N.inv_cdf(power)) * se)
+
+
+def t_quantile(confidence: float, df: int) -> float:
+    """The two-sided Student t quantile: P(|T| <= t) = confidence with `df` degrees of freedom, from the
+    closed form of the t distribution at integer df (Abramowitz & Stegun 26.7.3-4) by bisection."""
+    if df < 1:
+        raise ValueError(f"t needs at least 1 degree of freedom, got {df}")
+
+    def inside(t: float) -> float:
+        theta = math.atan(t / math.sqrt(df))
+        c2, s = math.cos(theta) ** 2, math.sin(theta)
+        if df % 2:
+            term, acc = math.cos(theta), 0.0
+            for j in range(1, (df - 1) // 2 + 1):  # cos, (2/3) cos^3, (2*4)/(3*5) cos^5, ...
+                acc += term
+                term *= c2 * (2 * j) / (2 * j + 1)
+            return 2 / math.pi * (theta + s * acc)
+        term, acc = 1.0, 0.0
+        for j in range(1, df // 2 + 1):  # 1, (1/2) cos^2, (1*3)/(2*4) cos^4, ...
+            acc += term
+            term *= c2 * (2 * j - 1) / (2 * j)
+        return s * acc
+
+    lo, hi = 0.0, 1.0
+    while inside(hi) < confidence:
+        hi *= 2
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if inside(mid) < confidence else (lo, mid)
+        if hi - lo < 1e-12 * hi:
+            break
+    return (lo + hi) / 2
+
+
+def launch_interval(means: list[float], confidence: float = 0.95) -> tuple[float, tuple[float, float]] | None:
+    """The mean of per-launch means and its t interval (df = launches - 1): the launch is the unit, so the
+    spread of the launch means carries both the launch's offset and its rounds' scatter, and no launch
+    variance need be recorded beforehand. None with fewer than 2 launches."""
+    n = len(means)
+    if n < 2:
+        return None
+    m = sum(means) / n
+    sd = math.sqrt(sum((x - m) ** 2 for x in means) / (n - 1))
+    half = t_quantile(confidence, n - 1) * sd / math.sqrt(n)
+    return m, (m - half, m + half)

@@ -12,7 +12,7 @@ from eagle_fix.gate import ab_result, compare, verdict
 from eagle_fix.publish.frame import release_key
 from eagle_fix.publish.tables import format_cell, md_table
 from eagle_fix.releases import gpu_check, gpu_claims
-from eagle_fix.served.summary import break_even, read_map, summarize
+from eagle_fix.served.summary import break_even, ratio_label, read_map, summarize
 from eagle_fix.store.results import load_asv_file, sidecar_records
 
 
@@ -331,13 +331,13 @@ def release_cost_table(paths) -> str:
 
 
 def _map_ratio(s: dict) -> str:
-    """A paired ratio's median and interval, with the interval's real coverage."""
-    if s.get("median") is None:
+    """A paired ratio, its interval and what the interval stands on (launches, or one launch's rounds)."""
+    if s.get("ratio") is None:
         return "–"
     if not s.get("ci95"):
-        return f"{s['median']:.3f} (1 round)"
+        return f"{s['ratio']:.3f} (1 round)"
     lo, hi = s["ci95"]
-    return f"{s['median']:.3f} [{lo:.3f}, {hi:.3f}] {stats.interval_label(s.get('coverage'))}"
+    return f"{s['ratio']:.3f} [{lo:.3f}, {hi:.3f}] {ratio_label(s)}"
 
 
 def map_break_even_lines(summary: list[dict]) -> list[str]:
@@ -348,21 +348,21 @@ def map_break_even_lines(summary: list[dict]) -> list[str]:
         grid = ", ".join(str(c) for c in sorted(e["concurrencies"]))
         if e["interval"] is not None:
             what = f"break-even at concurrency {e['interval']} (EAGLE3 slower there, its whole interval below 1)"
-        elif e["median"] is not None:
+        elif e["ratio"] is not None:
             what = (
-                f"break-even not reached in the grid ({grid}) by the interval; the median ratio is below 1 "
-                f"from concurrency {e['median']}"
+                f"break-even not reached in the grid ({grid}) by the interval; the ratio's estimate is below 1 "
+                f"from concurrency {e['ratio']}"
             )
         else:
-            what = f"break-even not reached in the grid ({grid}): the median ratio is never below 1"
+            what = f"break-even not reached in the grid ({grid}): the ratio's estimate is never below 1"
         lines.append(f"- `{profile}` {mode}, fix {fix}, context {context}: {what}")
     return lines
 
 
 def map_table(paths) -> str:
     """`eagle-fix map` files: per cell, the EAGLE3 / no-speculation ratios of vLLM bench's
-    output_throughput and median_tpot_ms, and of the engine's own TPOT (server_tpot_ms) (median over
-    paired rounds, its interval and real coverage),
+    output_throughput and median_tpot_ms, and of the engine's own TPOT (server_tpot_ms) (over paired
+    rounds, the launch as the unit of its interval: eagle_fix.served.summary.ratio_summary),
     EAGLE3's acceptance (vLLM's spec_decode_acceptance_length, median of the rounds) and drafter
     coverage, how many requests of the context the KV cache holds with and without the draft,
     failures; then the break-even per context."""

@@ -226,7 +226,7 @@ def save_plot(df, out: Path, name: str, title: str, ylabel: str, columns, arms) 
 
 
 def map_heatmap(records: list[dict], out: Path) -> Path | None:
-    """Context x concurrency heatmap of the paired EAGLE3 / baseline output-throughput ratio (median,
+    """Context x concurrency heatmap of the paired EAGLE3 / baseline output-throughput ratio (its estimate,
     its interval written in each cell), one panel per mode and fix; None without a ratio to draw."""
     # matplotlib here, not at the top: `eagle-fix --help` imports this module and stays fast
     import matplotlib
@@ -237,11 +237,11 @@ def map_heatmap(records: list[dict], out: Path) -> Path | None:
 
     summary = [c for c in summarize(records) if not parse_load(c["load"])[1]]
     panels = sorted({(c["mode"], str(c["fix"])) for c in summary})
-    if not any(c["throughput_ratio"]["median"] is not None for c in summary):
+    if not any(c["throughput_ratio"]["ratio"] is not None for c in summary):
         return None
     contexts = sorted({c["context_len"] for c in summary})
     concs = sorted({parse_load(c["load"])[0] for c in summary})
-    meds = [c["throughput_ratio"]["median"] for c in summary if c["throughput_ratio"]["median"] is not None]
+    meds = [c["throughput_ratio"]["ratio"] for c in summary if c["throughput_ratio"]["ratio"] is not None]
     spread = max(abs(m - 1.0) for m in meds) or 0.1
     norm = TwoSlopeNorm(vcenter=1.0, vmin=1.0 - spread * 1.05, vmax=1.0 + spread * 1.05)
     fig, axes = plt.subplots(
@@ -254,12 +254,12 @@ def map_heatmap(records: list[dict], out: Path) -> Path | None:
     for ax, (mode, fix) in zip(axes[0], panels):
         grid = [[math.nan] * len(concs) for _ in contexts]
         for c in summary:
-            if (c["mode"], str(c["fix"])) != (mode, fix) or c["throughput_ratio"]["median"] is None:
+            if (c["mode"], str(c["fix"])) != (mode, fix) or c["throughput_ratio"]["ratio"] is None:
                 continue
             i, j = contexts.index(c["context_len"]), concs.index(parse_load(c["load"])[0])
             s = c["throughput_ratio"]
-            grid[i][j] = s["median"]
-            text = f"{s['median']:.2f}" + (f"\n[{s['ci95'][0]:.2f}, {s['ci95'][1]:.2f}]" if s["ci95"] else "")
+            grid[i][j] = s["ratio"]
+            text = f"{s['ratio']:.2f}" + (f"\n[{s['ci95'][0]:.2f}, {s['ci95'][1]:.2f}]" if s["ci95"] else "")
             ax.text(j, i, text, ha="center", va="center", fontsize=8)
         image = ax.imshow(grid, cmap="RdBu", norm=norm, aspect="auto", origin="lower")
         ax.set_xticks(range(len(concs)), [str(c) for c in concs])
@@ -269,7 +269,7 @@ def map_heatmap(records: list[dict], out: Path) -> Path | None:
         ax.set_title(f"{mode}, fix {fix}", fontsize=9)
     fig.colorbar(image, ax=list(axes[0]), label="EAGLE3 / baseline output throughput")
     fig.suptitle(
-        "Served throughput ratio (median of paired rounds, [interval]); below 1: speculation costs", fontsize=9
+        "Served throughput ratio (paired rounds, [interval over launches]); below 1: speculation costs", fontsize=9
     )
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110)

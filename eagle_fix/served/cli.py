@@ -54,7 +54,10 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--modes", help="eager,compile (default: the profile's)")
     parser.add_argument("--fix", help="on,off,upstream (the EAGLE3 arms; default: the profile's)")
     parser.add_argument("--arms", default="eagle3,baseline", help="eagle3,baseline (default: %(default)s)")
-    parser.add_argument("--rounds", help="paired rounds per cell (default: the profile's)")
+    parser.add_argument("--rounds", help="paired rounds per cell and launch (default: the profile's)")
+    parser.add_argument(
+        "--launches", help="server launches per cell, the unit of the intervals (default: the profile's)"
+    )
     parser.add_argument("--output-len", help="output tokens per request (default: the profile's)")
     parser.add_argument("--prompts-per-slot", help="requests per cell = this x the concurrency")
     parser.add_argument(
@@ -102,6 +105,7 @@ def from_cli_args(args: argparse.Namespace) -> MapArgs:
         fixes=csv(args.fix),
         arms=csv(args.arms) or ("eagle3", "baseline"),
         rounds=parse_positive_int(args.rounds, "--rounds") if args.rounds else None,
+        launches=parse_positive_int(args.launches, "--launches") if args.launches else None,
         output_len=parse_positive_int(args.output_len, "--output-len") if args.output_len else None,
         prompts_per_slot=parse_positive_int(args.prompts_per_slot, "--prompts-per-slot")
         if args.prompts_per_slot
@@ -126,7 +130,8 @@ def cli_main(args: argparse.Namespace) -> int:
     started = time.monotonic()
 
     def emit(rec: dict[str, Any]) -> None:
-        what = f"{rec['mode']} {rec['context_len']} {rec['load']} {rec['arm']} round {rec['round']}: " + (
+        where = f"launch {rec.get('launch', 0)} round {rec['round']}"
+        what = f"{rec['mode']} {rec['context_len']} {rec['load']} {rec['arm']} {where}: " + (
             f"{rec.get('output_throughput', 0):.1f} tok/s, TPOT {rec.get('median_tpot_ms', 0):.1f} ms"
             + (f" (server {rec['server_tpot_ms']:.1f} ms)" if num(rec.get("server_tpot_ms")) is not None else "")
             + (

@@ -9,11 +9,11 @@ cell, round and arm: no request shares a prefix
 with another, so no cascade attention or prefix-cache shortcut), of `context - output_len - k - 1`
 tokens, greedy, `output_len` tokens out.
 
-Per mode, one server per arm stays up (EAGLE3 per fix arm, and the baseline); the one not being
-measured is paused (SIGSTOP of its group, as `eagle-fix ab` does: an idle vLLM busy-polls). Every
-cell is measured in `rounds` paired rounds, the arms' order alternating ABBA (`ab.round_order`), so
-the EAGLE3 / baseline ratios of output throughput and TPOT have intervals from paired measurements
-(`stats.ratio_summary`, labelled with their real coverage).
+Per mode, the grid runs `launches` times, each on fresh servers, one per arm (EAGLE3 per fix arm, and the
+baseline); the one not being measured is paused (SIGSTOP of its group, as `eagle-fix ab` does: an idle
+vLLM busy-polls). Within a launch every cell is measured in `rounds` paired rounds, ABBA (`ab.round_order`).
+A launch carries its own offset, so the intervals of the EAGLE3 / baseline ratios take the launch as the
+unit (`summary.summarize`: a t interval over the launches' mean log ratios).
 
 Each measurement is one JSON line: vLLM bench's result JSON under vLLM's own keys (per-request lists
 dropped, as `vllm bench serve` does without --save-detailed) beside ours (`OUR_KEYS`): identity,
@@ -81,6 +81,7 @@ OUR_KEYS = (
     "arm",
     "mode",
     "fix",
+    "launch",
     "round",
     "position",
     "output_len",
@@ -130,6 +131,7 @@ class MapArgs:
     fixes: tuple[str, ...] | None = None
     arms: tuple[str, ...] = ("eagle3", "baseline")
     rounds: int | None = None
+    launches: int | None = None
     output_len: int | None = None
     prompts_per_slot: int | None = None
     prefix_caching: bool | None = None
@@ -154,6 +156,7 @@ class Grid:
     prompts_per_slot: int
     prefix_caching: bool
     max_concurrency: int
+    launches: int = 1
 
     def cells(self) -> list[dict[str, Any]]:
         return [
@@ -221,6 +224,7 @@ def resolve(args: MapArgs) -> Grid:
         args.prompts_per_slot or mp.prompts_per_slot,
         mp.prefix_caching if args.prefix_caching is None else args.prefix_caching,
         max(concs or (1,)),
+        args.launches or mp.launches,
     )
 
 
@@ -247,9 +251,13 @@ def prompt_len(grid: Grid, context_len: int) -> int:
     )
 
 
-def cell_seed(base: int, context_len: int, load: str, round_: int, arm: str, fix: str | None, mode: str) -> int:
-    """A workload seed of its own per cell, round and arm: no two requests of the run share a prompt."""
-    return (base * 1_000_003 + zlib.crc32(f"{context_len}/{load}/{round_}/{arm}/{fix}/{mode}".encode())) % (2**31)
+def cell_seed(
+    base: int, context_len: int, load: str, round_: int, arm: str, fix: str | None, mode: str, launch: int = 0
+) -> int:
+    """A workload seed of its own per cell, launch, round and arm: no two requests of the run share a prompt
+    (launch 0 keeps the seeds of maps made before launches)."""
+    key = f"{context_len}/{load}/{round_}/{arm}/{fix}/{mode}" + (f"/{launch}" if launch else "")
+    return (base * 1_000_003 + zlib.crc32(key.encode())) % (2**31)
 
 
 _KV_TOKENS = re.compile(r"KV cache size: ([\d,]+) tokens")
@@ -271,8 +279,8 @@ class Servers:
     """The servers of one mode (one per arm/fix), started lazily, restarted after a death, and all
     but the measured one paused."""
 
-    def __init__(self, grid: Grid, mode: str, log_dir: Path, args: MapArgs):
-        self.grid, self.mode, self.log_dir, self.args = grid, mode, log_dir, args
+    def __init__(self, grid: Grid, mode: str, log_dir: Path, args: MapArgs, launch: int = 0):
+        self.grid, self.mode, self.log_dir, self.args, self.launch = grid, mode, log_dir, args, launch
         self.up: dict[tuple[str, str | None], Any] = {}
         self.restarts: dict[tuple[str, str | None], int] = {}
         self.start_error: dict[tuple[str, str | None], str] = {}
@@ -293,7 +301,8 @@ class Servers:
             self.restarts[key] = self.restarts.get(key, 0) + 1
         if key in self.start_error:
             raise ServerDied(self.start_error[key])
-        name = f"server-{self.mode}-{arm}" + (f"-fix-{key[1]}" if key[1] else "") + f"-{self.restarts.get(key, 0)}.log"
+        tag, launch = (f"-fix-{key[1]}" if key[1] else ""), (f"-launch{self.launch}" if self.launch else "")
+        name = f"server-{self.mode}-{arm}{tag}{launch}-{self.restarts.get(key, 0)}.log"
         try:
             srv = ServerProcess(
                 engine_spec(self.grid, arm, self.mode, key[1], seed=self.args.seed),
@@ -330,7 +339,7 @@ def measure(
     conc, rate = parse_load(cell["load"])
     n = grid.num_prompts(cell["load"])
     plen = prompt_len(grid, cell["context_len"])
-    seed = cell_seed(args.seed, cell["context_len"], cell["load"], round_, arm, fix, cell["mode"])
+    seed = cell_seed(args.seed, cell["context_len"], cell["load"], round_, arm, fix, cell["mode"], servers.launch)
     rec: dict[str, Any] = {
         **dict.fromkeys(OUR_KEYS),
         **common,
@@ -341,6 +350,7 @@ def measure(
         "arm": arm,
         "mode": cell["mode"],
         "fix": fix if arm == "eagle3" else None,
+        "launch": servers.launch,
         "round": round_,
         "position": position,
         "output_len": grid.output_len,
@@ -466,14 +476,14 @@ def run_map(args: MapArgs, *, emit=None) -> list[dict[str, Any]]:
     eagle_arms = [("eagle3", f) for f in grid.fixes] if "eagle3" in grid.arms else []
     arms = eagle_arms + ([("baseline", None)] if "baseline" in grid.arms else [])
     records = []
-    for mode in grid.modes:
-        servers = Servers(grid, mode, log_dir, args)
+    for mode, launch in ((m, n) for m in grid.modes for n in range(grid.launches)):
+        # every launch starts its servers afresh; ABBA (ab.round_order, the baseline as "base") within
+        # it, shifted by one in odd launches so each arm's server starts first in half of them
+        servers = Servers(grid, mode, log_dir, args, launch)
         try:
             for cell in (c for c in grid.cells() if c["mode"] == mode):
                 for r in range(grid.rounds):
-                    # ABBA (ab.round_order, the baseline as "base"): the baseline first in even
-                    # rounds, EAGLE3 first in odd ones
-                    order = arms[::-1] if round_order(r)[0] == "base" else arms
+                    order = arms[::-1] if round_order(r + launch)[0] == "base" else arms
                     for position, (arm, fix) in enumerate(order):
                         rec = measure(grid, servers, cell, arm, fix, r, position, common, args)
                         rec["timestamp"] = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")

@@ -11,13 +11,19 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from eagle_fix.core import record, stats
+from eagle_fix.core import nested, record, stats
 from eagle_fix.core.errors import EagleFixError
 
 # Written by eagle-fix map on every record (eagle_fix.served.map).
 KIND = "eagle-fix map"
 # Identity of a measurement's cell (the rounds of one cell pair up).
 CELL = ("profile", "context_len", "load", "mode", "fix")
+# The paired ratios of a cell: EAGLE3 / baseline of vLLM bench's throughput and TPOT, and the server's TPOT.
+RATIOS = {
+    "throughput_ratio": "output_throughput",
+    "tpot_ratio": "median_tpot_ms",
+    "server_tpot_ratio": "server_tpot_ms",
+}
 
 
 def load_label(max_concurrency: int | None, request_rate: float | None) -> str:
@@ -58,14 +64,48 @@ def num(v: Any) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
 
 
+def ratio_summary(per_launch: dict[int, list[float]], confidence: float = 0.95) -> dict[str, Any]:
+    """One paired ratio of a cell from its rounds, grouped by server launch. With 2 launches or more the
+    launch is the unit: the ratio is exp(mean of the launches' mean log ratios) and the interval a t
+    interval over those means (`nested.launch_interval`), as the gate's tests count launches, not rounds.
+    With one launch (maps made before launches) it is the median of the rounds and their distribution-free
+    interval, which carries no launch-to-launch noise (`basis` says which)."""
+    launches = {n: [x for x in stats.clean(v) if x > 0] for n, v in per_launch.items()}
+    launches = {n: v for n, v in launches.items() if v}
+    rounds = [x for v in launches.values() for x in v]
+    if len(launches) >= 2:
+        m, (lo, hi) = nested.launch_interval(
+            [sum(math.log(x) for x in v) / len(v) for v in launches.values()], confidence
+        )
+        return {
+            "n": len(rounds),
+            "launches": len(launches),
+            "basis": "launches",
+            "ratio": math.exp(m),
+            "ci95": [math.exp(lo), math.exp(hi)],
+            "coverage": confidence,
+        }
+    s = stats.ratio_summary(rounds, confidence)
+    return {"n": s["n"], "launches": len(launches), "basis": "rounds", "ratio": s["median"], **s}
+
+
+def ratio_label(s: dict[str, Any]) -> str:
+    """How a ratio's interval reads: "95% t, 4 launches", or for one launch its rounds' coverage."""
+    if s.get("basis") == "launches":
+        return f"{s['coverage']:.0%} t, {s['launches']} launches"
+    return f"{stats.interval_label(s.get('coverage'))}, 1 launch"
+
+
 def summarize(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per cell (context, load, mode, fix): the paired EAGLE3 / baseline ratios of vLLM's
     output_throughput and median_tpot_ms, and of the engine's own TPOT (server_tpot_ms), over the
-    rounds where both arms ran, their median and
-    interval (stats.ratio_summary), acceptance per round, drafter coverage, failures with causes."""
+    rounds where both arms ran, with their launch-level interval (`ratio_summary`), acceptance per
+    round, drafter coverage, failures with causes."""
     recs = list(records)
     base = {
-        (r["profile"], r["context_len"], r["load"], r["mode"], r["round"]): r for r in recs if r["arm"] == "baseline"
+        (r["profile"], r["context_len"], r["load"], r["mode"], r.get("launch", 0), r["round"]): r
+        for r in recs
+        if r["arm"] == "baseline"
     }
     cells: dict[tuple, dict[str, Any]] = {}
     for r in recs:
@@ -76,9 +116,7 @@ def summarize(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
             key,
             {
                 **dict(zip(CELL, key)),
-                "thr": [],
-                "tpot": [],
-                "stpot": [],
+                "pairs": {name: {} for name in RATIOS},
                 "acceptance": [],
                 "coverage": [],
                 "failed": [],
@@ -91,10 +129,12 @@ def summarize(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
             },
         )
         c["rounds"] += 1
-        b = base.get((r["profile"], r["context_len"], r["load"], r["mode"], r["round"]))
+        launch = r.get("launch", 0)
+        b = base.get((r["profile"], r["context_len"], r["load"], r["mode"], launch, r["round"]))
         for side in (r, b):
             if side is not None and side.get("status") != "ok":
-                c["failed"].append(f"{side['arm']} round {side['round']}: {record.cause(side.get('error'))}")
+                where = f"launch {launch} round {side['round']}" if launch else f"round {side['round']}"
+                c["failed"].append(f"{side['arm']} {where}: {record.cause(side.get('error'))}")
         if r.get("status") == "ok":
             c["eagle3_output_throughput"].append(r.get("output_throughput"))
             if num(r.get("spec_decode_acceptance_length")) is not None:
@@ -110,20 +150,14 @@ def summarize(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
         if b is not None and b.get("status") == "ok":
             c["baseline_output_throughput"].append(b.get("output_throughput"))
         if r.get("status") == "ok" and b is not None and b.get("status") == "ok":
-            c["thr"] += stats.paired_ratios(
-                [num(b.get("output_throughput")) or 0.0], [num(r.get("output_throughput")) or 0.0]
-            )
-            c["tpot"] += stats.paired_ratios(
-                [num(b.get("median_tpot_ms")) or 0.0], [num(r.get("median_tpot_ms")) or 0.0]
-            )
-            c["stpot"] += stats.paired_ratios(
-                [num(b.get("server_tpot_ms")) or 0.0], [num(r.get("server_tpot_ms")) or 0.0]
-            )
+            for name, metric in RATIOS.items():
+                c["pairs"][name].setdefault(launch, []).extend(
+                    stats.paired_ratios([num(b.get(metric)) or 0.0], [num(r.get(metric)) or 0.0])
+                )
     out = []
     for c in cells.values():
-        c["throughput_ratio"] = stats.ratio_summary(c.pop("thr"))
-        c["tpot_ratio"] = stats.ratio_summary(c.pop("tpot"))
-        c["server_tpot_ratio"] = stats.ratio_summary(c.pop("stpot"))
+        pairs = c.pop("pairs")
+        c.update({name: ratio_summary(pairs[name]) for name in RATIOS})
         out.append(c)
     return sorted(out, key=lambda c: (c["profile"], c["mode"], str(c["fix"]), c["context_len"], _load_order(c["load"])))
 
@@ -136,20 +170,20 @@ def _load_order(load: str) -> tuple[int, float]:
 def break_even(summary: list[dict[str, Any]]) -> dict[tuple, dict[str, Any]]:
     """Per (profile, mode, fix, context): the lowest --max-concurrency at which EAGLE3's output
     throughput is below the baseline's with the whole interval of the paired ratio below 1 (None:
-    not reached in the grid), and the lowest at which the median ratio is below 1."""
+    not reached in the grid), and the lowest at which the ratio's estimate is below 1."""
     out: dict[tuple, dict[str, Any]] = {}
     for c in summary:
         conc, rate = parse_load(c["load"])
         if rate:
             continue
         key = (c["profile"], c["mode"], c["fix"], c["context_len"])
-        entry = out.setdefault(key, {"interval": None, "median": None, "concurrencies": []})
+        entry = out.setdefault(key, {"interval": None, "ratio": None, "concurrencies": []})
         entry["concurrencies"].append(conc)
         s = c["throughput_ratio"]
         if s["ci95"] and s["ci95"][1] < 1 and (entry["interval"] is None or conc < entry["interval"]):
             entry["interval"] = conc
-        if s["median"] is not None and s["median"] < 1 and (entry["median"] is None or conc < entry["median"]):
-            entry["median"] = conc
+        if s["ratio"] is not None and s["ratio"] < 1 and (entry["ratio"] is None or conc < entry["ratio"]):
+            entry["ratio"] = conc
     return out
 
 
@@ -159,10 +193,10 @@ def format_summary(summary: list[dict[str, Any]]) -> str:
         t, p, sp = c["throughput_ratio"], c["tpot_ratio"], c["server_tpot_ratio"]
 
         def iv(s):
-            if s["median"] is None:
+            if s["ratio"] is None:
                 return "-"
-            ci = f" [{s['ci95'][0]:.3f}, {s['ci95'][1]:.3f}] {stats.interval_label(s['coverage'])}" if s["ci95"] else ""
-            return f"{s['median']:.3f}{ci}"
+            ci = f" [{s['ci95'][0]:.3f}, {s['ci95'][1]:.3f}] {ratio_label(s)}" if s["ci95"] else ""
+            return f"{s['ratio']:.3f}{ci}"
 
         acc = stats.median(c["acceptance"]) if c["acceptance"] else None
         lines.append(

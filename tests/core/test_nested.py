@@ -4,6 +4,7 @@ where the sign test over rounds does not, and the plan buys power where it is ch
 
 import math
 import random
+import statistics
 
 import pytest
 
@@ -118,3 +119,33 @@ def test_the_plan_buys_power_where_it_is_cheapest():
         )
     # rounds are cheap next to a launch: more of them per launch
     assert nested.plan(loud, launch_s=600, round_s=3).rounds >= p_loud.rounds
+
+
+@pytest.mark.parametrize(
+    ("confidence", "df", "table"),
+    [
+        (0.95, 1, 12.7062),
+        (0.95, 2, 4.3027),
+        (0.95, 3, 3.1824),
+        (0.95, 4, 2.7764),
+        (0.95, 10, 2.2281),
+        (0.99, 3, 5.8409),
+    ],
+)
+def test_t_quantile_matches_the_table(confidence, df, table):
+    assert nested.t_quantile(confidence, df) == pytest.approx(table, abs=1e-4)
+
+
+def test_t_quantile_tends_to_the_normal():
+    assert nested.t_quantile(0.95, 2000) == pytest.approx(nested.quantile(0.975), abs=2e-3)
+    with pytest.raises(ValueError, match="degree of freedom"):
+        nested.t_quantile(0.95, 0)
+
+
+def test_launch_interval_is_a_t_interval_over_the_launch_means():
+    means = [0.01, -0.02, 0.03, 0.0]
+    m, (lo, hi) = nested.launch_interval(means)
+    sd = statistics.stdev(means)
+    assert m == pytest.approx(0.005)
+    assert (lo, hi) == pytest.approx((0.005 - 3.18245 * sd / 2, 0.005 + 3.18245 * sd / 2), abs=1e-5)
+    assert nested.launch_interval([0.1]) is None

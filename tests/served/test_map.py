@@ -28,8 +28,8 @@ def test_quick_profile_is_the_stated_grid():
     grid = emap.resolve(emap.MapArgs(profile="cpu-map-quick"))
     assert grid.contexts == (2048, 8192) and grid.loads == ("c1", "c2", "c4", "r1")
     assert grid.modes == ("eager",) and grid.fixes == ("on",) and grid.arms == ("eagle3", "baseline")
-    assert grid.output_len == 128 and grid.rounds == 4 and grid.num_prompts("r1") == 8
-    assert len(grid.cells()) * len(grid.arms) * grid.rounds == 64
+    assert grid.output_len == 128 and grid.rounds == 2 and grid.launches == 4 and grid.num_prompts("r1") == 8
+    assert len(grid.cells()) * len(grid.arms) * grid.rounds * grid.launches == 128
     assert MAP_PROFILES["cpu-map-quick"].prefix_caching is False
 
 
@@ -121,15 +121,53 @@ def test_paired_ratios_and_break_even():
     summary = map_summary.summarize(_records())
     cell = next(c for c in summary if c["context_len"] == 2048 and c["load"] == "c2")
     assert cell["throughput_ratio"]["n"] == 3
-    assert cell["throughput_ratio"]["median"] == pytest.approx(0.81)
+    # one launch (no `launch` key: maps made before launches): the rounds' median and their range
+    assert cell["throughput_ratio"]["basis"] == "rounds" and cell["throughput_ratio"]["launches"] == 1
+    assert cell["throughput_ratio"]["ratio"] == pytest.approx(0.81)
     assert cell["throughput_ratio"]["ci95"] == pytest.approx([0.80, 0.82])
     assert cell["throughput_ratio"]["coverage"] == pytest.approx(0.75)
-    assert cell["tpot_ratio"]["median"] == pytest.approx(1 / 0.81)
-    assert cell["server_tpot_ratio"]["median"] == pytest.approx(1 / 0.81)
+    assert cell["tpot_ratio"]["ratio"] == pytest.approx(1 / 0.81)
+    assert cell["server_tpot_ratio"]["ratio"] == pytest.approx(1 / 0.81)
+    assert map_summary.ratio_label(cell["throughput_ratio"]) == "range, 75% cov, 1 launch"
     be = map_summary.break_even(summary)
     assert be[("p", "eager", "on", 2048)]["interval"] == 2
     assert be[("p", "eager", "on", 8192)]["interval"] is None  # not reached in the grid
     assert be[("p", "eager", "on", 8192)]["concurrencies"] == [1, 2, 4]
+
+
+def _launch_records(offsets, scatter=0.02):
+    """One cell measured in len(offsets) launches of 2 rounds: EAGLE3 / baseline = 0.9 x the launch's
+    offset, the rounds scattered by +-scatter around it."""
+    recs = []
+    for launch, offset in enumerate(offsets):
+        for rnd, wobble in enumerate((1 + scatter, 1 - scatter)):
+            ratio = 0.9 * offset * wobble
+            for arm, thr in (("baseline", 100.0), ("eagle3", 100.0 * ratio)):
+                rec = _rec(arm, 2048, "c1", rnd, thr, 10.0 * 100.0 / thr)
+                rec["launch"] = launch
+                recs.append(rec)
+    return recs
+
+
+def test_the_launch_is_the_unit_of_a_cells_interval():
+    """Rounds of one launch share its offset: the interval is a t interval over the launches' mean log
+    ratios (df = launches - 1), at 95%: launches that disagree widen it, rounds that scatter within a
+    launch do not narrow or widen it beyond their launch's mean."""
+    import math
+
+    offsets = (1.0, 1.06, 0.95, 1.02)
+    cell = map_summary.summarize(_launch_records(offsets))[0]
+    s = cell["throughput_ratio"]
+    means = [math.log(0.9 * o) + 0.5 * math.log((1.02) * (0.98)) for o in offsets]
+    m = sum(means) / 4
+    sd = math.sqrt(sum((x - m) ** 2 for x in means) / 3)
+    assert s["basis"] == "launches" and s["launches"] == 4 and s["n"] == 8 and s["coverage"] == 0.95
+    assert s["ratio"] == pytest.approx(math.exp(m))
+    assert s["ci95"] == pytest.approx([math.exp(m - 3.1824463 * sd / 2), math.exp(m + 3.1824463 * sd / 2)])
+    assert map_summary.ratio_label(s) == "95% t, 4 launches"
+    # identical launches: the interval closes on the ratio, however the rounds scatter within them
+    same = map_summary.summarize(_launch_records((1.0, 1.0, 1.0)))[0]["throughput_ratio"]
+    assert same["ci95"] == pytest.approx([0.9 * math.sqrt(1.02 * 0.98)] * 2)
 
 
 def test_a_failed_round_drops_its_pair_and_keeps_its_cause():
@@ -242,6 +280,8 @@ def test_smallest_cell_served(tmp_path):
             "eagle3",
             "--rounds",
             "1",
+            "--launches",
+            "1",
             "--output-len",
             "16",
             "--out",
@@ -304,6 +344,7 @@ def test_server_killed_mid_cell_fails_that_cell_and_the_next_goes_on(tmp_path):
         request_rates=(),
         arms=("eagle3",),
         rounds=1,
+        launches=1,
         output_len=256,
         log_dir=tmp_path / "logs",
     )
@@ -381,9 +422,10 @@ def test_a_client_error_fails_its_cell_and_the_run_goes_on(tmp_path, monkeypatch
     from eagle_fix.served import client
 
     class FakeServers:
-        def __init__(self, grid, mode, log_dir, args):
+        def __init__(self, grid, mode, log_dir, args, launch=0):
             log_dir.mkdir(parents=True, exist_ok=True)
             self.log_dir, self.restarts, self.srv = log_dir, {}, _FakeServer(log_dir / "server.log")
+            self.launch = launch
 
         def get(self, arm, fix):
             return self.srv
@@ -429,6 +471,7 @@ def test_a_client_error_fails_its_cell_and_the_run_goes_on(tmp_path, monkeypatch
                 request_rates=(),
                 arms=("baseline",),
                 rounds=1,
+                launches=1,
                 output_len=16,
             )
         )
@@ -442,3 +485,49 @@ def test_a_client_error_fails_its_cell_and_the_run_goes_on(tmp_path, monkeypatch
     assert len(map_summary.read_map(out)) == len(recs) == 3
     assert recs[2]["output_throughput"] == 9.0 and recs[2]["error"] is None
     assert "ttfts" not in recs[2] and "errors" not in recs[2]  # vLLM's per-request lists are dropped
+
+
+def test_each_launch_starts_fresh_servers_and_alternates_which_starts_first(tmp_path, monkeypatch):
+    """--launches 2 --rounds 2: a Servers per launch (fresh servers), every record names its launch, ABBA
+    within a launch, shifted in the odd one so each arm's server starts first once; no prompt repeats."""
+    from eagle_fix.engine import lifecycle
+    from eagle_fix.served import client
+
+    made = []
+
+    class FakeServers:
+        def __init__(self, grid, mode, log_dir, args, launch=0):
+            log_dir.mkdir(parents=True, exist_ok=True)
+            self.log_dir, self.restarts, self.launch = log_dir, {}, launch
+            self.srv = _FakeServer(log_dir / f"server-{launch}.log")
+            made.append(launch)
+
+        def get(self, arm, fix):
+            return self.srv
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(emap, "Servers", FakeServers)
+    monkeypatch.setattr(client, "run_bench", lambda argv, timeout_s: {"completed": 2, "output_throughput": 1.0})
+    try:
+        recs = emap.run_map(
+            emap.MapArgs(contexts=(1024,), concurrencies=(1,), request_rates=(), rounds=2, launches=2, output_len=16)
+        )
+    finally:
+        lifecycle.uninstall_signal_handlers()
+    assert made == [0, 1]
+    assert [(r["launch"], r["round"], r["arm"]) for r in recs] == [
+        (0, 0, "baseline"),
+        (0, 0, "eagle3"),
+        (0, 1, "eagle3"),
+        (0, 1, "baseline"),
+        (1, 0, "eagle3"),
+        (1, 0, "baseline"),
+        (1, 1, "baseline"),
+        (1, 1, "eagle3"),
+    ]
+    assert len({r["seed"] for r in recs}) == len(recs)
+    assert emap.cell_seed(0, 2048, "c1", 1, "eagle3", "on", "eager") == emap.cell_seed(
+        0, 2048, "c1", 1, "eagle3", "on", "eager", 0
+    )  # launch 0 keeps the seeds of maps made before launches
