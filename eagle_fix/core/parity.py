@@ -11,13 +11,20 @@ logprobs of the first decode run). Where the outputs first differ and either mod
 below NEAR_TIE_NATS, the two modes' numerics (bf16 rounding, another kernel order) may pick either
 token: that is a near-tie, recorded on the record (`parity_near_tie`) and not a flag. Otherwise, or
 where no margin was recorded (records before margins), a flip is the `parity` flag with its position.
-The acceptance lengths' 95% intervals (count-based, eagle_fix.core.stats) must overlap. Under sampling the
-tokens are draws and are not compared; the acceptance rate of each draft position must agree too (95%
-Wilson intervals of vLLM's per-position counts overlap): a drafter that gains at one position and loses at
-another can keep its mean."""
+The acceptance lengths' 95% intervals (count-based, eagle_fix.core.stats) must overlap.
+
+Under sampling the tokens are draws and are not compared, and acceptance is a random quantity whose launches
+scatter more than their drafts' counts say (the sampled A/A in results/calibration: launch sd 0.089 where the
+counts imply 0.058). So sampled twins are judged only with a calibrated launch `spread` (the sd of one
+launch's acceptance length at that point, from eagle_fix.gate.acceptance_power, which the sweep cannot read:
+`eagle-fix compare` and the report judge them): the lengths must lie within 2.58 launch sds of each other
+(z = difference / (spread x sqrt 2)), and each draft position's rate too, its Wilson interval widened by the
+same factor over the counts' own sd (a drafter that gains at one position and loses at another can keep its
+mean). Without a spread a sampled pair gets no claim."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -33,6 +40,8 @@ LOGPROBS = 2
 # under 0.1 nats can flip by numerics alone; a real divergence (a stale buffer, a wrong table) shows at
 # positions where the target was sure.
 NEAR_TIE_NATS = 0.1
+# Sampled twins differ when their acceptance lengths lie this many launch sds apart (two-sided 1%).
+SAMPLED_Z = 2.576
 
 
 def twin_key(rec: dict[str, Any]) -> tuple:
@@ -69,13 +78,16 @@ def _flip(eager: dict[str, Any], compiled: dict[str, Any]) -> int | None:
     return None if a is None or b is None else first_difference(list(a), list(b))
 
 
-def mismatch(rec: dict[str, Any], twin: dict[str, Any]) -> str | None:
+def mismatch(rec: dict[str, Any], twin: dict[str, Any], *, spread: float | None = None) -> str | None:
     """The parity flag between a record and its twin in the other mode, or None where they agree, differ
-    only from a near-tie on, or cannot be compared (a failed point, no tokens recorded, the same mode)."""
+    only from a near-tie on, or cannot be compared (a failed point, no tokens recorded, the same mode, a
+    sampled pair without a calibrated launch `spread`)."""
     pair = _pair(rec, twin)
     if pair is None:
         return None
     eager, compiled = pair
+    if (eager.get("temperature") or 0) > 0:
+        return _sampled_apart(eager, compiled, spread)
     at = _flip(eager, compiled)
     if at is not None and near_tie(eager, compiled, at) is None:
         a, b = eager["output_token_ids"], compiled["output_token_ids"]
@@ -100,30 +112,55 @@ def mismatch(rec: dict[str, Any], twin: dict[str, Any]) -> str | None:
             f"{compiled['acceptance_length']:.2f} [{ib[0]:.2f}, {ib[1]:.2f}] do not overlap: the drafter drafts "
             "differently in one mode"
         )
-    return _position_apart(eager, compiled) if (eager.get("temperature") or 0) > 0 else None
+    return None
 
 
 def _apart(a: tuple[float, float], b: tuple[float, float]) -> bool:
     return a[1] < b[0] or b[1] < a[0]
 
 
-def _position_apart(eager: dict[str, Any], compiled: dict[str, Any]) -> str | None:
-    """Under sampling: the first draft position whose acceptance rates' 95% Wilson intervals (vLLM's
-    per-position counts over the drafts) do not overlap between the modes, as the flag; None where all do
-    or no counts were recorded."""
+def widening(rec: dict[str, Any], spread: float) -> float:
+    """How much wider than its drafts' counts say a sampled launch scatters: the launch spread over the sd
+    the record's count interval implies (at least 1)."""
+    ci = _interval(rec)
+    counts_sd = (ci[1] - ci[0]) / (2 * 1.96) if ci else 0.0
+    return max(1.0, spread / counts_sd) if counts_sd > 0 else 1.0
+
+
+def _sampled_apart(eager: dict[str, Any], compiled: dict[str, Any], spread: float | None) -> str | None:
+    """Sampled twins: their acceptance lengths by the launch spread, then each draft position's rate by its
+    Wilson interval with the drafts discounted by the squared widening (a design effect); the flag, or None
+    where they agree, no spread is calibrated or no counts were recorded."""
+    if spread is None or not math.isfinite(spread) or spread <= 0:
+        return None
+    t = f"{FLAG}: sampled (T={eager.get('temperature'):g})"
+    a, b = eager.get("acceptance_length"), compiled.get("acceptance_length")
+    if a is not None and b is not None:
+        z = abs(a - b) / (spread * math.sqrt(2))
+        if z > SAMPLED_Z:
+            return (
+                f"{t}, acceptance eager {a:.2f} and compiled {b:.2f} lie {z:.1f} launch sds apart (sd {spread:.3f}, "
+                "calibrated): the drafter drafts differently in one mode"
+            )
     counts = [(r.get("accepted_per_position"), r.get("num_drafts")) for r in (eager, compiled)]
     if not all(acc and n for acc, n in counts):
         return None
-    (a, na), (b, nb) = counts
-    for i, (x, y) in enumerate(zip(a, b), start=1):
-        ia, ib = stats.wilson(int(x), int(na)), stats.wilson(int(y), int(nb))
+    (pa, na), (pb, nb) = counts
+    wa, wb = widening(eager, spread) ** 2, widening(compiled, spread) ** 2
+    for i, (x, y) in enumerate(zip(pa, pb), start=1):
+        ia, ib = _wilson(x, na, wa), _wilson(y, nb, wb)
         if ia and ib and _apart(ia, ib):
             return (
-                f"{FLAG}: sampled (T={eager.get('temperature'):g}), draft position {i} accepted {x / na:.0%} "
-                f"[{ia[0]:.0%}, {ia[1]:.0%}] eager and {y / nb:.0%} [{ib[0]:.0%}, {ib[1]:.0%}] compiled: the "
-                "drafter drafts differently in one mode"
+                f"{t}, draft position {i} accepted {x / na:.0%} [{ia[0]:.0%}, {ia[1]:.0%}] eager and {y / nb:.0%} "
+                f"[{ib[0]:.0%}, {ib[1]:.0%}] compiled (intervals widened x{math.sqrt(max(wa, wb)):.2f} by the launch "
+                "spread): the drafter drafts differently in one mode"
             )
     return None
+
+
+def _wilson(accepted: float, drafts: float, design_effect: float) -> tuple[float, float] | None:
+    """The 95% Wilson interval of a rate from `drafts / design_effect` effective drafts."""
+    return stats.wilson_rate(accepted / drafts, drafts / design_effect)
 
 
 def _margin(rec: dict[str, Any], at: int) -> float | None:
@@ -145,7 +182,7 @@ def near_tie(eager: dict[str, Any], compiled: dict[str, Any], at: int) -> str | 
     )
 
 
-def _twin(rec: dict[str, Any], earlier: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
+def twin_of(rec: dict[str, Any], earlier: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
     """The latest twin of a record among the run's earlier ones (a re-run point replaces the earlier one)."""
     twins = [r for r in earlier if r.get("mode") != rec.get("mode") and twin_key(r) == twin_key(rec)]
     return twins[-1] if twins else None
@@ -153,7 +190,7 @@ def _twin(rec: dict[str, Any], earlier: Iterable[dict[str, Any]]) -> dict[str, A
 
 def flags(rec: dict[str, Any], earlier: Iterable[dict[str, Any]]) -> list[str]:
     """The parity flag of a new record against its twin among the run's earlier records."""
-    twin = _twin(rec, earlier)
+    twin = twin_of(rec, earlier)
     found = mismatch(rec, twin) if twin is not None else None
     return [found] if found else []
 
@@ -161,7 +198,7 @@ def flags(rec: dict[str, Any], earlier: Iterable[dict[str, Any]]) -> list[str]:
 def tie_note(rec: dict[str, Any], earlier: Iterable[dict[str, Any]]) -> str | None:
     """The near-tie a new record's outputs differ from its twin's by, if that is all they differ by (the sweep
     keeps it on the record as `parity_near_tie`, shown, not a flag)."""
-    twin = _twin(rec, earlier)
+    twin = twin_of(rec, earlier)
     pair = _pair(rec, twin) if twin is not None else None
     at = _flip(*pair) if pair is not None else None
     return None if at is None else near_tie(*pair, at)

@@ -186,6 +186,12 @@ def wilson(successes: int, n: int, confidence: float = 0.95) -> tuple[float, flo
     return _wilson_bounds(successes / n, n, _z(confidence))
 
 
+def wilson_rate(rate: float, n: float, confidence: float = 0.95) -> tuple[float, float] | None:
+    """Wilson score interval of an observed rate over n units, n possibly fractional: the effective units of
+    a sample whose units are not independent (n divided by its design effect). None for n <= 0."""
+    return _wilson_bounds(rate, n, _z(confidence)) if n > 0 else None
+
+
 def acceptance_interval(num_drafts: int, accepted_per_pos: list[int], confidence: float = 0.95) -> dict | None:
     """EAGLE acceptance from vLLM's counters (num_drafts, num_accepted_tokens_per_pos), with intervals.
 

@@ -4,7 +4,6 @@ report read them)."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 from pathlib import Path
@@ -89,20 +88,7 @@ def verdicts(
             "power": v.power,
         }
     elif fb.get("num_drafts") and fn.get("num_drafts"):
-        v = verdict.acceptance(
-            fb["num_drafts"],
-            fb["num_accepted_tokens"],
-            fn["num_drafts"],
-            fn["num_accepted_tokens"],
-            base_length=fb["acceptance_length"],
-            new_length=fn["acceptance_length"],
-            k=k or 1,
-            alpha=alpha,
-            launch_sd=acceptance_power.launch_spread(entry.get("identity") or {}),
-        )
-        measured = acceptance_power.calibrated_power(entry.get("identity") or {})  # as compare shows it
-        if measured:
-            v = dataclasses.replace(v, power=f"{v.power}; {measured}")
+        v = acceptance_power.judged(fb, fn, entry.get("identity") or {}, k=k or 1, alpha=alpha)  # as compare
         out["acceptance_length"] = {
             "verdict": v.verdict,
             "p": v.detail.get("p"),

@@ -8,13 +8,14 @@ detection here is a `compare` (and `ab`) verdict of "regression"."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import math
 import statistics
 from pathlib import Path
 from typing import Any
 
-from eagle_fix.core import record
+from eagle_fix.core import parity, record
 from eagle_fix.core.errors import EagleFixError
 from eagle_fix.fix.damage import expected_acceptance
 from eagle_fix.gate import verdict
@@ -26,7 +27,12 @@ GOAL_DETECTION, GOAL_TRIALS = 0.9, 10
 # and the realistic regime (CALIBRATE_PROFILE=cpu-chat). A point takes the figure of the one that ran its
 # pair, workload and lengths.
 FOLDER = Path(__file__).resolve().parents[2] / "results" / "calibration" / "acceptance"
-FOLDERS = (FOLDER, FOLDER.with_name("acceptance-chat"), FOLDER.with_name("acceptance-chat-sampled"))
+FOLDERS = (
+    FOLDER,
+    FOLDER.with_name("acceptance-chat"),
+    FOLDER.with_name("acceptance-chat-sampled"),
+    FOLDER.with_name("acceptance-chat-sampled-32k"),
+)
 
 
 def _trials(folder: Path) -> dict[float, list[tuple[str, list[dict[str, Any]]]]]:
@@ -50,8 +56,11 @@ def _trials(folder: Path) -> dict[float, list[tuple[str, list[dict[str, Any]]]]]
     return out
 
 
-def _judge(base: dict[str, Any], new: dict[str, Any], launch_sd: float | None = None) -> verdict.Verdict:
-    k = new.get("num_speculative_tokens") or len(new.get("accepted_per_position") or []) or 1
+def _judge(
+    base: dict[str, Any], new: dict[str, Any], launch_sd: float | None = None, *, k: int | None = None, **kw
+) -> verdict.Verdict:
+    """The gate's acceptance test between two points' counts (`kw`: alpha)."""
+    k = k or new.get("num_speculative_tokens") or len(new.get("accepted_per_position") or []) or 1
     return verdict.acceptance(
         base["num_drafts"],
         base["num_accepted_tokens"],
@@ -61,7 +70,17 @@ def _judge(base: dict[str, Any], new: dict[str, Any], launch_sd: float | None = 
         new_length=new["acceptance_length"],
         k=k,
         launch_sd=launch_sd,
+        **kw,
     )
+
+
+def judged(base: dict[str, Any], new: dict[str, Any], point: dict[str, Any], **kw) -> verdict.Verdict:
+    """The acceptance verdict as `compare` and `ab` show it: the gate's test on the two sides' counts, with
+    the launch spread calibrated at `point` (sampled points), and the power measured there beside its own
+    (`kw`: k, alpha)."""
+    v = _judge(base, new, launch_spread(point), **kw)
+    measured = calibrated_power(point)
+    return dataclasses.replace(v, power=f"{v.power}; {measured}") if measured else v
 
 
 # Undamaged runs a sampled calibration needs before its spread is used (and left out one at a time).
@@ -194,6 +213,16 @@ def launch_spread(rec: dict[str, Any], folders=FOLDERS) -> float | None:
     found = _matching(rec, folders)
     sd = found[2].get(found[0]) if found else None
     return math.inf if sd is None else sd
+
+
+def sampled_parity(rec: dict[str, Any], records: list[dict[str, Any]], folders=FOLDERS) -> str | None:
+    """A sampled compiled point's parity flag against its eager twin among `records`, judged with the
+    calibrated launch spread (eagle_fix.core.parity: the sweep, which cannot read the calibrations, leaves
+    sampled twins unflagged); None where they agree, for greedy or eager points, or with no calibration."""
+    if not (rec.get("temperature") or 0) > 0 or rec.get("mode") != record.ENGINE_MODES[1]:
+        return None
+    twin = parity.twin_of(rec, records)
+    return None if twin is None else parity.mismatch(rec, twin, spread=launch_spread(rec, folders))
 
 
 def calibrated_power(rec: dict[str, Any], folders=FOLDERS) -> str | None:

@@ -14,7 +14,6 @@ failed point, or a point missing from NEW, fails the gate.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import math
 import os
 import subprocess
@@ -175,6 +174,9 @@ def compare_records(
             result.changes.append(
                 Change(key, "flags", None, None, None, "regression", "; ".join(f.split(":")[0] for f in new_flags))
             )
+        sampled = acceptance_power.sampled_parity(rn, new)
+        if sampled and not acceptance_power.sampled_parity(rb, base):
+            result.changes.append(Change(key, "flags", None, None, None, "regression", sampled))
     return result
 
 
@@ -214,21 +216,8 @@ def _judge_metric(
         and rb.get("num_accepted_tokens") is not None
         and rn.get("num_accepted_tokens") is not None
     ):
-        k = rn.get("num_speculative_tokens") or len(rn.get("accepted_per_position") or []) or 1
-        v = verdict.acceptance(
-            rb["num_drafts"],
-            rb["num_accepted_tokens"],
-            rn["num_drafts"],
-            rn["num_accepted_tokens"],
-            base_length=vb,
-            new_length=vn,
-            k=k,
-            alpha=alpha,
-            launch_sd=acceptance_power.launch_spread(rn),
-        )
-        measured = acceptance_power.calibrated_power(rn)
-        if measured:
-            v = dataclasses.replace(v, power=f"{v.power}; {measured}")
+        sides = [{**r, "acceptance_length": x} for r, x in ((rb, vb), (rn, vn))]
+        v = acceptance_power.judged(*sides, rn, alpha=alpha)
     elif not m.noisy:
         v = verdict.exact(vb, vn, higher_is_better=m.higher_is_better)
     else:

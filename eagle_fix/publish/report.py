@@ -8,6 +8,7 @@ from pathlib import Path
 
 from eagle_fix.core import parity
 from eagle_fix.core.errors import EagleFixError
+from eagle_fix.gate import acceptance_power
 from eagle_fix.publish.docs import DOC_TABLES, FILE_TABLES, render_table, update_docs
 from eagle_fix.publish.file_tables import map_table
 from eagle_fix.publish.frame import fill_speedup, latest, release_key, workload_text
@@ -93,6 +94,10 @@ def _notes(df) -> list[str]:
         tie = r.get("parity_near_tie")
         if isinstance(tie, str) and tie:  # twins that differ only from a near-tie on: told, not flagged
             notes.append(f"Parity, {r['context_len']} {r['arm']} {r.get('fix') or ''} ({r['mode']}): {tie}.")
+    rows = [r.to_dict() for _, r in df.iterrows()]
+    for r in rows:  # sampled twins, judged with their calibrated launch spread (the sweep could not)
+        if found := acceptance_power.sampled_parity(r, rows):
+            notes.append(f"Parity, {r['context_len']} {r['arm']} {r.get('fix') or ''} ({r['mode']}): {found}.")
     asv = df[df["source"] == "asv"] if "source" in df else df.iloc[:0]
     if len(asv):
         replayed = (asv.get("asv_source") == "replayed").sum() if "asv_source" in asv else 0

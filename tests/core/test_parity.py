@@ -3,6 +3,8 @@ is named with its position, acceptance that cannot be the same fails, and nothin
 
 from __future__ import annotations
 
+import pytest
+
 from eagle_fix.core import parity, record
 
 
@@ -66,11 +68,16 @@ def test_a_flip_at_a_near_tie_is_told_not_flagged():
     # (measured: the chat pair's 32K twins, 1.82 eager and 3.43 compiled, after a flip at token 4)
     far = {"ci95": {"acceptance_length": [3.1, 3.6]}, "acceptance_length": 3.4}
     assert parity.flags({**compiled, **far}, [{**eager, "ci95": {"acceptance_length": [1.6, 2.0]}}]) == []
-    # under sampling the tokens are draws: only acceptance is compared, with its intervals
+    # under sampling the tokens are draws: only acceptance is compared, by the calibrated launch spread, which
+    # the sweep cannot read (no flag there); compare and the report pass it
     hot = {"temperature": 0.7}
     assert parity.flags({**compiled, **hot}, [{**eager, **hot}]) == []
-    (flag,) = parity.flags({**compiled, **hot, **far}, [{**eager, **hot, "ci95": {"acceptance_length": [1.6, 2.0]}}])
-    assert flag.startswith("parity: acceptance eager")
+    assert parity.flags({**compiled, **hot, **far}, [{**eager, **hot}]) == []
+    assert parity.mismatch({**compiled, **hot, **far}, {**eager, **hot}, spread=None) is None
+    assert parity.mismatch({**compiled, **hot, **far}, {**eager, **hot}, spread=float("inf")) is None
+    flag = parity.mismatch({**compiled, **hot, **far}, {**eager, **hot}, spread=0.089)
+    assert flag.startswith("parity: sampled (T=0.7), acceptance eager 4.00 and compiled 3.40 lie 4.8 launch sds apart")
+    assert parity.mismatch({**compiled, **hot, **far}, {**eager, **hot}, spread=0.25) is None  # 1.7 sds
     sure = rec("eager", output_logprob_margins=[3.0, 2.5, 1.7, 1.0])
     (flag,) = parity.flags(rec("compile", tokens=(1, 2, 9, 4), output_logprob_margins=[3.0, 2.5, 1.7, 1.0]), [sure])
     assert flag.startswith("parity: eager and compiled greedy outputs differ from token 2 of 4 (3 vs 9) where the")
@@ -96,14 +103,22 @@ def test_margins_from_vllms_logprobs():
 
 def test_under_sampling_each_draft_positions_acceptance_is_compared_with_its_interval():
     """Under sampling the mean can hold while the positions move apart (a drafter that gains at one position
-    and loses at another): per position, the two modes' 95% Wilson intervals must overlap."""
+    and loses at another): per position, the two modes' 95% Wilson intervals must overlap, each widened by
+    the launch spread over the sd its drafts' counts imply (the drafts of one launch are not independent)."""
     hot = {"temperature": 0.7, "num_drafts": 100}
     eager = rec("eager", tokens=(5, 6, 7, 8), acc=2.1, ci=(1.9, 2.3), **hot, accepted_per_position=[80, 20, 10])
     same = rec("compile", acc=2.1, ci=(1.9, 2.3), **hot, accepted_per_position=[76, 24, 10])
-    assert parity.flags(same, [eager]) == []  # the tokens differ (draws): not compared
+    assert parity.mismatch(same, eager, spread=0.089) is None  # the tokens differ (draws): not compared
     moved = rec("compile", acc=2.1, ci=(1.9, 2.3), **hot, accepted_per_position=[50, 45, 15])  # the same mean
-    (flag,) = parity.flags(moved, [eager])
+    assert parity.flags(moved, [eager]) == []  # the sweep has no spread: no claim
+    # a spread within the counts' own sd (0.102 here) widens nothing
+    assert parity.widening(eager, 0.089) == 1.0
+    flag = parity.mismatch(moved, eager, spread=0.089)
     assert flag.startswith("parity: sampled (T=0.7), draft position 1 accepted 80% [71%, 87%] eager and 50% [40%, 60%]")
+    assert "widened x1.00" in flag
+    # launches that scatter three times the counts' sd: 100 drafts count as 11.5, the positions overlap
+    assert parity.widening(eager, 0.3) == pytest.approx(0.3 / (0.4 / 3.92))
+    assert parity.mismatch(moved, eager, spread=0.3) is None
     # greedy twins with identical tokens are judged on the mean alone (their counts are exact)
     cold = {**hot, "temperature": 0.0}
     assert parity.flags({**moved, **cold}, [{**eager, **cold, "output_token_ids": [1, 2, 3, 4]}]) == []

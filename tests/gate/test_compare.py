@@ -8,6 +8,7 @@ import pytest
 
 from conftest import ROOT
 from eagle_fix import cli
+from eagle_fix.core import record
 from eagle_fix.core.errors import EagleFixError
 from eagle_fix.gate.compare import compare_records, load_side
 from eagle_fix.store.results import load_jsonl
@@ -140,6 +141,29 @@ def test_a_new_flag_is_a_regression():
     assert [(c.metric, c.verdict, c.evidence) for c in cmp.changes if c.metric == "flags"] == [
         ("flags", "regression", "zero_filled_drafts")
     ]
+
+
+def test_sampled_twins_that_part_are_a_new_parity_regression(monkeypatch):
+    """The sweep leaves sampled eager/compiled twins unflagged (it cannot read the calibrated launch spread);
+    compare judges them with it: a compiled drafter that accepts 3.4 launch sds below eager fails, once."""
+    from eagle_fix.gate import acceptance_power
+
+    monkeypatch.setattr(acceptance_power, "launch_spread", lambda rec, folders=None: 0.089)
+    hot = {"temperature": 0.7, "num_drafts": 300}
+    twins = lambda compiled: [
+        point(mode="eager", acceptance_length=1.50, **hot),
+        point(mode="compile", **hot, **compiled),
+    ]
+    same = twins({"acceptance_length": 1.45})
+    parted = twins({"acceptance_length": 1.07})
+    cmp = compare_records(same, parted)
+    (flag,) = [c for c in cmp.changes if c.metric == "flags"]
+    assert flag.key[record.IDENTITY.index("mode")] == "compile" and flag.verdict == "regression"
+    assert flag.evidence.startswith("parity: sampled (T=0.7), acceptance eager 1.50 and compiled 1.07 lie 3.4 launch")
+    assert not [c for c in compare_records(parted, parted).changes if c.metric == "flags"]  # not new
+    assert not [c for c in compare_records(same, same).changes if c.metric == "flags"]
+    monkeypatch.setattr(acceptance_power, "launch_spread", lambda rec, folders=None: float("inf"))
+    assert not [c for c in compare_records(same, parted).changes if c.metric == "flags"]  # uncalibrated: no claim
 
 
 def test_threshold_flag(tmp_path, launch_sd):
