@@ -492,3 +492,24 @@ def test_a_parity_mismatch_is_a_note_under_its_table(tmp_path):
     assert f"Parity, {recs[i]['context_len']} eagle3 {recs[i]['fix'] or ''} (compile): {flag}." in md
     write_report([DATA / "fixture-new.jsonl"], tmp_path / "plain")
     assert "Parity," not in (tmp_path / "plain" / "report.md").read_text()
+
+
+def test_sampled_twins_that_part_are_said_with_their_launch_spread(tmp_path, monkeypatch):
+    """Sampled twins carry no flag from the sweep; the report judges them with the calibrated spread."""
+    from eagle_fix.gate import acceptance_power
+
+    recs = [json.loads(x) for x in (DATA / "fixture-new.jsonl").read_text().splitlines()]
+    pair = [r for r in recs if r["arm"] == "eagle3" and r["context_len"] == recs[0]["context_len"]]
+    eager = next(r for r in pair if r["mode"] == "eager")
+    compiled = next(r for r in pair if r["mode"] == "compile" and r.get("fix") == eager.get("fix"))
+    for r, length in ((eager, 1.5), (compiled, 1.07)):
+        r.update(temperature=0.7, acceptance_length=length, flags=[])
+    path = tmp_path / "run.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    monkeypatch.setattr(acceptance_power, "launch_spread", lambda rec, folders=None: 0.089)
+    write_report([path], tmp_path / "out")
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "(compile): parity: sampled (T=0.7), acceptance eager 1.50 and compiled 1.07 lie 3.4 launch sds" in md
+    monkeypatch.setattr(acceptance_power, "launch_spread", lambda rec, folders=None: float("inf"))
+    write_report([path], tmp_path / "uncalibrated")
+    assert "Parity," not in (tmp_path / "uncalibrated" / "report.md").read_text()
