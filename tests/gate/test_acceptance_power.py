@@ -144,3 +144,18 @@ def test_the_launch_test_claims_only_past_the_spread_and_nothing_uncalibrated():
     assert far.detail["detectable_drop"] == pytest.approx(2.5758 * 0.09 * 2**0.5, rel=1e-3)
     none = judge(1.0, float("inf"))
     assert none.verdict == "within noise" and "no launch spread calibrated" in none.evidence
+
+
+def test_a_sampled_point_takes_the_spread_of_its_own_contexts_committed_calibration():
+    """The committed sampled calibrations (8K and 32K, chat pair, T=0.7): each context its own spread;
+    a context neither ran gets none (no claim)."""
+    import json
+    import statistics
+
+    folder = acceptance_power.FOLDER.with_name("acceptance-chat-sampled-32k")
+    runs = [json.loads(p.read_text().splitlines()[0]) for p in sorted(folder.glob("0-*.jsonl"))]
+    assert len(runs) == 10 and {r["context_len"] for r in runs} == {32768}
+    spread = acceptance_power.launch_spread(runs[0])
+    assert spread == pytest.approx(statistics.stdev(r["acceptance_length"] for r in runs))
+    assert spread < acceptance_power.launch_spread({**runs[0], "context_len": 8192})  # 0.031 vs 0.089
+    assert acceptance_power.launch_spread({**runs[0], "context_len": 16384}) == float("inf")
