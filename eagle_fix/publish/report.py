@@ -87,17 +87,16 @@ def _notes(df) -> list[str]:
             "Rows marked synthetic acceptance ran with an acceptance rate given to the engine "
             "(random weights accept nothing): their acceptance and speedup are not measurements."
         )
-    for _, r in df.iterrows():  # eager and compiled twins that disagree (eagle_fix.core.parity)
-        for flag in r.get("flags") if isinstance(r.get("flags"), list) else []:
-            if str(flag).startswith(parity.FLAG):
-                notes.append(f"Parity, {r['context_len']} {r['arm']} {r.get('fix') or ''} ({r['mode']}): {flag}.")
-        tie = r.get("parity_near_tie")
-        if isinstance(tie, str) and tie:  # twins that differ only from a near-tie on: told, not flagged
-            notes.append(f"Parity, {r['context_len']} {r['arm']} {r.get('fix') or ''} ({r['mode']}): {tie}.")
     rows = [r.to_dict() for _, r in df.iterrows()]
-    for r in rows:  # sampled twins, judged with their calibrated launch spread (the sweep could not)
-        if found := acceptance_power.sampled_parity(r, rows):
-            notes.append(f"Parity, {r['context_len']} {r['arm']} {r.get('fix') or ''} ({r['mode']}): {found}.")
+    for r in rows:  # eager and compiled twins that disagree (eagle_fix.core.parity)
+        said = [
+            f for f in (r.get("flags") if isinstance(r.get("flags"), list) else []) if str(f).startswith(parity.FLAG)
+        ]
+        tie = r.get("parity_near_tie")  # twins that differ only from a near-tie on: told, not flagged
+        said += [tie] if isinstance(tie, str) and tie else []
+        # sampled twins: judged here with their calibrated launch spread (the sweep could not)
+        said += [found] if (found := acceptance_power.sampled_parity(r, rows)) else []
+        notes += [f"Parity, {r['context_len']} {r['arm']} {r.get('fix') or ''} ({r['mode']}): {x}." for x in said]
     asv = df[df["source"] == "asv"] if "source" in df else df.iloc[:0]
     if len(asv):
         replayed = (asv.get("asv_source") == "replayed").sum() if "asv_source" in asv else 0
