@@ -8,6 +8,35 @@ import math
 from eagle_fix.core.significance import STD_NORMAL, check_alpha, two_sided_normal_p
 from eagle_fix.core.stats import check_length
 
+# A period-p loop over L tokens has about p / L distinct 4-grams. Under this share a point's output
+# repeats a stretch of at most a fifth of its length, and a draft that has seen the stretch predicts the
+# rest: its acceptance is a best case (the tiny pair's greedy output scores 0.01-0.15, the chat pair's
+# 0.31-0.56, docs/chat-pair.md). Shorter outputs are not judged: too few 4-grams to tell a loop.
+LOOP_DISTINCT_4GRAMS = 0.2
+LOOP_MIN_TOKENS = 64
+
+
+def distinct_ngrams(ids: list[int], n: int = 4) -> float:
+    """Share of distinct n-grams among a sequence's n-grams: how far output is from a loop (a
+    period-p loop over L tokens gives about p / L)."""
+    grams = [tuple(ids[i : i + n]) for i in range(len(ids) - n + 1)]
+    return len(set(grams)) / len(grams) if grams else 1.0
+
+
+def output_diversity(rec: dict) -> float | None:
+    """Distinct 4-grams of a point's first output (the record's `output_token_ids`); None without them or
+    when shorter than LOOP_MIN_TOKENS."""
+    ids = rec.get("output_token_ids")
+    return distinct_ngrams(list(ids), 4) if isinstance(ids, list) and len(ids) >= LOOP_MIN_TOKENS else None
+
+
+def drafts_a_loop(rec: dict) -> bool:
+    """Whether a drafted point's output is a loop, which a draft that has seen it predicts: its
+    acceptance then does not stand for varied text."""
+    share, length = output_diversity(rec), rec.get("acceptance_length")
+    drafted = isinstance(length, (int, float)) and not math.isnan(length)
+    return drafted and share is not None and share < LOOP_DISTINCT_4GRAMS
+
 
 def two_proportion_p(x1: float, n1: int, x2: float, n2: int) -> float | None:
     """Two-sided pooled two-proportion z-test p-value; None if a side has n = 0.

@@ -134,10 +134,3 @@ def make_chat_prompts(context_len: int, batch_size: int, *, tokenizer: Any, seed
         assert len(prompt) == context_len
         prompts.append(prompt)
     return prompts
-
-
-def distinct_ngrams(ids: list[int], n: int = 4) -> float:
-    """Share of distinct n-grams among a sequence's n-grams: how far greedy output is from a loop (a
-    period-p loop over L tokens gives about p / L)."""
-    grams = [tuple(ids[i : i + n]) for i in range(len(ids) - n + 1)]
-    return len(set(grams)) / len(grams) if grams else 1.0

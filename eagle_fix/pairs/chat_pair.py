@@ -18,7 +18,7 @@ import time
 
 import numpy as np
 
-from eagle_fix.core import sharegpt
+from eagle_fix.core import acceptance, sharegpt
 from eagle_fix.core.errors import EagleFixError
 from eagle_fix.pairs import training
 from eagle_fix.pairs.training_record import json_safe, machine, sha256_tree, versions
@@ -82,7 +82,7 @@ def held_out_figures(target, tokenizer, seed: int) -> dict:
         for p in prompts:
             out = target.generate(torch.tensor([p]), max_new_tokens=FIGURE_NEW_TOKENS, do_sample=False)
             gen = out[0, len(p) :].tolist()
-            diversity.append(round(sharegpt.distinct_ngrams(gen, 4), 4))
+            diversity.append(round(acceptance.distinct_ngrams(gen, 4), 4))
             samples.append(tokenizer.decode(gen)[:300])
         held = TokenStream(tokenizer, sharegpt.texts("held-out")[:200])
         ids = held(0, 8, SEQ_LEN, seed + 7)

@@ -6,7 +6,7 @@ import argparse
 import html
 from pathlib import Path
 
-from eagle_fix.core import parity
+from eagle_fix.core import acceptance, parity
 from eagle_fix.core.errors import EagleFixError
 from eagle_fix.gate import acceptance_power
 from eagle_fix.publish.docs import DOC_TABLES, FILE_TABLES, render_table, update_docs
@@ -80,7 +80,8 @@ def write_report(paths, out: Path) -> dict:
 
 
 def _notes(df) -> list[str]:
-    """What a reader must know about some rows: synthetic acceptance, rows only asv holds."""
+    """What a reader must know about some rows: synthetic acceptance, twins that disagree, acceptance
+    of a loop, rows only asv holds."""
     notes = []
     if (df["synthetic_acceptance"] == True).any():
         notes.append(
@@ -96,7 +97,21 @@ def _notes(df) -> list[str]:
         said += [tie] if isinstance(tie, str) and tie else []
         # sampled twins: judged here with their calibrated launch spread (the sweep could not)
         said += [found] if (found := acceptance_power.sampled_parity(r, rows)) else []
-        notes += [f"Parity, {r['context_len']} {r['arm']} {r.get('fix') or ''} ({r['mode']}): {x}." for x in said]
+        notes += [f"Parity, {_point(r)}: {x}." for x in said]
+    drafted = [r for r in rows if acceptance.output_diversity(r) is not None and r["arm"] == "eagle3"]
+    loops = [r for r in drafted if acceptance.drafts_a_loop(r)]  # drafts of a loop: not acceptance on varied text
+    if loops:
+        shares = [acceptance.output_diversity(r) for r in loops]
+        which = (
+            f"every drafted point ({len(loops)}) repeats itself (distinct 4-grams {min(shares):.2f}-{max(shares):.2f}"
+            if len(loops) == len(drafted)
+            else f"{len(loops)} of {len(drafted)} drafted points repeats itself (distinct 4-grams "
+            + ", ".join(f"{_point(r)} {x:.2f}" for r, x in zip(loops, shares))
+        )
+        notes.append(
+            f"Loops: the output of {which}; under {acceptance.LOOP_DISTINCT_4GRAMS}): a draft that has seen "
+            "the loop predicts it, so that acceptance is a best case, not that of varied text."
+        )
     asv = df[df["source"] == "asv"] if "source" in df else df.iloc[:0]
     if len(asv):
         replayed = (asv.get("asv_source") == "replayed").sum() if "asv_source" in asv else 0
@@ -106,6 +121,12 @@ def _notes(df) -> list[str]:
             + "."
         )
     return notes
+
+
+def _point(r: dict) -> str:
+    """A row's point in a note: context, arm, fix arm where it has one, mode."""
+    fix = r.get("fix")
+    return f"{r['context_len']} {r['arm']}{f' {fix}' if isinstance(fix, str) and fix else ''} ({r['mode']})"
 
 
 def _html(markdown: str) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from eagle_fix.core import record, settings, stats
+from eagle_fix.core import acceptance, record, settings, stats
 from eagle_fix.publish.frame import GIB, sort_rows, with_machines, workload_columns
 
 TABLE_COLUMNS = (
@@ -197,7 +197,8 @@ def summary_table(df) -> str:
 
 
 def acceptance_table(df) -> str:
-    """vLLM's counts behind acceptance: drafts, accepted tokens, the interval (drafts as the unit)."""
+    """vLLM's counts behind acceptance: drafts, accepted tokens, the interval (drafts as the unit), and
+    how far the point's output is from a loop (eagle_fix.core.acceptance.output_diversity)."""
     df = with_machines(df[df["arm"] == "eagle3"])
     rows = []
     for _, r in df.iterrows():
@@ -216,6 +217,7 @@ def acceptance_table(df) -> str:
                 _ci(r, "acceptance_length", "{:.2f}"),
                 per,
                 format_cell(r.get("drafter_coverage"), "{:.0%}", "c"),
+                format_cell(acceptance.output_diversity(r), "{:.2f}", "o"),
             ]
         )
     return md_table(
@@ -230,6 +232,7 @@ def acceptance_table(df) -> str:
             "acceptance length [95% ci]",
             "per position",
             "coverage",
+            "output distinct 4-grams",
         ],
         rows,
     )

@@ -56,8 +56,3 @@ def test_the_workload_is_chosen_by_name():
         workload.workload_prompts("poems", 300, vocab_size=512)
     with pytest.raises(ValueError, match="tokenizer.json"):
         workload.workload_prompts("chat", 300, vocab_size=512, target=str(profiles.tiny_pair()[1]))
-
-
-def test_distinct_ngrams_tells_a_loop_from_text():
-    assert sharegpt.distinct_ngrams([1, 2, 3, 4] * 64) == pytest.approx(4 / 253)
-    assert sharegpt.distinct_ngrams(list(range(256))) == 1.0

@@ -536,3 +536,21 @@ def test_judge_zero_base_median_is_inconclusive_without_a_size():
 
     v = verdict.noisy([0.0] * 5, [1.0, 2.0, 3.0, 4.0, 5.0], metric="tpot_ms")
     assert (v.verdict, v.power) == ("inconclusive", "could detect nothing")
+
+
+# ----------------------------------------------------------------------------- a loop's acceptance
+def test_distinct_ngrams_tells_a_loop_from_text():
+    assert counts.distinct_ngrams([1, 2, 3, 4] * 64) == pytest.approx(4 / 253)
+    assert counts.distinct_ngrams(list(range(256))) == 1.0
+
+
+def test_a_drafted_point_whose_output_loops_is_told():
+    loop = {"output_token_ids": list(range(40)) * 7, "acceptance_length": 3.43}  # period 40 over 280 tokens
+    assert counts.output_diversity(loop) == pytest.approx(40 / 277)
+    assert counts.drafts_a_loop(loop)
+    varied = {"output_token_ids": list(range(100)) * 2 + list(range(200, 280)), "acceptance_length": 2.5}
+    assert counts.output_diversity(varied) > counts.LOOP_DISTINCT_4GRAMS and not counts.drafts_a_loop(varied)
+    assert not counts.drafts_a_loop({**loop, "acceptance_length": None})  # a baseline drafts nothing
+    assert not counts.drafts_a_loop({**loop, "acceptance_length": float("nan")})  # nor in a table's frame
+    assert not counts.drafts_a_loop({**loop, "output_token_ids": [1, 2] * 20})  # too short to tell
+    assert not counts.drafts_a_loop({"acceptance_length": 3.0})  # an older record keeps no tokens

@@ -489,7 +489,8 @@ def test_a_parity_mismatch_is_a_note_under_its_table(tmp_path):
     path.write_text("".join(json.dumps(r) + "\n" for r in recs))
     write_report([path], tmp_path / "out")
     md = (tmp_path / "out" / "report.md").read_text()
-    assert f"Parity, {recs[i]['context_len']} eagle3 {recs[i]['fix'] or ''} (compile): {flag}." in md
+    fix = f" {recs[i]['fix']}" if recs[i]["fix"] else ""
+    assert f"Parity, {recs[i]['context_len']} eagle3{fix} (compile): {flag}." in md
     write_report([DATA / "fixture-new.jsonl"], tmp_path / "plain")
     assert "Parity," not in (tmp_path / "plain" / "report.md").read_text()
 
@@ -513,3 +514,34 @@ def test_sampled_twins_that_part_are_said_with_their_launch_spread(tmp_path, mon
     monkeypatch.setattr(acceptance_power, "launch_spread", lambda rec, folders=None: float("inf"))
     write_report([path], tmp_path / "uncalibrated")
     assert "Parity," not in (tmp_path / "uncalibrated" / "report.md").read_text()
+
+
+def test_drafted_points_whose_output_loops_are_told_under_their_table(tmp_path):
+    """Acceptance of drafts of a loop is a best case: the report says which points' output repeats."""
+    recs = [json.loads(x) for x in (DATA / "fixture-new.jsonl").read_text().splitlines()]
+    drafted = [r for r in recs if r["arm"] == "eagle3"]
+    for r in drafted:
+        r["output_token_ids"] = [7 + i % 97 for i in range(256)]  # varied enough: period 97
+    drafted[0]["output_token_ids"] = [7 + i % 12 for i in range(256)]  # a loop of 12 tokens
+    path = tmp_path / "run.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    write_report([path], tmp_path / "out")
+    md = (tmp_path / "out" / "report.md").read_text()
+    fix = f" {drafted[0]['fix']}" if drafted[0]["fix"] else ""
+    point = f"{drafted[0]['context_len']} eagle3{fix} ({drafted[0]['mode']}) 0.05"
+    assert (
+        f"Loops: the output of 1 of {len(drafted)} drafted points repeats itself (distinct 4-grams {point}; under 0.2)"
+        in md
+    )
+    from eagle_fix.publish.docs import render_table
+
+    table = render_table("acceptance", [str(path)], root=tmp_path)
+    assert "output distinct 4-grams |" in table and "| 0.05 |" in table and "| 0.38 |" in table
+    for r in drafted:
+        r["output_token_ids"] = [7 + i % 12 for i in range(256)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    write_report([path], tmp_path / "all")
+    said = f"Loops: the output of every drafted point ({len(drafted)}) repeats itself (distinct 4-grams 0.05-0.05; under 0.2)"
+    assert said in (tmp_path / "all" / "report.md").read_text()
+    write_report([DATA / "fixture-new.jsonl"], tmp_path / "plain")
+    assert "Loops:" not in (tmp_path / "plain" / "report.md").read_text()
