@@ -20,7 +20,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from eagle_fix.core import metrics, record
+from eagle_fix.core import acceptance, metrics, record
 from eagle_fix.core.errors import EagleFixError
 from eagle_fix.gate import acceptance_power, components, verdict
 from eagle_fix.gate.verdict import DEFAULT_ALPHA, DEFAULT_THRESHOLD, FAILING, Verdict
@@ -63,6 +63,7 @@ class Comparison:
     cross_machine: str | None = None
     unknown_machine: bool = False
     fix_ab: str | None = None  # set when each side ran one fix arm and they differ
+    loops: list[str] = field(default_factory=list)  # points whose acceptance is of drafts of a loop
     threshold: float = DEFAULT_THRESHOLD
     alpha: float = DEFAULT_ALPHA
 
@@ -174,6 +175,8 @@ def compare_records(
             result.changes.append(
                 Change(key, "flags", None, None, None, "regression", "; ".join(f.split(":")[0] for f in new_flags))
             )
+        if acceptance.drafts_a_loop(rb) or acceptance.drafts_a_loop(rn):
+            result.loops.append(_loop_line(key, rb, rn))
         sampled = acceptance_power.sampled_parity(rn, new)
         if sampled and not acceptance_power.sampled_parity(rb, base):
             result.changes.append(Change(key, "flags", None, None, None, "regression", sampled))
@@ -238,6 +241,16 @@ def _judge_metric(
     return (m.column, vb, vn, verdict.relative_change(vb, vn), v.verdict, v.evidence, v.power, v)
 
 
+def _loop_line(key: tuple, base: dict, new: dict) -> str:
+    """A point whose output is a loop on either side: its acceptance verdict is of a loop's drafts."""
+    shares = "/".join("–" if (x := acceptance.output_diversity(r)) is None else f"{x:.2f}" for r in (base, new))
+    return (
+        f"loop: {record.describe(key)}: distinct 4-grams of the output {shares} (BASE/NEW, a loop under "
+        f"{acceptance.LOOP_DISTINCT_4GRAMS}): acceptance there is a loop's, which a partially damaged drafter may "
+        "still predict; judge the drafter on a point whose output is not a loop"
+    )
+
+
 def format_comparison(
     cmp: Comparison, *, threshold: float | None = None, strict: bool = False, show_same: bool = False
 ) -> str:
@@ -264,6 +277,7 @@ def format_comparison(
         lines.append(f"only in NEW: {record.describe(k)}")
     if cmp.fix_ab:
         lines.append(f"fix A/B: {cmp.fix_ab} (EAGLE3 points matched across the fix arm)")
+    lines += cmp.loops
     if cmp.cross_machine:
         lines.append(f"cross-machine: {cmp.cross_machine}; speed differences here are the machines', not the code's")
     if cmp.unknown_machine:

@@ -166,6 +166,27 @@ def test_sampled_twins_that_part_are_a_new_parity_regression(monkeypatch):
     assert not [c for c in compare_records(same, parted).changes if c.metric == "flags"]  # uncalibrated: no claim
 
 
+def test_a_point_whose_output_loops_is_said_beside_its_acceptance():
+    """Acceptance of drafts of a loop hides a partial drafter loss: compare says which points, not a verdict."""
+    from eagle_fix.gate.compare import format_comparison
+
+    def acc(tokens):
+        return point(acceptance_length=3.9, num_drafts=60, num_accepted_tokens=174, output_token_ids=tokens)
+
+    loop, varied = [5 + i % 12 for i in range(256)], [5 + i % 97 for i in range(256)]
+    cmp = compare_records([acc(varied)], [acc(loop)])
+    said = (
+        "loop: cpu-quick 8192 eager eagle3 fix on: distinct 4-grams of the output 0.38/0.05 (BASE/NEW, a loop "
+        "under 0.2): acceptance there is a loop's, which a partially damaged drafter may still predict; judge "
+        "the drafter on a point whose output is not a loop"
+    )
+    assert cmp.loops == [said]
+    assert cmp.loops[0] in format_comparison(cmp)
+    assert not cmp.failures()  # a note, not a verdict
+    assert compare_records([acc(varied)], [acc(varied)]).loops == []
+    assert compare_records([point()], [point()]).loops == []  # records without tokens: nothing to say
+
+
 def test_threshold_flag(tmp_path, launch_sd):
     launch_sd()
     b = write(
