@@ -10,8 +10,9 @@ from eagle_fix.core.stats import check_length
 
 # A period-p loop over L tokens has about p / L distinct 4-grams. Under this share a point's output
 # repeats a stretch of at most a fifth of its length, and a draft that has seen the stretch predicts the
-# rest: its acceptance is a best case (the tiny pair's greedy output scores 0.01-0.15, the chat pair's
-# 0.31-0.56, docs/chat-pair.md). Shorter outputs are not judged: too few 4-grams to tell a loop.
+# rest: its acceptance is a best case (the tiny pair's greedy output scores 0.01-0.15; the chat pair's
+# 0.31-0.55 over 256 tokens, 0.14-0.17 over 512, docs/chat-pair.md). Shorter outputs are not judged: too
+# few 4-grams to tell a loop.
 LOOP_DISTINCT_4GRAMS = 0.2
 LOOP_MIN_TOKENS = 64
 
@@ -30,12 +31,27 @@ def output_diversity(rec: dict) -> float | None:
     return distinct_ngrams(list(ids), 4) if isinstance(ids, list) and len(ids) >= LOOP_MIN_TOKENS else None
 
 
+def is_loop(share: float | None) -> bool:
+    """Whether an output's share of distinct 4-grams (output_diversity) makes it a loop."""
+    return share is not None and share < LOOP_DISTINCT_4GRAMS
+
+
 def drafts_a_loop(rec: dict) -> bool:
     """Whether a drafted point's output is a loop, which a draft that has seen it predicts: its
     acceptance then does not stand for varied text."""
-    share, length = output_diversity(rec), rec.get("acceptance_length")
+    length = rec.get("acceptance_length")
     drafted = isinstance(length, (int, float)) and not math.isnan(length)
-    return drafted and share is not None and share < LOOP_DISTINCT_4GRAMS
+    return drafted and is_loop(output_diversity(rec))
+
+
+def loop_line(point: str, base: float | None, new: float | None) -> str:
+    """The gates' note on a point whose output is a loop on either side (compare's and ab's words)."""
+    shares = "/".join("–" if x is None else f"{x:.2f}" for x in (base, new))
+    return (
+        f"loop: {point}: distinct 4-grams of the output {shares} (BASE/NEW, a loop under "
+        f"{LOOP_DISTINCT_4GRAMS}): acceptance there is a loop's, which a partially damaged drafter may "
+        "still predict; judge the drafter on a point whose output is not a loop"
+    )
 
 
 def two_proportion_p(x1: float, n1: int, x2: float, n2: int) -> float | None:

@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from eagle_fix.core import metrics, nested
+from eagle_fix.core import acceptance, metrics, nested
 from eagle_fix.engine import lifecycle
 from eagle_fix.engine.lifecycle import Interrupted
 from eagle_fix.engine.offline import CHILD_MODULE, EngineDied, EngineProcess
@@ -53,7 +53,7 @@ from eagle_fix.gate.ab_args import (  # noqa: F401 - re-exported: `eagle_fix.gat
     add_cli_args,
     side_info,
 )
-from eagle_fix.gate.ab_result import PAIRED, format_ab, summary, verdicts
+from eagle_fix.gate.ab_result import PAIRED, format_ab, point_words, summary, verdicts
 from eagle_fix.gate.design import design_for
 from eagle_fix.gate.sharing import (
     engine_need_bytes,
@@ -370,7 +370,7 @@ def _round(run, p, engines, entry, spec, log_dir, sides, *, r, block, fresh, alo
 
 def _pair_numbers(res: PointReply) -> dict[str, Any]:
     """What one side's measurement of one round keeps: the first sample of each paired metric, the TTFT
-    where it paid one, and the acceptance counts."""
+    where it paid one, the acceptance counts and how far the output is from a loop."""
     s = res.samples or {}
     out = {m: (s.get(m) or [None])[0] for m, _ in PAIRED}
     if s.get("ttft_s"):
@@ -378,6 +378,8 @@ def _pair_numbers(res: PointReply) -> dict[str, Any]:
     for k in ("num_drafts", "num_accepted_tokens", "acceptance_length", "drafter_coverage", "output_token_ids_head"):
         if getattr(res, k) is not None:
             out[k] = getattr(res, k)
+    if (share := acceptance.output_diversity({"output_token_ids": res.output_token_ids})) is not None:
+        out["output_distinct_4grams"] = round(share, 4)  # whether its acceptance is a loop's (the tokens stay out)
     return out
 
 
@@ -385,7 +387,7 @@ def _progress(entry: dict[str, Any], started: float) -> None:
     d = entry["identity"]
     tp = entry["verdicts"].get("tpot_ms", {})
     print(
-        f"[eagle-fix ab] {d['context_len']} {d['mode']} {d['arm']}{' fix ' + d['fix'] if d['fix'] else ''}: "
+        f"[eagle-fix ab] {point_words(d)}: "
         f"{time.monotonic() - started:.0f} s, tpot {tp.get('verdict', entry['verdicts'].get('status', {}).get('verdict'))}",
         file=sys.stderr,
         flush=True,

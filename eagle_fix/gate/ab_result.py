@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from eagle_fix.core import metrics, nested, record, stats
+from eagle_fix.core import acceptance, metrics, nested, record, stats
 from eagle_fix.core.errors import EagleFixError
 from eagle_fix.gate import acceptance_power, verdict
 
@@ -97,6 +97,9 @@ def verdicts(
             "evidence": v.evidence,
             "power": v.power,
         }
+        shares = (fb.get("output_distinct_4grams"), fn.get("output_distinct_4grams"))
+        if any(acceptance.is_loop(x) for x in shares):  # a loop's acceptance may hide a partial drafter loss
+            out["acceptance_length"]["loop"] = acceptance.loop_line(point_words(entry.get("identity") or {}), *shares)
     cb, cn = fb.get("drafter_coverage"), fn.get("drafter_coverage")
     if (synthetic or (fb.get("num_drafts") and fn.get("num_drafts"))) and cb is not None and cn is not None:
         v = verdict.exact(cb, cn, higher_is_better=True)
@@ -142,6 +145,11 @@ def _as_verdict(v: dict[str, Any]) -> verdict.Verdict:
     )
 
 
+def point_words(d: dict[str, Any]) -> str:
+    """A point's identity in ab's words."""
+    return f"{d.get('context_len')} {d.get('mode')} {d.get('arm')}{' fix ' + d['fix'] if d.get('fix') else ''}"
+
+
 def format_ab(result: dict[str, Any], *, strict: bool = False) -> str:
     """The table of eagle_fix.gate.verdict (medians of the rounds, the median ratio's change), and a summary."""
     rows = []
@@ -171,6 +179,7 @@ def format_ab(result: dict[str, Any], *, strict: bool = False) -> str:
                 )
             )
     lines = verdict.table(rows)
+    lines += [v["loop"] for e in result["points"] for v in e["verdicts"].values() if v.get("loop")]
     vb, vn = result["base"]["versions"].get("vllm"), result["new"]["versions"].get("vllm")
     lines.append(f"base: {result['base']['python']} (vLLM {vb}) {result['base']['env'] or ''}".rstrip())
     lines.append(f"new:  {result['new']['python']} (vLLM {vn}) {result['new']['env'] or ''}".rstrip())

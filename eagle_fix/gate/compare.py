@@ -176,7 +176,8 @@ def compare_records(
                 Change(key, "flags", None, None, None, "regression", "; ".join(f.split(":")[0] for f in new_flags))
             )
         if acceptance.drafts_a_loop(rb) or acceptance.drafts_a_loop(rn):
-            result.loops.append(_loop_line(key, rb, rn))
+            shares = (acceptance.output_diversity(rb), acceptance.output_diversity(rn))
+            result.loops.append(acceptance.loop_line(record.describe(key), *shares))
         sampled = acceptance_power.sampled_parity(rn, new)
         if sampled and not acceptance_power.sampled_parity(rb, base):
             result.changes.append(Change(key, "flags", None, None, None, "regression", sampled))
@@ -239,16 +240,6 @@ def _judge_metric(
         )
     # the change of the headline numbers shown beside it (the samples' medians where there are samples)
     return (m.column, vb, vn, verdict.relative_change(vb, vn), v.verdict, v.evidence, v.power, v)
-
-
-def _loop_line(key: tuple, base: dict, new: dict) -> str:
-    """A point whose output is a loop on either side: its acceptance verdict is of a loop's drafts."""
-    shares = "/".join("–" if (x := acceptance.output_diversity(r)) is None else f"{x:.2f}" for r in (base, new))
-    return (
-        f"loop: {record.describe(key)}: distinct 4-grams of the output {shares} (BASE/NEW, a loop under "
-        f"{acceptance.LOOP_DISTINCT_4GRAMS}): acceptance there is a loop's, which a partially damaged drafter may "
-        "still predict; judge the drafter on a point whose output is not a loop"
-    )
 
 
 def format_comparison(

@@ -148,6 +148,23 @@ def test_the_acceptance_row_shows_the_calibrated_power_where_the_calibration_ran
     assert "calibrated" not in ab_result.verdicts(entry, 0.05, k=3)["acceptance_length"]["power"]
 
 
+def test_an_acceptance_row_on_a_loop_says_so_in_the_table():
+    """ab keeps each round's share of distinct 4-grams (not the tokens); where either side's first round is a
+    loop, its acceptance row carries compare's loop line, and the printed table shows it."""
+    entry = _entry([10.0] * 8, [10.0] * 8)
+    entry["identity"].update(arm="eagle3", fix="on", num_speculative_tokens=3)
+    for side, share in (("base", 0.38), ("new", 0.05)):
+        entry["pairs"][0][side].update(
+            num_drafts=128, num_accepted_tokens=384, acceptance_length=4.0, output_distinct_4grams=share
+        )
+    row = ab_result.verdicts(entry, 0.05, k=3)["acceptance_length"]
+    assert row["loop"].startswith("loop: 8192 eager eagle3 fix on: distinct 4-grams of the output 0.38/0.05 (BASE/NEW")
+    entry["pairs"][0]["new"]["output_distinct_4grams"] = 0.41
+    assert "loop" not in ab_result.verdicts(entry, 0.05, k=3)["acceptance_length"]
+    del entry["pairs"][0]["base"]["output_distinct_4grams"]  # files before it: nothing to say
+    assert "loop" not in ab_result.verdicts(entry, 0.05, k=3)["acceptance_length"]
+
+
 def test_too_few_rounds_for_the_test_are_inconclusive_and_name_the_rounds_needed():
     """5 rounds all 15% slower used to be a regression on a (min, max) interval that covers 93.75%;
     the sign test on 5 pairs cannot go below p = 1/16, so at alpha 0.01 nothing can be claimed."""
@@ -506,6 +523,9 @@ def test_identical_sides_pass_and_an_injected_slowdown_is_caught(tmp_path):
     # with the default blocks, the engines really restarted, in the opposite order
     pairs = aa_doc["points"][0]["pairs"]
     assert len({tuple(p["start_order"]) for p in pairs}) == min(ab.DEFAULT_BLOCKS, 2)
+    # the tiny pair's greedy output is a loop (the best case): ab keeps how far from one, and says so
+    assert 0 < pairs[0]["base"]["output_distinct_4grams"] < 0.2, pairs[0]["base"]
+    assert "loop: 8192 eager eagle3" in same.stdout, same.stdout[-2000:]
     # one block: the restarts were checked above, and each block costs two engine starts
     slow = run_ab(
         *common, "--blocks", "1", "--new-env", "EAGLE_FIX_INJECT_SLOWDOWN=0.5", "--out", str(tmp_path / "s.json")
