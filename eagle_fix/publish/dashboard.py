@@ -128,14 +128,7 @@ def cli_main(args: argparse.Namespace) -> int:
     for line in (proc.stdout + proc.stderr).splitlines():
         if "Skipping" in line or "Couldn't find" in line:
             print(f"publish: asv: {line.strip()}")
-    js = conf["repo"] / "build" / "asv-js"
-    if js.is_dir():
-        print(f"publish: dashboard self-contained ({localize_dashboard(html_dir, js)} CDN references replaced)")
-    else:
-        print(
-            "publish: build/asv-js/ is missing, so the dashboard loads its JavaScript from CDNs; for an "
-            "offline box run scripts/setup-browser.sh, then this again"
-        )
+    print(f"publish: dashboard self-contained ({localize_dashboard(html_dir)} CDN references replaced)")
     shown = add_story(html_dir, results_dir, conf["repo"])
     print(
         f"publish: the first view tells {shown} run(s): per machine its newest fix A/B, most complete curve "

@@ -8,8 +8,9 @@ from pathlib import Path
 
 from eagle_fix.core.errors import EagleFixError
 
-# asv 0.6.6's dashboard pulls these from CDNs (with SRI hashes); scripts/setup-browser.sh puts the
-# same packages from the npm registry in build/asv-js/<name@version>/.
+# asv 0.6.6's dashboard pulls these from CDNs (with SRI hashes); the same packages' files, from the npm
+# registry, are vendored (MIT-licensed, with their licences) in eagle_fix/data/asv-js/<name@version>/.
+VENDORED = Path(__file__).resolve().parents[1] / "data" / "asv-js"
 ASV_CDN = {
     "https://code.jquery.com/jquery-3.3.1.min.js": "jquery@3.3.1/dist/jquery.min.js",
     "https://cdnjs.cloudflare.com/ajax/libs/flot/0.8.3/jquery.flot.min.js": "flot@0.8.3/jquery.flot.js",
@@ -24,14 +25,16 @@ ASV_CDN = {
 }
 
 
-def localize_dashboard(html_dir: str | Path, js_dir: str | Path = Path("build") / "asv-js") -> int:
+def localize_dashboard(html_dir: str | Path, js_dir: str | Path = VENDORED) -> int:
     """Make a published asv dashboard work offline: copy its CDN files into html_dir/vendor/ and
     point the pages there (without the SRI attributes, which name the CDN's minified bytes).
     Returns how many references were rewritten."""
     html_dir, js_dir = Path(html_dir), Path(js_dir)
     missing = [rel for rel in ASV_CDN.values() if not (js_dir / rel).is_file()]
     if missing:
-        raise EagleFixError(f"{js_dir}/ lacks {missing[0]} (and {len(missing) - 1} more): run scripts/setup-browser.sh")
+        raise EagleFixError(
+            f"{js_dir}/ lacks {missing[0]} (and {len(missing) - 1} more): restore eagle_fix/data/asv-js/ from git"
+        )
     vendor = html_dir / "vendor"
     vendor.mkdir(exist_ok=True)
     for rel in ASV_CDN.values():
