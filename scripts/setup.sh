@@ -40,7 +40,22 @@ else
         exit 1
     fi
 fi
-[ -x .venv/bin/python ] || "$PY" -m venv .venv
+# .venv is reused only where it holds pip; a new one is made only by a Python whose venv can put pip in it
+# (Debian/Ubuntu ship ensurepip apart, in python3.X-venv: without it `python -m venv` fails half-way and
+# leaves a .venv with no pip, which a check for .venv/bin/python alone takes for a finished one).
+if [ -e .venv ] || [ -L .venv ]; then
+    if ! .venv/bin/python -c 'import pip' >/dev/null 2>&1; then
+        echo "eagle-fix setup: .venv is half-made (.venv/bin/python cannot import pip: an earlier venv creation failed, or its Python is gone); remove it (rm -rf .venv) and run scripts/setup.sh again" >&2
+        exit 1
+    fi
+elif ! "$PY" -c 'import ensurepip, venv; ensurepip.version()' >/dev/null 2>&1; then
+    echo "eagle-fix setup: $PY (Python $pyver) has no ensurepip, so its venv cannot put pip in .venv; install it (Debian/Ubuntu: sudo apt-get install python$pyver-venv) or set PYTHON to a Python that has it" >&2
+    exit 1
+elif ! made=$("$PY" -m venv .venv 2>&1); then
+    rm -rf .venv   # made by this run a moment ago: never left half-made for the next one
+    echo "eagle-fix setup: $PY -m venv .venv failed: $(printf '%s\n' "$made" | grep -v '^\s*$' | tail -1); .venv removed" >&2
+    exit 1
+fi
 log=.venv/setup.log
 echo "eagle-fix setup: installing into .venv (log: $log) ..."
 if [ "$gpu" = 1 ]; then
@@ -62,7 +77,12 @@ if [ "$gpu" = 0 ]; then
     # engine needs none of them.
     .venv/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec >>"$log" 2>&1 || true
 fi
-.venv/bin/python -c "import vllm, torch; print(f'eagle-fix setup: vllm {vllm.__version__}, torch {torch.__version__}: ok')" 2>>"$log" | tail -1
+# the import's own error is the cause: its last line on stderr (the whole traceback in the log)
+if ! said=$(.venv/bin/python -c "import vllm, torch; print(f'eagle-fix setup: vllm {vllm.__version__}, torch {torch.__version__}: ok')" 2>>"$log"); then
+    echo "eagle-fix setup: import vllm, torch fails in .venv: $(grep -v '^WARNING' "$log" | grep -v '^\s*$' | tail -1) (traceback: $log)" >&2
+    exit 1
+fi
+printf '%s\n' "$said" | tail -1
 if [ "$gpu" = 1 ] && ! "$PY" scripts/gpu_preflight.py --checked "$VLLM_VERSION"; then
     # a release the suite never checked runs only when asked for, and only if the plugin's hooks hold in it
     echo "eagle-fix setup: vLLM $VLLM_VERSION (asked for: ${asked:-no}) is not in eagle_fix/releases/registry.py: testing the plugin's hooks against it ..."

@@ -129,3 +129,81 @@ def test_the_preflights_needs_file_is_current():
     from eagle_fix.releases.gpu_needs import NEEDS_FILE, needs
 
     assert json.loads(NEEDS_FILE.read_text()) == needs(), "run: python -m eagle_fix.releases.gpu_needs --write"
+
+
+# ---------------------------------------------------------------- set-up that fails in one line (no install)
+# scripts/setup.sh copied into a scratch root (it works in the folder above its own), run with fake Pythons:
+# nothing here installs anything or touches the checkout's .venv.
+
+# a PYTHON of 3.11 without ensurepip (Debian/Ubuntu without python3.11-venv); `-m venv` would half-make .venv
+NO_ENSUREPIP = """#!/bin/sh
+case "$*" in
+  *version_info*) echo 3.11;;
+  *ensurepip*) echo "ModuleNotFoundError: No module named 'ensurepip'" >&2; exit 1;;
+  *"-m venv"*) mkdir -p .venv/bin; echo "Error: ensurepip is not available" >&2; exit 1;;
+  *) exit 3;;
+esac
+"""
+# a venv Python whose pip works but whose vllm does not import (the install 'succeeds', the import check fails)
+NO_VLLM = """#!/bin/sh
+case "$*" in
+  *"import pip"*|"-m pip"*) exit 0;;
+  *"import vllm"*) echo "Traceback (most recent call last):" >&2; echo "ModuleNotFoundError: No module named 'vllm'" >&2; exit 1;;
+  *) exit 3;;
+esac
+"""
+
+
+def _scratch_setup(tmp_path, venv_python: str | None = None):
+    root = tmp_path / "root"
+    (root / "scripts").mkdir(parents=True)
+    (root / "scripts" / "setup.sh").write_text((ROOT / "scripts" / "setup.sh").read_text())
+    if venv_python is not None:
+        (root / ".venv" / "bin").mkdir(parents=True)
+        (root / ".venv" / "bin" / "python").write_text(venv_python)
+        (root / ".venv" / "bin" / "python").chmod(0o755)
+    return root
+
+
+def _files(root):
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+def test_setup_names_a_python_without_ensurepip_before_making_anything(tmp_path):
+    root = _scratch_setup(tmp_path)
+    py = tmp_path / "python3.11"
+    py.write_text(NO_ENSUREPIP)
+    py.chmod(0o755)
+    before = _files(root)
+    proc = _run(["bash", str(root / "scripts" / "setup.sh")], PYTHON=str(py))
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines() == [
+        f"eagle-fix setup: {py} (Python 3.11) has no ensurepip, so its venv cannot put pip in .venv; install it "
+        "(Debian/Ubuntu: sudo apt-get install python3.11-venv) or set PYTHON to a Python that has it"
+    ], proc.stderr
+    assert _files(root) == before  # no .venv, half-made or otherwise
+
+
+@pytest.mark.parametrize("venv_python", ["#!/bin/sh\nexit 1\n", None], ids=["no-pip", "python-gone"])
+def test_setup_names_a_half_made_venv_and_the_fix(tmp_path, venv_python):
+    root = _scratch_setup(tmp_path, venv_python if venv_python is not None else "")
+    if venv_python is None:  # a .venv whose interpreter is gone (a link to a removed Python)
+        (root / ".venv" / "bin" / "python").unlink()
+        (root / ".venv" / "bin" / "python").symlink_to(tmp_path / "removed-python")
+    before = _files(root)
+    proc = _run(["bash", str(root / "scripts" / "setup.sh")])
+    assert proc.returncode == 1
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("eagle-fix setup: .venv is half-made") and "rm -rf .venv" in line, line
+    assert _files(root) == before  # nothing installed into it, no log written
+
+
+def test_setup_says_why_the_import_check_failed(tmp_path):
+    root = _scratch_setup(tmp_path, NO_VLLM)
+    proc = _run(["bash", str(root / "scripts" / "setup.sh")])
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        "eagle-fix setup: import vllm, torch fails in .venv: ModuleNotFoundError: No module named 'vllm' "
+        "(traceback: .venv/setup.log)"
+    ], proc.stderr
+    assert "Traceback" in (root / ".venv" / "setup.log").read_text()
