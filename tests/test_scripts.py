@@ -178,8 +178,10 @@ def test_setup_names_a_python_without_ensurepip_before_making_anything(tmp_path)
     proc = _run(["bash", str(root / "scripts" / "setup.sh")], PYTHON=str(py))
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines() == [
-        f"eagle-fix setup: {py} (Python 3.11) has no ensurepip, so its venv cannot put pip in .venv; install it "
-        "(Debian/Ubuntu: sudo apt-get install python3.11-venv) or set PYTHON to a Python that has it"
+        (
+            f"eagle-fix setup: {py} (Python 3.11) has no ensurepip, so its venv cannot put pip in .venv; install it "
+            "(Debian/Ubuntu: sudo apt-get install python3.11-venv) or set PYTHON to a Python that has it"
+        )
     ], proc.stderr
     assert _files(root) == before  # no .venv, half-made or otherwise
 
@@ -203,7 +205,9 @@ def test_setup_says_why_the_import_check_failed(tmp_path):
     proc = _run(["bash", str(root / "scripts" / "setup.sh")])
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert proc.stderr.strip().splitlines() == [
-        "eagle-fix setup: import vllm, torch fails in .venv: ModuleNotFoundError: No module named 'vllm' "
-        "(traceback: .venv/setup.log)"
+        (
+            "eagle-fix setup: import vllm, torch fails in .venv: ModuleNotFoundError: No module named 'vllm' "
+            "(traceback: .venv/setup.log)"
+        )
     ], proc.stderr
     assert "Traceback" in (root / ".venv" / "setup.log").read_text()
