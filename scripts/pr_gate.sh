@@ -11,6 +11,8 @@
 # PYTHON (default .venv/bin/python): the head's venv, which runs `eagle-fix ab` and the new side.
 # PR_GATE_EXTRA (default cpu; gpu on a CUDA box): the extra the base venv installs (`pip install -e BASE[X]`),
 #   with PR_GATE_PIP_ARGS after it (e.g. vllm==0.33.0: the same engine release as the head's venv).
+# PR_GATE_KEEP (default 3): the merge bases whose checkout and venv stay in PR_GATE_DIR, the most recently used;
+#   older ones are removed on each run (a CUDA base venv is gigabytes, one per merge base).
 # PR_GATE_SHARE_PACKAGES=1: the base venv reuses the head venv's packages (vLLM, torch) with the base
 #   checkout's eagle_fix in front of them; the CPU tests use it, since a second vLLM install costs minutes
 #   and gigabytes. A base whose dependencies differ from the head's needs its own install (the default).
@@ -62,5 +64,8 @@ if [ ! -x "$venv/bin/python" ]; then
     fi
   fi
 fi
+touch "$checkout" "$venv"   # most recently used: kept by the pruning below
+"$PY" -m eagle_fix.releases.venvs prune-pr-gate "$WORK" --keep "${PR_GATE_KEEP:-3}" --current "${base:0:12}"
+git worktree prune
 echo "pr_gate: base ${base:0:12} ($checkout, $venv) against head ${head:0:12}" >&2
 exec "$PY" -m eagle_fix.cli ab --base-python "$venv/bin/python" --new-python "$PY" "$@"

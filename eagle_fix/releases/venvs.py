@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -96,3 +98,44 @@ def cost(r: Release, root: Path, **values) -> None:
     data.update(values)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+
+
+def prune_pr_gate(work: Path, keep: int, current: str | None = None) -> list[Path]:
+    """Remove all but the `keep` most recently used merge bases of scripts/pr_gate.sh's folder (a
+    `checkout-<base>` worktree and a `venv-<base>`, gigabytes with a CUDA vLLM, per merge base; their
+    times are touched on every use) and return what was removed. `current`, the base in use, is always
+    kept. The worktrees' entries in git are dropped by `git worktree prune`, which pr_gate.sh runs."""
+    work = Path(work)
+    bases: dict[str, list[Path]] = {}
+    for path in work.glob("*-*"):
+        kind, _, base = path.name.partition("-")
+        if kind in ("checkout", "venv") and path.is_dir():
+            bases.setdefault(base, []).append(path)
+    used = sorted(bases, key=lambda b: max(p.stat().st_mtime for p in bases[b]), reverse=True)
+    keep_set = set(used[: max(0, keep)]) | ({current} if current else set())
+    removed = []
+    for base in used:
+        if base not in keep_set:
+            for path in bases[base]:
+                shutil.rmtree(path, ignore_errors=True)
+                removed.append(path)
+    return removed
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m eagle_fix.releases.venvs")
+    sub = parser.add_subparsers(dest="command", required=True)
+    prune = sub.add_parser("prune-pr-gate", help="keep the newest KEEP merge bases of a PR gate folder")
+    prune.add_argument("work", type=Path)
+    prune.add_argument("--keep", type=int, default=3)
+    prune.add_argument("--current", default=None, help="the merge base in use (always kept)")
+    args = parser.parse_args(argv)
+    if args.keep < 1:
+        parser.error(f"--keep {args.keep}: keep at least 1 (the base in use)")
+    for path in prune_pr_gate(args.work, args.keep, args.current):
+        print(f"pr_gate: removed {path} (older than the newest {args.keep} merge bases)", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
