@@ -26,6 +26,7 @@ class StepRun:
     records: list[dict[str, Any]] | None = None
     report: dict[str, Any] | None = None  # the step's JSON stdout (doctor, probe)
     why_not: str | None = None  # not run: skipped, or no such records
+    cut: str | None = None  # stopped before it finished (the deadline, a signal): what it wrote is partial
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,8 @@ def _exit_zero(step: str):
 
     def judge(runs, cuda):
         run = runs[step]
+        if run.cut:
+            raise _Missing("its exit code is no answer")
         last = run.tail.strip().splitlines()[-1] if run.tail.strip() else ""
         return run.rc == 0, last or f"exit {run.rc}"
 
@@ -115,14 +118,33 @@ def _fix_on(runs, cuda):
     return ok, line
 
 
+# How the engine dies reading past the draft's rotary cache. CUDA: the device-side assert of the original
+# report, or, where the rotary kernel reads past the cache with no bounds check, an illegal memory access;
+# CPU: inductor's bounds check.
+CUDA_DEATHS = {"device-side assert": "a device-side assert", "illegal memory access": "an illegal memory access"}
+CPU_DEATHS = {"index out of bounds": "inductor's bounds check"}
+
+
+def _death(r: dict[str, Any], cuda: bool) -> str | None:
+    """Which of the known deaths past the rotary cache a failed record names, or None."""
+    error = r.get("error") or ""
+    return next((name for words, name in (CUDA_DEATHS if cuda else CPU_DEATHS).items() if words in error), None)
+
+
+def _expected_deaths(cuda: bool) -> str:
+    return " or ".join(CUDA_DEATHS.values() if cuda else CPU_DEATHS.values())
+
+
 def _off_compile(runs, cuda):
     recs = _past(runs, "fix-ab", fix="off", mode="compile")
     _need(recs, "fix-off compiled point past 2048")
-    words = "device-side assert" if cuda else "index out of bounds"
-    ok = all(r["status"] == "failed" and words in (r.get("error") or "") for r in recs)
+    ok = all(r["status"] == "failed" and _death(r, cuda) for r in recs)
     return ok, "; ".join(
-        f"{r['context_len']}: {r['status']}: {record.cause(r.get('error'))}" for r in recs
-    ) + f" (expected: {words})"
+        f"{r['context_len']}: {r['status']}"
+        + (f" ({_death(r, cuda)})" if _death(r, cuda) else "")
+        + f": {record.cause(r.get('error'))}"
+        for r in recs
+    ) + f" (expected: {_expected_deaths(cuda)})"
 
 
 def _off_eager(runs, cuda):
@@ -130,16 +152,27 @@ def _off_eager(runs, cuda):
     _need(recs, "fix-off eager point past 2048")
     _need(on, "fix-on eager point to set it beside")
     best = {r["context_len"]: r.get("acceptance_length") or 0 for r in on}
-    ok = all(
-        r["status"] == "ok"
-        and r.get("acceptance_length") is not None
-        and r["acceptance_length"] < best.get(r["context_len"], 0)
-        for r in recs
-    )
-    return ok, "; ".join(
-        f"{r['context_len']}: {r['status']}, acceptance {_acc(r)} vs fix on {best.get(r['context_len'], 0):.2f}, flags {r.get('flags') or []}"
-        for r in recs
-    )
+
+    def silent(r: dict[str, Any]) -> bool:
+        return (
+            r["status"] == "ok"
+            and r.get("acceptance_length") is not None
+            and r["acceptance_length"] < best.get(r["context_len"], 0)
+        )
+
+    def dead(r: dict[str, Any]) -> bool:  # CUDA: the eager kernel may stop the engine instead of reading garbage
+        return cuda and r["status"] == "failed" and _death(r, cuda) is not None
+
+    def line(r: dict[str, Any]) -> str:
+        if r["status"] != "ok":
+            named = f" ({_death(r, cuda)})" if _death(r, cuda) else ""
+            return f"{r['context_len']}: {r['status']}{named}: {record.cause(r.get('error'))}"
+        return (
+            f"{r['context_len']}: {r['status']}, acceptance {_acc(r)} vs fix on {best.get(r['context_len'], 0):.2f}, "
+            f"flags {r.get('flags') or []}"
+        )
+
+    return all(silent(r) or dead(r) for r in recs), "; ".join(line(r) for r in recs)
 
 
 def _upstream(runs, cuda):
@@ -220,9 +253,11 @@ def _clock(runs, cuda):
     r = _dummy(runs)
     got = (r.get("clocks") or {}).get("step_ms")
     want = "host" if cuda else "wall"
+    ms = r.get("step_ms")
+    shown = "null (the engine reported no step time)" if ms is None else f"{ms:.2f}"
     return (
-        got == want,
-        f"step_ms clock '{got}' on {(r.get('device') or {}).get('kind')} (expected '{want}'), step_ms {r.get('step_ms'):.2f}",
+        got == want and ms is not None,
+        f"step_ms clock '{got}' on {(r.get('device') or {}).get('kind')} (expected '{want}'), step_ms {shown}",
     )
 
 
@@ -443,10 +478,23 @@ def judge(runs: dict[str, StepRun], cuda: bool) -> list[dict[str, Any]]:
             why = dict.fromkeys(n.why_not for n in needed if n and n.why_not)
             row.update(status=NOT_RUN, line="; ".join(why) or "step not run")
         else:
-            try:
-                ok, line = c.judge(runs, cuda)
-                row.update(status=PASSED if ok else FAILED, line=line)
-            except _Missing as exc:
-                row.update(status=NOT_RUN, line=str(exc))
+            row.update(_judge_one(c, runs, cuda, [n for n in needed if n is not None]))
         out.append(row)
     return out
+
+
+def _judge_one(c: Check, runs: dict[str, StepRun], cuda: bool, needed: list[StepRun]) -> dict[str, str]:
+    """One check's status and line. A judge that raises fails its own check with the cause (the others are
+    still judged); on a step cut short (the deadline) a pass is `not run`, for the step never finished."""
+    cut = "; ".join(dict.fromkeys(n.cut for n in needed if n.cut))
+    try:
+        ok, line = c.judge(runs, cuda)
+    except _Missing as exc:
+        return {"status": NOT_RUN, "line": f"{cut}: {exc}" if cut else str(exc)}
+    except Exception as exc:  # noqa: BLE001 - any fault of a judge is that check's failure, named
+        return {"status": FAILED, "line": f"the judgement raised {type(exc).__name__}: {exc}"}
+    if cut and ok:
+        return {"status": NOT_RUN, "line": f"{cut} before it finished; so far: {line}"}
+    if cut:
+        return {"status": FAILED, "line": f"{line} ({cut}; partial records)"}
+    return {"status": PASSED if ok else FAILED, "line": line}
