@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import argparse
 import html
+import re
 from pathlib import Path
 
 from eagle_fix.core import acceptance, parity
 from eagle_fix.core.errors import EagleFixError
 from eagle_fix.gate import acceptance_power
+from eagle_fix.machine.fingerprint import fingerprint
+from eagle_fix.publish import answers
 from eagle_fix.publish.docs import DOC_TABLES, FILE_TABLES, render_table, update_docs
 from eagle_fix.publish.file_tables import map_table
 from eagle_fix.publish.frame import fill_speedup, latest, release_key, workload_text
@@ -20,14 +23,22 @@ from eagle_fix.store.results import load_results
 DEFAULT_OUT = Path("html") / "eagle-fix"  # next to asv's dashboard (html_dir in asv.conf.json)
 
 
-def write_report(paths, out: Path) -> dict:
-    """Write report.md, index.html and PNGs per profile into out; returns {profile: [files]}."""
+def write_report(paths, out: Path, *, machine: str | None = None) -> dict:
+    """Write report.md, index.html and PNGs per profile into out; returns {profile: [files]}. The report opens
+    with the summary (eagle_fix.publish.answers) of the first results folder among paths, for `machine` (default:
+    this one's fingerprint name); the detailed tables follow."""
     out.mkdir(parents=True, exist_ok=True)
     map_md = map_report_section(paths, out)  # eagle-fix map files (.ndjson), at the report's end
+    folders = [Path(p) for p in paths if Path(p).is_dir()]
     paths = [p for p in paths if Path(p).suffix != ".ndjson"]
     df = fill_speedup(latest(load_results(paths))) if paths or not map_md else None
-    md = [
-        "# eagle-fix report",
+    md = ["# eagle-fix report", ""]
+    if folders:
+        md += answers.summary_markdown(folders[0], machine or fingerprint()["name"])
+    md += [
+        "## Details",
+        "",
+        "The tables and plots behind the summary, per profile, then the served maps: skip to the section you need.",
         "",
         (
             "Newest measurement per profile, machine, vLLM version and point. asv results carry the EAGLE3 arm; "
@@ -45,7 +56,7 @@ def write_report(paths, out: Path) -> dict:
         pdir.mkdir(parents=True, exist_ok=True)
         files = [p for spec in PLOTS if (p := save_plot(pdf, pdir, *spec)) is not None]
         written[str(profile)] = files
-        md.append(f"## Profile `{profile}`")
+        md.append(f"### Profile `{profile}`")
         for version, vdf in sorted(pdf.groupby("vllm_version"), key=lambda kv: (release_key(str(kv[0])), kv[0])):
             machines = ", ".join(f"`{m}`" for m in sorted(vdf["machine_name"].unique()))
             shared = workload_text(vdf)
@@ -150,18 +161,27 @@ def _html(markdown: str) -> str:
         if line.startswith("!["):
             src = line[line.index("(") + 1 : -1]
             body.append(f'<img src="{html.escape(src)}" alt="{html.escape(src)}">')
+        elif line.startswith("### "):
+            body.append(f"<h3>{_inline(line[4:])}</h3>")
         elif line.startswith("## "):
-            body.append(f"<h2>{html.escape(line[3:])}</h2>")
+            body.append(f"<h2>{_inline(line[3:])}</h2>")
         elif line.startswith("# "):
             body.append(f"<h1>{html.escape(line[2:])}</h1>")
         elif line.strip():
-            body.append(f"<p>{html.escape(line)}</p>")
+            body.append(f"<p>{_inline(line)}</p>")
     style = "body{font-family:sans-serif}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 6px}"
     return (
         f"<!doctype html><meta charset=utf-8><title>eagle-fix report</title><style>{style}</style>\n"
         + "\n".join(body)
         + "\n"
     )
+
+
+def _inline(text: str) -> str:
+    """A line's **bold** and `code` as HTML, the rest escaped."""
+    out = html.escape(text)
+    out = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", out)
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", out)
 
 
 def _map_files(paths) -> list[Path]:
@@ -181,7 +201,7 @@ def map_report_section(paths, out: Path) -> list[str]:
     for f in _map_files(paths):
         png = map_heatmap(read_map(f), out / "map" / f"{f.stem}.png")
         md += [
-            f"## Served map `{f.name}`",
+            f"### Served map `{f.name}`",
             "",
             (
                 "EAGLE3 / no-speculation ratios of vLLM bench's output_throughput and "
@@ -224,6 +244,10 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
 
 
 def cli_main(args: argparse.Namespace) -> int:
+    if args.check and not args.docs:  # alone it would write a whole report and pass
+        raise EagleFixError(
+            "--check: only with --docs (eagle-fix report --docs --check checks the docs' tables)", exit_code=2
+        )
     if args.table:
         print(render_table(args.table, list(args.results)))
         return 0

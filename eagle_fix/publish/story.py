@@ -8,11 +8,15 @@ import re
 from pathlib import Path
 
 from eagle_fix.core import record
+from eagle_fix.publish import answers
 from eagle_fix.publish.labels import LABELLED, withheld, workload_label
 from eagle_fix.store.fleet import jobs
 
 STORY_ID = "eagle-fix-story"
 STORY_PNG = "eagle-fix-story.png"
+REGIMES_ID = "eagle-fix-regimes"
+REGIMES_PNG = "eagle-fix-regimes.png"
+REGIME_STYLE = {answers.REALISTIC: "tab:green", answers.CEILING: "tab:purple"}
 FIX_STYLE = {"on": ("tab:blue", "-"), "upstream": ("tab:orange", "--"), "off": ("tab:red", ":")}
 
 
@@ -120,25 +124,66 @@ def story_label(run: dict) -> str:
     )
 
 
-def story_figure(runs: list[dict], path: Path) -> None:
+# Panels that show one value at every point carry no information: said in a line of text instead.
+FOLDABLE = {"acceptance_length": ("acceptance length", "{:.2f}"), "drafter_coverage": ("drafter coverage", "{:.0%}")}
+
+
+def constant_panels(runs: list[dict]) -> dict[str, str]:
+    """{column: its one value, as shown} for each foldable panel whose drafted points all show the same value."""
+    out = {}
+    for column, (_, fmt) in FOLDABLE.items():
+        shown = {
+            fmt.format(r[column])
+            for run in runs
+            for r in run["records"]
+            if r.get("arm") == "eagle3"
+            and r.get("status") == "ok"
+            and r.get(column) is not None
+            and not withheld(r, column)
+        }
+        if len(shown) == 1:
+            out[column] = shown.pop()
+    return out
+
+
+def story_figure(runs: list[dict], path: Path) -> list[str]:
     """Per machine one row, per context on the x axis: decode time per token of both arms, the speedup,
-    acceptance length and drafter coverage of every fix arm; a failed point is an x with its cause below."""
+    acceptance length and drafter coverage of every fix arm; a failed point is an x with its cause below.
+    A panel with one value everywhere is left out; returns the lines of text that say those values."""
+    folded = constant_panels(runs)
     # matplotlib here, not at the top: `eagle-fix --help` imports this module and stays fast
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panels = (
-        ("tpot_ms", "decode ms / token\n(lower is better)"),
-        ("speedup", "speedup vs no speculation\n(above 1: pays)"),
-        ("acceptance_length", "acceptance length\n(tokens per step)"),
-        ("drafter_coverage", "drafter coverage\n(share of steps drafted)"),
+    panels = tuple(
+        (column, title)
+        for column, title in (
+            ("tpot_ms", "decode ms / token\n(lower is better)"),
+            ("speedup", "speedup vs no speculation\n(above 1: pays)"),
+            ("acceptance_length", "acceptance length\n(tokens per step)"),
+            ("drafter_coverage", "drafter coverage\n(share of steps drafted)"),
+        )
+        if column not in folded
     )
     fig, axes = plt.subplots(len(runs), len(panels), figsize=(4.2 * len(panels), 3.2 * len(runs)), squeeze=False)
     for row, run in zip(axes, runs):
         recs = run["records"]
+        row_constant = constant_panels([run])
         for ax, (column, title) in zip(row, panels):
+            if column in row_constant:  # one value on this row: a line of text, not a flat line on an axis
+                ax.axis("off")
+                ax.text(
+                    0.5,
+                    0.5,
+                    f"{FOLDABLE[column][0]}:\n{row_constant[column]} at every drafted point",
+                    ha="center",
+                    va="center",
+                    fontsize=10,
+                    transform=ax.transAxes,
+                )
+                continue
             series: dict[tuple, list] = {}
             for r in recs:
                 if column != "tpot_ms" and r.get("arm") != "eagle3":
@@ -193,17 +238,141 @@ def story_figure(runs: list[dict], path: Path) -> None:
             ax.tick_params(labelsize=7)
             if column == "speedup":
                 ax.axhline(1.0, color="grey", linewidth=0.8)
+            # whole scales, so that matplotlib never zooms an axis onto one value (3.92-4.00 read as a change)
+            if column == "acceptance_length":
+                k = max((r.get("num_speculative_tokens") or 3) for r in recs)
+                ax.set_ylim(0.9, k + 1.1)
+            elif column == "drafter_coverage":
+                ax.set_ylim(-0.05, 1.05)
         row[0].set_ylabel(
             f"{run['machine']}\n{' + '.join(run.get('roles') or ['run'])}\n{run['commit'][:8]}, {run['source']}",
             fontsize=8,
         )
-        handles, labels = row[-1].get_legend_handles_labels()
-        h0, l0 = row[0].get_legend_handles_labels()
-        seen = dict(zip(l0 + labels, h0 + handles))
+        seen = {}
+        for ax in row:  # every series of the row once, whichever panels were folded
+            handles, labels = ax.get_legend_handles_labels()
+            seen.update({lab: h for lab, h in zip(labels, handles) if lab not in seen})
         row[-1].legend(seen.values(), seen.keys(), fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5))
     fig.tight_layout()
     fig.savefig(path, dpi=90, bbox_inches="tight")
     plt.close(fig)
+    return [f"{FOLDABLE[c][0]}: {v} at every drafted point shown (no panel)" for c, v in folded.items()]
+
+
+def regimes_figure(groups: list[dict], path: Path) -> None:
+    """Per machine and engine one row: speedup and acceptance per context of the realistic regime beside the
+    ceiling, each line labelled by its workload, with the speedup's bounds and acceptance's 95% interval."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = (
+        ("speedup", "speedup vs no speculation\n(above 1: pays)"),
+        ("acceptance", "acceptance length\n(tokens per step)"),
+    )
+    fig, axes = plt.subplots(len(groups), 2, figsize=(11, 3.4 * len(groups)), squeeze=False)
+    for row, g in zip(axes, groups):
+        for ax, (what, title) in zip(row, panels):
+            for w in (answers.REALISTIC, answers.CEILING):
+                for mode in g["modes"]:
+                    rs = sorted(
+                        (r for (_, m), r in g["cells"][w].items() if m == mode and r.get("status") == "ok"),
+                        key=lambda r: r["context_len"],
+                    )
+                    ys, lo, hi = [], [], []
+                    for r in rs:
+                        y = r.get("speedup") if what == "speedup" else r.get("acceptance_length")
+                        b = (
+                            answers.speedup_bounds(r, r.get("_base"))
+                            if what == "speedup"
+                            else answers.interval(r, "acceptance_length")
+                        )
+                        ys.append(y)
+                        lo.append(max(0.0, y - b[0]) if (b and y is not None) else 0.0)
+                        hi.append(max(0.0, b[1] - y) if (b and y is not None) else 0.0)
+                    pts = [(r["context_len"], y, a, c) for r, y, a, c in zip(rs, ys, lo, hi) if y is not None]
+                    if not pts:
+                        continue
+                    ax.errorbar(
+                        [p[0] for p in pts],
+                        [p[1] for p in pts],
+                        yerr=[[p[2] for p in pts], [p[3] for p in pts]],
+                        color=REGIME_STYLE[w],
+                        linestyle="-" if mode == "eager" else "--",
+                        marker="o" if mode == "eager" else "s",
+                        capsize=3,
+                        label=f"{answers.REGIME_WORDS[w].replace('`', '')}, {mode}",
+                    )
+            if what == "speedup":
+                ax.axhline(1.0, color="grey", linewidth=0.8)
+                ax.set_ylim(bottom=0)
+            else:
+                ax.set_ylim(0.9, 4.1)
+            ax.set_xscale("log", base=2)
+            ax.set_xticks(g["contexts"], [f"{c / 1024:g}K" for c in g["contexts"]])
+            ax.minorticks_off()
+            ax.set_title(title, fontsize=9)
+            ax.set_xlabel("context (tokens)", fontsize=8)
+            ax.tick_params(labelsize=7)
+        row[0].set_ylabel(f"{g['machine']}\n{g['engine']}", fontsize=8)
+        row[-1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5))
+    fig.tight_layout()
+    fig.savefig(path, dpi=90, bbox_inches="tight")
+    plt.close(fig)
+
+
+def regimes_html(groups: list[dict], ab: dict | None, maps: list[dict]) -> str:
+    """The first view's answers: the realistic figure as the headline, the newest fix A/B with its causes, then
+    per machine and engine the realistic regime beside the ceiling (a table per context with intervals, the
+    figure), the served break-even where a map exists, and the acceptance needed to pay (not measured yet)."""
+    esc = html.escape
+
+    def code(text: str) -> str:
+        return re.sub(r"`([^`]+)`", r"<code>\1</code>", esc(text))
+
+    realistic = [g for g in groups if g["cells"][answers.REALISTIC]]
+    head = (
+        f"<p style='font-size:15px'><b>{code(answers.headline(realistic[0]))}</b></p>"
+        if realistic
+        else "<p><b>Realistic regime (chat pair, workload <code>chat</code>): not measured in these results; what "
+        "follows is the best case.</b></p>"
+    )
+    fix = (
+        f"<p><b>Fix A/B</b> (newest: {esc(ab['machine'])}, {esc(ab['engine'])}; <code>{esc(Path(ab['file']).name)}"
+        f"</code>), past the draft's 2048 positions: {code('; '.join(ab['arms']))}.</p>"
+        if ab
+        else ""
+    )
+    blocks = []
+    for g in realistic:
+        cols, rows = answers.regime_rows(g)
+        table = (
+            "<table class='table table-condensed' style='font-size:12px;width:auto'><tr>"
+            + "".join(f"<th>{code(c)}</th>" for c in cols)
+            + "</tr>"
+            + "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in r) + "</tr>" for r in rows)
+            + "</table>"
+        )
+        served = [m for m in maps if m["machine"] == g["machine"]]
+        lines = (
+            answers.constant_lines(g)
+            + [f"served break-even, workload `{m['workload']}`: {m['line']}" for m in served]
+            + [answers.NEEDED_ACCEPTANCE]
+        )
+        blocks.append(
+            f"<h3>{esc(g['machine'])}, {esc(g['engine'])}: realistic regime beside the ceiling</h3>"
+            "<p style='font-size:12px'>Greedy, fix on; speedup with bounds from both arms' decode intervals, "
+            "acceptance with its 95% interval; (loop): an output that repeats itself, so a best case.</p>"
+            f"{table}<ul style='font-size:12px'>{''.join(f'<li>{code(x)}</li>' for x in lines)}</ul>"
+        )
+    figure = (
+        f"<img src='{REGIMES_PNG}' alt='speedup and acceptance per context: realistic regime (workload chat) "
+        f"beside the ceiling (workload copy)' style='max-width:100%'>"
+        if realistic
+        else ""
+    )
+    return f"<div id='{REGIMES_ID}'>{head}{fix}{''.join(blocks)}{figure}</div>"
 
 
 def fleet_html(fleet: list[dict]) -> str:
@@ -224,7 +393,9 @@ def fleet_html(fleet: list[dict]) -> str:
     )
 
 
-def story_html(runs: list[dict], fleet: list[dict] | None = None) -> str:
+def story_html(
+    runs: list[dict], fleet: list[dict] | None = None, *, answers_html: str = "", folded: list[str] = ()
+) -> str:
     """The block above asv's grid: the CI matrix's machines and how each job ended, which runs it tells and
     why, the figure, every failed point with its cause, and where to look next."""
 
@@ -273,9 +444,10 @@ def story_html(runs: list[dict], fleet: list[dict] | None = None) -> str:
     )
     return (
         f"<div id='{STORY_ID}' style='padding:10px 20px'><h2>EAGLE3 at long context: what each machine has "
-        f"shown</h2>{fleet_html(fleet or [])}<p>Per machine, its newest fix A/B, its most complete context curve and its newest run "
+        f"shown</h2>{answers_html}{fleet_html(fleet or [])}<h3>Every machine's runs</h3><p>Per machine, its newest fix A/B, its most complete context curve and its newest run "
         f"(one row each where they differ):</p><ul style='font-size:12px'>{told}</ul>"
-        f"{figure}{table}<p>Per context in asv's graphs: {links}. Every asv graph below is lower "
+        + "".join(f"<p style='font-size:12px'>{html.escape(x)}.</p>" for x in folded)
+        + f"{figure}{table}<p>Per context in asv's graphs: {links}. Every asv graph below is lower "
         f"is better; replayed results carry <code>source-replayed</code>, workloads their own "
         f"<code>workload</code> label. More tables and plots: <a href='eagle-fix/index.html'>the report</a>.</p></div>"
     )
@@ -285,10 +457,15 @@ def add_story(html_dir: Path, results_dir: Path, repo: Path) -> int:
     """Put the story above asv's grid (asv appends its grid to the same element). Returns how many runs it tells."""
     runs = story_runs(results_dir, repo)
     fleet = jobs(Path(results_dir).parent)  # results/fleet beside results/asv: a CI matrix's jobs, merged
-    if not runs and not fleet:
+    # the run files, maps and gate records beside results/asv, else the repository's committed ones
+    root = Path(results_dir).parent if (Path(results_dir).parent / "runs").is_dir() else Path(repo) / "results"
+    groups = [g for g in answers.regimes(root) if g["cells"][answers.REALISTIC]]
+    if not runs and not fleet and not groups:
         return 0
-    if runs:
-        story_figure(runs, html_dir / STORY_PNG)
+    folded = story_figure(runs, html_dir / STORY_PNG) if runs else []
+    if groups:
+        regimes_figure(groups, html_dir / REGIMES_PNG)
+    told = regimes_html(groups, answers.fix_ab(root), answers.served(root))
     index = html_dir / "index.html"
     text = index.read_text(encoding="utf-8")
     text = re.sub(
@@ -297,6 +474,6 @@ def add_story(html_dir: Path, results_dir: Path, repo: Path) -> int:
     anchor = '<div id="summarygrid-display"'
     at = text.index(anchor)
     at = text.index(">", at) + 1
-    text = text[:at] + story_html(runs, fleet) + f"<!-- /{STORY_ID} -->" + text[at:]
+    text = text[:at] + story_html(runs, fleet, answers_html=told, folded=folded) + f"<!-- /{STORY_ID} -->" + text[at:]
     index.write_text(text, encoding="utf-8")
     return len(runs)

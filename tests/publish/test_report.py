@@ -95,7 +95,7 @@ def test_report_writes_tables_and_pngs(tmp_path, capsys):
     out = tmp_path / "html" / "eagle-fix"
     assert cli.main(["report", str(DATA), "--out", str(out)]) == 0
     md = (out / "report.md").read_text()
-    assert "## Profile `cpu-quick`" in md
+    assert "### Profile `cpu-quick`" in md
     assert "vLLM 0.32.0, 9 points (0 failed) on `unknown`" in md and "vLLM 0.33.0, 9 points (0 failed)" in md
     assert "| unknown | 16384 | compile | eagle3 | on | ok | v1 | 27.00 |" in md  # the NEW fixture's throughput
     pngs = sorted(p.name for p in (out / "cpu-quick").glob("*.png"))

@@ -1,0 +1,487 @@
+"""The answers a user opens the dashboard or the report for, from the committed files, each with its source:
+does the fix matter on this engine (the newest fix A/B and its causes), does speculation pay at this context
+(the realistic regime, the chat pair on chat text, beside the best case, the tiny pair on its copy workload),
+where does serving stop paying (a served map), and what can the gate see on this machine (its recorded noise
+and the plan `eagle-fix ab` would run). The report's summary, the first view and scripts/bench.sh's last
+lines all read these."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+from eagle_fix.core import record
+from eagle_fix.core.errors import EagleFixError
+
+REALISTIC, CEILING = "chat", "copy"  # the record's `workload` of each regime
+REGIME_WORDS = {
+    REALISTIC: "realistic: chat pair, workload `chat`",
+    CEILING: "ceiling: tiny pair, workload `copy`",
+}
+# The acceptance a drafter needs for EAGLE3 to pay at a context: no committed file holds it yet.
+NEEDED_ACCEPTANCE = "acceptance needed to pay: not measured yet (no committed file holds it)"
+# Record folders that are history or evidence of a bug, not a machine's current answer.
+SET_ASIDE = ("extra", "calibration")
+
+
+def _plain(v: Any) -> Any:
+    return None if isinstance(v, float) and math.isnan(v) else v
+
+
+def _rows(results: Path) -> list[dict[str, Any]]:
+    """The newest row per point of every `eagle-fix run` file under results/runs (speedups filled in), the
+    set-aside folders left out; [] when there is none."""
+    from eagle_fix.publish.frame import fill_speedup, latest  # pandas: loaded only when answers are made
+    from eagle_fix.store.results import load_results
+
+    runs = results / "runs"
+    if not runs.is_dir():
+        return []
+    try:
+        df = load_results([runs])
+    except EagleFixError:
+        return []
+    keep = [not any(part in SET_ASIDE for part in Path(str(o)).parts) for o in df["origin"]]
+    df = fill_speedup(latest(df[keep]))
+    return [{k: _plain(v) for k, v in r.items()} for r in df.to_dict("records")]
+
+
+def interval(r: dict[str, Any], metric: str) -> tuple[float, float] | None:
+    c = ((r.get("ci95") or {}) if isinstance(r.get("ci95"), dict) else {}).get(metric)
+    try:
+        return (float(c[0]), float(c[1])) if c and c[0] is not None and c[1] is not None else None
+    except (TypeError, ValueError, IndexError):
+        return None
+
+
+def speedup_bounds(eagle: dict[str, Any], base: dict[str, Any] | None) -> tuple[float, float] | None:
+    """The speedup's bounds from both arms' decode-throughput intervals (EAGLE3's low over the baseline's
+    high, and the reverse): wider than an interval of the ratio itself, never narrower."""
+    e, b = interval(eagle, "decode_throughput_tok_s"), interval(base or {}, "decode_throughput_tok_s")
+    if not e or not b or b[0] <= 0 or b[1] <= 0:
+        return None
+    return e[0] / b[1], e[1] / b[0]
+
+
+def _greedy(r: dict[str, Any]) -> bool:
+    return not r.get("temperature") and r.get("synthetic_acceptance") is not True
+
+
+def _pair(profile: Any) -> str | None:
+    """The regime a profile's pair makes with its workload: the chat pair's realistic one, the tiny pair's
+    ceiling; None for any other pair (random weights, real shapes) or an unknown profile."""
+    from eagle_fix.pairs import profiles
+
+    try:
+        target = profiles.get_profile(str(profile)).target
+    except EagleFixError:
+        return None
+    if target == profiles.chat_pair()[0]:
+        return REALISTIC
+    return CEILING if target == profiles.tiny_pair()[0] else None
+
+
+def _loop(r: dict[str, Any]) -> bool:
+    from eagle_fix.core import acceptance
+
+    return acceptance.drafts_a_loop(r)
+
+
+def regimes(results: Path) -> list[dict[str, Any]]:
+    """Per machine and engine release that measured the realistic regime: per context and mode, the speedup
+    (with bounds) and acceptance (with its 95% interval) of the chat pair and of the best case at the same
+    output length and k, greedy, fix on, one device; and the files behind them. Machines that measured only
+    the best case come after, with their best case alone."""
+    rows = _rows(results)
+    base = {(record.baseline_key(r), record.environment(r)): r for r in rows if r["arm"] == "baseline"}
+    groups: dict[tuple[str, str], dict[str, Any]] = {}
+    for r in rows:
+        if (
+            r["arm"] != "eagle3"
+            or r.get("workload") not in (REALISTIC, CEILING)
+            or _pair(r.get("profile")) != r.get("workload")
+            or (r.get("fix") or "on") != "on"
+            or not _greedy(r)
+            or (r.get("tensor_parallel_size") or 1) > 1
+        ):
+            continue
+        g = groups.setdefault(
+            (r["machine_name"], str(r.get("vllm_version"))),
+            {"machine": r["machine_name"], "engine": f"vLLM {r.get('vllm_version')}", "rows": []},
+        )
+        b = base.get((record.baseline_key(r), record.environment(r)))
+        g["rows"].append({**r, "_base": b})
+    out = []
+    for g in groups.values():
+        chat = [r for r in g["rows"] if r["workload"] == REALISTIC]
+        # the best case at the realistic regime's settings where there is one: same output length and k
+        same = {(r.get("output_len"), r.get("num_speculative_tokens")) for r in chat}
+        copy = [
+            r
+            for r in g["rows"]
+            if r["workload"] == CEILING and (not same or (r.get("output_len"), r.get("num_speculative_tokens")) in same)
+        ]
+        if not copy and not chat:
+            continue
+        cells: dict[str, dict[tuple[int, str], dict[str, Any]]] = {REALISTIC: {}, CEILING: {}}
+        files: dict[str, set[str]] = {REALISTIC: set(), CEILING: set()}
+        for r in chat + copy:
+            cells[r["workload"]][(int(r["context_len"]), str(r["mode"]))] = r
+            for src in (r, r["_base"] or {}):
+                if src.get("origin"):
+                    files[r["workload"]].add(str(src["origin"]))
+        out.append(
+            {
+                "machine": g["machine"],
+                "engine": g["engine"],
+                "cells": cells,
+                "files": {w: sorted(f) for w, f in files.items()},
+                "contexts": sorted({c for w in cells.values() for c, _ in w}),
+                "modes": sorted({m for w in cells.values() for _, m in w}, key=lambda m: m != "eager"),
+            }
+        )
+    # the machines with the realistic regime first, then by how many contexts they cover
+    return sorted(out, key=lambda g: (not g["cells"][REALISTIC], -len(g["contexts"]), g["machine"]))
+
+
+def cell_speedup(r: dict[str, Any] | None) -> str:
+    """`1.02x [0.93, 1.19]` (bounds from both arms' intervals), `failed`, or `–`; a point whose output is a
+    loop (a best case even on chat text) says so."""
+    if r is None:
+        return "–"
+    if r.get("status") != "ok":
+        return "failed"
+    s = r.get("speedup")
+    if s is None:
+        return "–"
+    b = speedup_bounds(r, r.get("_base"))
+    loop = " (loop)" if r.get("workload") == REALISTIC and _loop(r) else ""
+    return f"{s:.2f}x" + (f" [{b[0]:.2f}, {b[1]:.2f}]" if b else "") + loop
+
+
+def cell_acceptance(r: dict[str, Any] | None) -> str:
+    if r is None or r.get("status") != "ok" or r.get("acceptance_length") is None:
+        return "–"
+    c = interval(r, "acceptance_length")
+    return f"{r['acceptance_length']:.2f}" + (f" [{c[0]:.2f}, {c[1]:.2f}]" if c else "")
+
+
+def span(values: list[float], unit: str = "x") -> str:
+    """`0.62x–1.12x` (or one value); with unit `%`, shares as whole percents."""
+    if not values:
+        return "–"
+    lo, hi = min(values), max(values)
+    f = (lambda v: f"{v:.0%}") if unit == "%" else (lambda v: f"{v:.2f}{unit}")
+    return f(lo) if f(lo) == f(hi) else f"{f(lo)}–{f(hi)}"
+
+
+def _k(c: int) -> str:
+    return f"{c / 1024:g}K"
+
+
+def regime_figures(g: dict[str, Any], workload: str) -> dict[str, Any]:
+    """A regime's speedups and acceptance over every context and mode: their spans and context range."""
+    cells = [r for r in g["cells"][workload].values() if r.get("status") == "ok"]
+    contexts = sorted({int(r["context_len"]) for r in cells})
+    loops = [r for r in cells if workload == REALISTIC and _loop(r)]
+    cells = [r for r in cells if r not in loops]  # a loop's figure is a best case: not the realistic one
+    return {
+        "loops": [f"{_k(int(r['context_len']))} {r['mode']}" for r in loops],
+        "speedup": [r["speedup"] for r in cells if r.get("speedup") is not None],
+        "acceptance": [r["acceptance_length"] for r in cells if r.get("acceptance_length") is not None],
+        "coverage": [r["drafter_coverage"] for r in cells if r.get("drafter_coverage") is not None],
+        "contexts": f"{_k(contexts[0])}–{_k(contexts[-1])}" if contexts else "no context",
+    }
+
+
+def headline(g: dict[str, Any]) -> str:
+    """The realistic figure first, the ceiling named as the ceiling."""
+    real, ceil = regime_figures(g, REALISTIC), regime_figures(g, CEILING)
+    parts = []
+    if real["speedup"]:
+        parts.append(
+            f"Realistic regime (chat pair on chat text, greedy) on `{g['machine']}`, {g['engine']}: EAGLE3 decodes "
+            f"{span(real['speedup'])} as fast as no speculation over {real['contexts']}, accepting "
+            f"{span(real['acceptance'], '')} tokens a step"
+            + (f" (leaving out {', '.join(real['loops'])}, whose output is a loop)" if real["loops"] else "")
+            + "."
+        )
+    else:
+        parts.append(f"Realistic regime (chat pair): not measured on `{g['machine']}`, {g['engine']}.")
+    if ceil["speedup"]:
+        parts.append(
+            f"The ceiling (tiny pair on its copy workload, acceptance {span(ceil['acceptance'], '')}): "
+            f"{span(ceil['speedup'])} over {ceil['contexts']}; a best case, not what a user's text gets."
+        )
+    return " ".join(parts)
+
+
+def constant_lines(g: dict[str, Any]) -> list[str]:
+    """Figures that carry no information as a panel (the same value at every point), said in one line each."""
+    lines = []
+    for w in (REALISTIC, CEILING):
+        f = regime_figures(g, w)
+        if f["coverage"] and span(f["coverage"], "%") == span([f["coverage"][0]], "%"):
+            lines.append(f"{REGIME_WORDS[w]}: drafter coverage {f['coverage'][0]:.0%} at every point")
+        if f["acceptance"] and len(f["acceptance"]) > 1 and span(f["acceptance"], "") == span([f["acceptance"][0]], ""):
+            lines.append(f"{REGIME_WORDS[w]}: acceptance {f['acceptance'][0]:.2f} at every point")
+    return lines
+
+
+def regime_rows(g: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """Side by side per context: the realistic regime's speedup and acceptance per mode, then the ceiling's."""
+    head = ["context"]
+    for w in (REALISTIC, CEILING):
+        for m in g["modes"]:
+            head += [f"`{w}`{' (ceiling)' if w == CEILING else ''} {m}: speedup", "acceptance"]
+    rows = []
+    for c in g["contexts"]:
+        row = [_k(c)]
+        for w in (REALISTIC, CEILING):
+            for m in g["modes"]:
+                r = g["cells"][w].get((c, m))
+                row += [cell_speedup(r), cell_acceptance(r)]
+        rows.append(row)
+    return head, rows
+
+
+def md_table(head: list[str], rows: list[list[str]]) -> str:
+    return "\n".join(
+        ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(r) + " |" for r in rows]
+    )
+
+
+# --------------------------------------------------------------------------- the fix A/B
+
+
+def fix_ab(results: Path) -> dict[str, Any] | None:
+    """The newest fix A/B (a run with a fix arm other than `on`) among the committed run files: per fix arm
+    and mode, what happened past the draft's 2048 positions, with the failures' causes; None without one."""
+    rows = [r for r in _rows(results) if r["arm"] == "eagle3" and r.get("workload") in (None, CEILING, REALISTIC)]
+    by_file: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        by_file.setdefault(str(r.get("origin")), []).append(r)
+    ab = {f: rs for f, rs in by_file.items() if {r.get("fix") or "on" for r in rs} - {"on"} and len(rs) > 2}
+    if not ab:
+        return None
+    newest = max(ab, key=lambda f: max(str(r.get("timestamp") or "") for r in ab[f]))
+    rs = ab[newest]
+    arms = []
+    for fix in ("off", "upstream", "on"):
+        said = []
+        for mode in sorted({str(r["mode"]) for r in rs}):
+            past = sorted(
+                (r for r in rs if (r.get("fix") or "on") == fix and r["mode"] == mode and r["context_len"] > 2048),
+                key=lambda r: r["context_len"],
+            )
+            if not past:
+                continue
+            failed = [r for r in past if r.get("status") != "ok"]
+            ok = [r for r in past if r.get("status") == "ok"]
+            words = []
+            if failed:
+                words.append(
+                    f"failed at {', '.join(_k(int(r['context_len'])) for r in failed)}: {record.cause(failed[0].get('error'), 90)}"
+                )
+            if ok:
+                acc = [r["acceptance_length"] for r in ok if r.get("acceptance_length") is not None]
+                cov = [r["drafter_coverage"] for r in ok if r.get("drafter_coverage") is not None]
+                words.append(
+                    f"acceptance {span(acc, '')}" + (f", drafter ran in {span(cov, '%')} of steps" if cov else "")
+                )
+            said.append(f"{mode} " + "; ".join(words))
+        if said:
+            arms.append(f"fix `{fix}`: " + "; ".join(said))
+    return {
+        "file": newest,
+        "machine": rs[0]["machine_name"],
+        "engine": f"vLLM {rs[0].get('vllm_version')}",
+        "contexts": sorted({int(r["context_len"]) for r in rs}),
+        "arms": arms,
+    }
+
+
+# --------------------------------------------------------------------------- the served map
+
+
+def served(results: Path) -> list[dict[str, Any]]:
+    """Per machine and workload, the newest `eagle-fix map` file (by its records' timestamps) and its break-even
+    per mode and context: the lowest concurrency at which EAGLE3's output throughput is below the baseline's
+    with the whole interval below 1 (eagle_fix.served.summary.break_even), in one line."""
+    from eagle_fix.served.summary import break_even, read_map, summarize
+
+    newest: dict[tuple[str, str], tuple[str, Path, list[dict[str, Any]]]] = {}
+    for f in sorted((results / "map").glob("*.ndjson")) if (results / "map").is_dir() else []:
+        try:
+            recs = read_map(f)
+        except (OSError, ValueError, EagleFixError):
+            continue
+        if not recs:
+            continue
+        key = (str(recs[0].get("machine_name") or "?"), str(recs[0].get("workload") or CEILING))
+        stamp = max(str(r.get("timestamp") or "") for r in recs)
+        if key not in newest or stamp > newest[key][0]:
+            newest[key] = (stamp, f, recs)
+    out = []
+    for (machine, workload), (_, f, recs) in sorted(newest.items(), key=lambda kv: (kv[0][1] != REALISTIC, kv[0])):
+        said = []
+        for (_, mode, fix, context), e in sorted(break_even(summarize(recs)).items(), key=lambda kv: str(kv[0])):
+            grid = "/".join(str(c) for c in sorted(e["concurrencies"]))
+            if e["interval"] is not None:
+                what = f"loses from concurrency {e['interval']}"
+            elif e["ratio"] is not None:
+                what = f"never clearly loses ({grid}; estimate below 1 from {e['ratio']})"
+            else:
+                what = f"pays or ties at every concurrency ({grid})"
+            said.append(f"{_k(int(context))} {mode}{'' if fix in (None, 'on') else f' fix {fix}'}: {what}")
+        out.append({"machine": machine, "workload": workload, "file": f, "line": "; ".join(said)})
+    return out
+
+
+# --------------------------------------------------------------------------- the gate on this machine
+
+
+def gate_lines(machine: str) -> list[str]:
+    """For each point kind of `eagle-fix ab`'s default grid: this machine's recorded noise (or whose record
+    `ab` borrows, eagle_fix.gate.components.find), and the plan ab would run with its stated power and
+    false-alarm rate, one line each."""
+    from eagle_fix.gate import components
+    from eagle_fix.pairs.profiles import default_profile, get_profile
+
+    profile = get_profile(default_profile("ab"))
+    lines = []
+    for context in profile.contexts:
+        for mode in ("eager", "compile"):
+            for arm in ("eagle3", "baseline"):
+                kind = components.PointKind(profile.name, context, mode, arm)
+                data, _ = components.find(machine, kind)
+                if data is None:
+                    lines.append(f"{kind.name}: no noise recorded on any machine; `ab` runs its fixed design")
+                    continue
+                sigma = components.launch_sigma(data, components.PLANNED_METRIC)
+                rnd = (data["metrics"].get(components.PLANNED_METRIC) or {}).get("sigma_round")
+                noise = (f"launch sd ≤ {sigma:.1%}" if sigma is not None else "launch sd not measured") + (
+                    f", round sd {rnd:.1%}" if rnd is not None else ""
+                )
+                whose = "recorded here" if data["machine"] == machine else f"borrowed from `{data['machine']}`"
+                plan = data.get("plan")
+                if plan:
+                    minutes = f", about {plan['expected_s'] / 60:.0f} min" if plan.get("expected_s") else ""
+                    said = (
+                        f"{plan['rounds']} rounds x ≤ {plan['max_blocks']} launch pairs{minutes}; catches "
+                        f"{plan['detectable']:.1%} with {plan['power']:.0%} power, false alarms {plan['alpha']:.0%}"
+                    )
+                else:
+                    said = "no plan (no costs recorded): `ab` runs its fixed design"
+                lines.append(f"{kind.name}: {noise} ({whose}); plan {said}")
+    return lines
+
+
+# --------------------------------------------------------------------------- the summary
+
+
+def summary_markdown(results: Path, machine: str, *, root: Path | None = None) -> list[str]:
+    """The report's first screen: the answers in a few lines, each with the file it comes from."""
+    root = root or results.parent
+
+    def rel(p: str | Path) -> str:
+        try:
+            return str(Path(p).resolve().relative_to(root.resolve()))
+        except ValueError:
+            return str(p)
+
+    md = ["## Summary", ""]
+    groups = regimes(results)
+    realistic = [g for g in groups if g["cells"][REALISTIC]]
+    if realistic:
+        g = realistic[0]
+        md += [f"**{headline(g)}**", ""]
+    else:
+        md += ["**Realistic regime (chat pair, workload `chat`): not measured in these results.**", ""]
+    ab = fix_ab(results)
+    if ab:
+        md += [
+            f"- **Fix A/B** (newest: `{ab['machine']}`, {ab['engine']}, {'/'.join(map(_k, ab['contexts']))}; "
+            f"`{rel(ab['file'])}`), past the draft's 2048 positions: " + "; ".join(ab["arms"]) + "."
+        ]
+    else:
+        md += ["- **Fix A/B**: none in these results (`EAGLE_FIX_ASV_FIX=off scripts/bench.sh` runs one)."]
+    for g in realistic:
+        head, rows = regime_rows(g)
+        files = [rel(f) for w in (REALISTIC, CEILING) for f in g["files"][w]]
+        md += [
+            f"- **Speedup and acceptance per context** on `{g['machine']}`, {g['engine']} (greedy, fix on; speedup "
+            "bounds from both arms' decode intervals, acceptance 95% interval; "
+            + ", ".join(f"`{f}`" for f in files[:3])
+            + (f" and {len(files) - 3} more" if len(files) > 3 else "")
+            + "):",
+            "",
+            md_table(head, rows),
+            "",
+        ]
+        md += [f"  {line}." for line in constant_lines(g)]
+    others = [g for g in groups if not g["cells"][REALISTIC]]
+    if others:
+        md.append(
+            "- **Best case only** (copy workload, no realistic run): "
+            + "; ".join(f"`{g['machine']}` {span(regime_figures(g, CEILING)['speedup'])}" for g in others)
+            + " (tables below)."
+        )
+    maps = served(results)
+    if maps:
+        md.append(
+            "- **Served break-even** (where EAGLE3's served output throughput falls below the baseline's, whole interval):"
+        )
+        md += [f"  - `{m['workload']}` on `{m['machine']}`: {m['line']} (`{rel(m['file'])}`)" for m in maps]
+    else:
+        md.append("- **Served break-even**: no `eagle-fix map` file in these results.")
+    md.append(f"- **{NEEDED_ACCEPTANCE.capitalize()}**.")
+    md += [f"- **The gate on this machine** (`{machine}`, `results/gate/`): what `eagle-fix ab` would run per point:"]
+    md += ["  - " + line for line in gate_lines(machine)]
+    md.append("")
+    return md
+
+
+def summary_text(results: Path, machine: str) -> str:
+    """The summary as scripts/bench.sh prints it at its end."""
+    return "\n".join(summary_markdown(results, machine)).replace("**", "")
+
+
+def report_summary(report: Path) -> str:
+    """The summary section of a written report.md (its first screen), as plain text for a terminal."""
+    lines = report.read_text(encoding="utf-8").splitlines()
+    if "## Summary" not in lines:
+        raise EagleFixError(f"{report}: no summary in it; write it again with `eagle-fix report`")
+    start = lines.index("## Summary")
+    end = lines.index("## Details") if "## Details" in lines else len(lines)
+    return "\n".join(lines[start:end]).replace("**", "").rstrip()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """scripts/bench.sh's last words: the summary of the report `eagle-fix publish` wrote beside the dashboard."""
+    import argparse
+
+    from eagle_fix.publish.dashboard import _conf
+
+    parser = argparse.ArgumentParser(
+        prog="python -m eagle_fix.publish.answers",
+        description="print the summary of the report published beside asv's dashboard",
+    )
+    parser.add_argument("--config", default="asv.conf.json", help="asv config (its html_dir)")
+    args = parser.parse_args(argv)
+    try:
+        report = _conf(Path(args.config))["html_dir"] / "eagle-fix" / "report.md"
+        if not report.is_file():
+            raise EagleFixError(f"{report}: no report there; run `.venv/bin/eagle-fix publish` first")
+        print(report_summary(report))
+        print(f"(from {report}; the tables follow there)")
+    except EagleFixError as exc:
+        print(f"eagle-fix: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

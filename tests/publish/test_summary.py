@@ -1,0 +1,158 @@
+"""The report's first screen (eagle_fix.publish.answers): the fix A/B with its causes, the realistic regime's
+speedups beside the ceiling's, the served break-even, and the plan `eagle-fix ab` would run on the machine,
+each from the committed file it names; scripts/bench.sh prints it."""
+
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT, asv_conf
+from eagle_fix.core import record
+from eagle_fix.gate import components
+from eagle_fix.publish import answers
+from eagle_fix.publish.report import write_report
+
+RESULTS = ROOT / "results"
+CHAT = RESULTS / "runs" / "chat" / "cpu-intel-f6m167-2c-8d487f-be033578-cpu-chat.jsonl"
+BEST = RESULTS / "runs" / "chat" / "cpu-intel-f6m167-2c-8d487f-be033578-cpu-best-case.jsonl"
+FIX_AB = RESULTS / "runs" / "fix-ab" / "cpu-quick-fix-ab.jsonl"
+MAP = RESULTS / "map" / "cpu-intel-f6m167-2c-8d487f-1dbb114e-cpu-map-chat.ndjson"
+MACHINE = "cpu-intel-f6m167-2c-8d487f"  # a machine with recorded gate noise (results/gate/)
+SCREEN = 45  # lines: a tall screen, and the summary must fit it
+
+
+def speedup_at(path, context: int, mode: str) -> float:
+    """EAGLE3 decode throughput over the baseline's at one point, straight from the committed records."""
+    recs = record.read(path)
+    arm = {r["arm"]: r for r in recs if r["context_len"] == context and r["mode"] == mode}
+    return arm["eagle3"]["decode_throughput_tok_s"] / arm["baseline"]["decode_throughput_tok_s"]
+
+
+@pytest.fixture(scope="module")
+def small_results(tmp_path_factory):
+    """A results folder of the chat pair, its best case, the fix A/B and the chat map, as committed."""
+    root = tmp_path_factory.mktemp("answers") / "results"
+    for src, sub in ((CHAT, "runs/chat"), (BEST, "runs/chat"), (FIX_AB, "runs/fix-ab"), (MAP, "map")):
+        (root / sub).mkdir(parents=True, exist_ok=True)
+        shutil.copy(src, root / sub / src.name)
+    return root
+
+
+@pytest.fixture(scope="module")
+def report(small_results, tmp_path_factory):
+    out = tmp_path_factory.mktemp("report") / "eagle-fix"
+    write_report([small_results], out, machine=MACHINE)
+    return out / "report.md"
+
+
+def test_the_report_opens_with_the_summary_on_one_screen(report):
+    lines = report.read_text().splitlines()
+    assert lines[:3] == ["# eagle-fix report", "", "## Summary"]
+    assert "## Details" in lines, "the detailed tables follow the summary under their own heading"
+    screen = lines[: lines.index("## Details")]
+    assert len(screen) <= SCREEN, f"the summary is {len(screen)} lines"
+    # the headline is the realistic figure; the copy workload is named the ceiling
+    assert screen[4].startswith("**Realistic regime (chat pair"), screen[4]
+    assert "The ceiling (tiny pair on its copy workload" in screen[4]
+    assert screen[4].index("Realistic") < screen[4].index("ceiling")
+
+
+def test_the_summary_names_the_fix_ab_with_its_cause(report):
+    text = report.read_text().split("## Details")[0]
+    fix = next(line for line in text.splitlines() if line.startswith("- **Fix A/B**"))
+    assert "cpu-quick-fix-ab.jsonl" in fix
+    assert "fix `off`: compile failed at 4K, 8K:" in fix and "index out of bounds" in fix
+    assert "fix `upstream`" in fix and "drafter ran in 0% of steps" in fix
+    assert "fix `on`: compile acceptance 4.00" in fix
+
+
+def test_the_summary_puts_the_regimes_speedups_side_by_side_with_intervals(report):
+    text = report.read_text().split("## Details")[0]
+    rows = {line.split(" | ")[0].strip("| "): line for line in text.splitlines() if line.startswith("| ")}
+    head = rows["context"]
+    assert "`chat` eager: speedup" in head and "`copy` (ceiling) eager: speedup" in head
+    assert head.index("`chat`") < head.index("`copy`")
+    for context, k in ((8192, "8K"), (16384, "16K"), (32768, "32K")):
+        cells = [c.strip() for c in rows[k].strip("|").split("|")]
+        chat = f"{speedup_at(CHAT, context, 'eager'):.2f}x ["
+        best = f"{speedup_at(BEST, context, 'eager'):.2f}x ["
+        assert cells[1].startswith(chat) and cells[5].startswith(best), (k, cells)
+    assert "1.95x [1.78, 2.08] (loop)" in rows["32K"], "the compiled 32K chat point's output is a loop"
+    assert "speedup bounds from both arms' decode intervals, acceptance 95% interval" in text
+
+
+def test_the_summary_gives_the_served_break_even_and_says_what_is_not_measured(report):
+    text = report.read_text().split("## Details")[0]
+    assert (
+        f"`chat` on `{MACHINE}`: 2K eager: never clearly loses" in text and "8K eager: loses from concurrency 1" in text
+    )
+    assert MAP.name in text
+    assert "Acceptance needed to pay: not measured yet" in text
+
+
+def test_the_summary_gives_the_gate_plan_recorded_for_the_machine(report):
+    text = report.read_text().split("## Details")[0]
+    data = components.read(MACHINE, components.PointKind("cpu-quick", 8192, "eager", "eagle3"))
+    plan = data["plan"]
+    line = next(x for x in text.splitlines() if "cpu-quick-8192-eager-eagle3:" in x)
+    assert "(recorded here)" in line
+    assert f"plan {plan['rounds']} rounds x ≤ {plan['max_blocks']} launch pairs" in line
+    assert f"catches {plan['detectable']:.1%} with {plan['power']:.0%} power, false alarms {plan['alpha']:.0%}" in line
+
+
+def test_a_machine_without_recorded_noise_is_told_whose_record_ab_borrows():
+    lines = answers.gate_lines("a-new-machine")
+    assert lines and all("borrowed from `" in x or "no noise recorded" in x for x in lines), lines
+
+
+def test_results_without_the_realistic_regime_say_so(tmp_path):
+    (tmp_path / "runs").mkdir()
+    shutil.copy(FIX_AB, tmp_path / "runs" / FIX_AB.name)
+    md = "\n".join(answers.summary_markdown(tmp_path, MACHINE))
+    assert "Realistic regime (chat pair, workload `chat`): not measured" in md
+    assert "Served break-even**: no `eagle-fix map` file" in md
+
+
+def test_bench_sh_prints_the_summary_at_its_end(report, tmp_path):
+    """bench.sh's last step: the published report's summary, without the markdown's bold marks."""
+    html = report.parent.parent
+    conf = asv_conf(tmp_path, tmp_path / "results", html)
+    proc = subprocess.run(
+        [sys.executable, "-m", "eagle_fix.publish.answers", "--config", str(conf)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout.splitlines()
+    assert out[0] == "## Summary" and out[2].startswith("Realistic regime (chat pair") and "**" not in proc.stdout
+    assert "## Details" not in proc.stdout and out[-1].startswith("(from ")
+    bench = (ROOT / "scripts" / "bench.sh").read_text()
+    assert "-m eagle_fix.publish.answers" in bench
+
+
+def test_the_summary_print_refuses_a_missing_report_in_one_line(tmp_path):
+    conf = asv_conf(tmp_path, tmp_path / "results", tmp_path / "html")
+    proc = subprocess.run(
+        [sys.executable, "-m", "eagle_fix.publish.answers", "--config", str(conf)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.stderr.count("\n") == 1 and "no report there" in proc.stderr
+
+
+def test_spans_and_folded_panels():
+    assert answers.span([0.62, 1.12]) == "0.62x–1.12x" and answers.span([1.0, 1.0], "%") == "100%"
+    from eagle_fix.publish.story import constant_panels
+
+    run = {
+        "records": [
+            {"arm": "eagle3", "status": "ok", "acceptance_length": a, "drafter_coverage": 1.0, "context_len": c}
+            for a, c in ((4.0, 8192), (2.5, 16384))
+        ]
+    }
+    assert constant_panels([run]) == {"drafter_coverage": "100%"}  # acceptance varies: its panel stays
