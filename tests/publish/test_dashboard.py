@@ -235,6 +235,35 @@ def test_first_view_tells_the_story_and_shows_the_fix_ab_failure_with_its_cause(
     assert any(m == LONGEST_CURVE and "8K–128K" in label for m, label in told), told
 
 
+def test_first_view_leads_with_the_realistic_regime_beside_the_ceiling(dashboard):
+    """The first thing the grid page says is the realistic figure (the chat pair, workload chat), the copy
+    workload named the ceiling; then the fix A/B with its cause; then a table per context with both regimes
+    side by side, each column labelled by its workload, the realistic speedups those of the committed
+    records; one-value panels (drafter coverage 100%) said in a line, not drawn."""
+    if dashboard["results"] != ROOT / "results" / "asv":
+        pytest.skip("no committed asv results: the first view tells the committed run files")
+    from eagle_fix.core import record
+
+    dom = chromium("--dump-dom", dashboard["url"]).stdout
+    story = dom[dom.index("eagle-fix-story") :]
+    assert 'id="eagle-fix-regimes"' in story, story[:2000]
+    first = re.search(r"<b>(.*?)</b>", story).group(1)
+    assert first.startswith("Realistic regime (chat pair"), first
+    assert "The ceiling (tiny pair on its copy workload" in first and first.index("Realistic") < first.index("ceiling")
+    regimes = story[story.index("eagle-fix-regimes") : story.index("Every machine's runs")]
+    assert re.search(r"Fix A/B</b>.*index out of bounds", regimes), regimes[:3000]
+    head = re.findall(r"<th>(.*?)</th>", regimes)
+    assert "<code>chat</code> eager: speedup" in head and "<code>copy</code> (ceiling) eager: speedup" in head, head
+    rows = {r[0]: r for r in (re.findall(r"<td>(.*?)</td>", tr) for tr in re.findall(r"<tr>(.*?)</tr>", regimes)) if r}
+    assert list(rows) == ["8K", "16K", "32K", "64K", "128K"], list(rows)
+    chat = record.read(ROOT / "results/runs/chat/cpu-intel-f6m167-2c-8d487f-be033578-cpu-chat.jsonl")
+    arm = {r["arm"]: r for r in chat if r["context_len"] == 8192 and r["mode"] == "eager"}
+    want = arm["eagle3"]["decode_throughput_tok_s"] / arm["baseline"]["decode_throughput_tok_s"]
+    assert rows["8K"][head.index("<code>chat</code> eager: speedup")].startswith(f"{want:.2f}x ["), rows["8K"]
+    assert "drafter coverage 100% at every point" in regimes
+    assert (dashboard["html"] / "eagle-fix-regimes.png").stat().st_size > 10_000
+
+
 @pytest.mark.engine
 def test_first_view_after_a_new_run_still_tells_the_fix_ab_and_the_longest_curve(asv_runs, tmp_path):
     """What a user sees after the README's first command: the committed results plus one new run of this
