@@ -2,7 +2,7 @@
 # The main job: the asv suite on the real vLLM engine, then the dashboard and the report.
 #   scripts/bench.sh                               profile from EAGLE_FIX_PROFILE (default here: cpu,
 #                                                  the full 8k-128k CPU sweep with the tiny trained pair)
-#   EAGLE_FIX_PROFILE=cpu-quick scripts/bench.sh   8k only, a few minutes
+#   EAGLE_FIX_PROFILE=cpu-quick scripts/bench.sh   8k only, a few minutes (on CUDA the default is gpu-quick)
 #   EAGLE_FIX_ASV_FIX=off scripts/bench.sh         record the original bug (fix off) instead
 #   EAGLE_FIX_ASV_CONFIG=FILE                      another asv config (the tests use one in a scratch folder)
 #   EAGLE_FIX_COMMIT=SHA                           the commit to record under (default: HEAD)
@@ -19,7 +19,9 @@ fi
 cd "$(dirname "$0")/.."
 [ -x .venv/bin/asv ] || { echo "bench: .venv missing; run scripts/setup.sh first" >&2; exit 1; }
 conf=${EAGLE_FIX_ASV_CONFIG:-asv.conf.json}
-export EAGLE_FIX_PROFILE=${EAGLE_FIX_PROFILE:-$(.venv/bin/python -c 'from eagle_fix.pairs.profiles import default_profile; print(default_profile("run"))')}
+# On CUDA the quick grid (gpu-quick, as cpu-quick is to cpu; EAGLE_FIX_PROFILE=gpu-dummy runs the whole grid).
+export EAGLE_FIX_PROFILE=${EAGLE_FIX_PROFILE:-$(.venv/bin/python -c 'from eagle_fix.pairs.profiles import cuda_available, default_profile; print("gpu-quick" if cuda_available() else default_profile("run"))')}
+[ "$EAGLE_FIX_PROFILE" != gpu-quick ] || echo "bench: $(.venv/bin/python -m eagle_fix.releases.gpu_estimate gpu-quick 2>&1)"
 export ASV_COMMIT=${EAGLE_FIX_COMMIT:-$(git rev-parse HEAD)}
 # A profile this machine cannot run (a CUDA profile without a GPU) is one line here, before asv starts.
 .venv/bin/python -c 'import sys

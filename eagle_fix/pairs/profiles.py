@@ -246,6 +246,11 @@ def _profiles() -> dict[str, Profile]:
         "gpu-chat": Profile(
             "gpu-chat", *chat_pair(), "auto", FULL_SWEEP, None, "cuda", gpu_memory_utilization=0.5, workload="chat"
         ),
+        # gpu-dummy's quick grid (as cpu-quick is to cpu): scripts/bench.sh's default on CUDA, sized for a first
+        # GPU visit (eagle_fix.releases.gpu_estimate: about 9 min on one H100, unverified until a GPU runs it)
+        "gpu-quick": Profile(
+            "gpu-quick", rt, rd, "dummy", (8192, 32768), 2.5, "cuda", output_len=256, gpu_memory_utilization=0.9
+        ),
     }
 
 

@@ -149,6 +149,7 @@ def test_profiles():
         "cpu-8b-l8",
         "cpu-chat",
         "gpu-chat",
+        "gpu-quick",
     }
     chat = models.get_profile("cpu-chat")
     assert chat.workload == "chat" and (chat.target / "tokenizer.json").is_file()

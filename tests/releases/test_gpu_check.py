@@ -7,12 +7,15 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import subprocess
 import sys
 import time
 
 import pytest
 
 from conftest import ROOT, eagle_fix_cli, run_script
+from eagle_fix.core.errors import EagleFixError
+from eagle_fix.pairs.profiles import get_profile
 from eagle_fix.releases import gpu_check, gpu_claims
 from eagle_fix.releases.gpu_check import GpuCheckArgs, Step, execute, fresh_work, records_file, steps
 from eagle_fix.releases.gpu_claims import StepRun, judge
@@ -319,3 +322,68 @@ def test_the_groups_cover_every_step_in_order_of_value(tmp_path):
     cpu = {s.name: s for s in steps(False, tmp_path)}
     assert "--point-timeout" not in " ".join(cpu["fix-ab"].argv) and cpu["fix-ab"].timeout_s == 1800
     assert "--modes eager,compile" in " ".join(cpu["fix-ab"].argv)
+
+
+@pytest.mark.engine
+def test_the_rehearsal_with_a_deadline_keeps_what_it_measured(tmp_path):
+    """Issue 52's bar: `--rehearse --deadline 120` on this machine ends within 150 s with the hooks and doctor
+    judged and every other step judged or not run with the deadline as its reason (the real engine starts
+    on CPU for the fix A/B and is stopped there)."""
+    out = tmp_path / "summary.json"
+    t0 = time.monotonic()
+    proc = eagle_fix_cli("gpu-check", "--rehearse", "--deadline", "120", "--out", str(out), timeout=300)
+    took = time.monotonic() - t0
+    assert took < 150, (took, proc.stderr[-3000:])
+    got = json.loads(out.read_text())
+    rows = {r["check"]: r for r in got["checks"]}
+    assert rows["hooks"]["status"] == rows["doctor"]["status"] == "passed", rows
+    for row in rows.values():
+        assert row["status"] in ("passed", "failed") or "deadline" in row["line"] or "CUDA only" in row["line"], row
+    steps_ = got["steps"]
+    assert all(s["exit"] is not None or "deadline" in (s["why_not"] or "") for s in steps_.values()), steps_
+    assert any(s["cut"] or "deadline" in (s["why_not"] or "") for s in steps_.values())  # 120 s is too short here
+
+
+def _bench_default(tmp_path, cuda):
+    """scripts/bench.sh's profile-default lines, run as the script runs them, with torch faked to see a GPU
+    (or none): the lines themselves, read from the script."""
+    lines = (ROOT / "scripts" / "bench.sh").read_text().splitlines()
+    at = next(i for i, x in enumerate(lines) if x.startswith("export EAGLE_FIX_PROFILE="))
+    fake = tmp_path / f"torch-{cuda}"
+    (fake / "torch").mkdir(parents=True)
+    (fake / "torch" / "__init__.py").write_text(f"class cuda:\n    is_available = staticmethod(lambda: {cuda})\n")
+    env = {k: v for k, v in os.environ.items() if k != "EAGLE_FIX_PROFILE"}
+    code = "set -euo pipefail\n" + "\n".join(lines[at : at + 2]) + '\necho "profile=$EAGLE_FIX_PROFILE"'
+    proc = subprocess.run(
+        ["bash", "-c", code],
+        cwd=ROOT,
+        env={**env, "PYTHONPATH": str(fake)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip().splitlines()
+
+
+def test_bench_on_cuda_runs_the_quick_grid_with_its_estimate(tmp_path):
+    """On CUDA scripts/bench.sh's default is gpu-quick (gpu-dummy's whole grid on request, as cpu-quick is to
+    cpu), with its time on one H100 printed and marked unverified; on CPU the default stays the full cpu grid."""
+    got = _bench_default(tmp_path, cuda=True)
+    assert got[-1] == "profile=gpu-quick"
+    assert got[0].startswith("bench: gpu-quick: about ") and "UNVERIFIED until a GPU measures it" in got[0], got
+    assert _bench_default(tmp_path, cuda=False) == ["profile=cpu"]
+
+
+def test_the_quick_cuda_grid_fits_a_first_visit():
+    """gpu-quick: at most 10 minutes on one H100 by the estimate (the CPU's measured shares of its limits on
+    the same 8B shapes, on an H100's datasheet limits, plus assumed engine starts); the whole grid is not."""
+    from eagle_fix.releases import gpu_estimate
+
+    quick, whole = gpu_estimate.estimate("gpu-quick"), gpu_estimate.estimate("gpu-dummy")
+    assert quick["seconds"] <= 600 and quick["verified"] is False
+    assert whole["seconds"] > 2 * quick["seconds"] and whole["starts_s"] == quick["starts_s"]
+    assert 0 < quick["shares"]["prefill_pct_of_peak_flops"] <= 1 and 0 < quick["shares"]["decode_pct_of_bandwidth"] <= 1
+    assert get_profile("gpu-quick").target == get_profile("gpu-dummy").target
+    with pytest.raises(EagleFixError, match="a CUDA profile"):
+        gpu_estimate.estimate("cpu-quick")
