@@ -11,12 +11,10 @@ change". EAGLE acceptance comes as counts, so its changes are judged by a count 
 (`acceptance_change_p`), not by repeats. The summaries and intervals these build on are in
 eagle_fix.core.stats.
 
-Implementation: pure Python (standard library only: ``math``, ``statistics.NormalDist`` for the
-normal quantile and ``math.erfc`` for normal tails), because the engine's virtualenv need not carry
-scipy. The exact Mann-Whitney distribution is computed: without ties from the Gaussian-binomial
+Implementation: normal quantiles and tails from scipy.stats (a base dependency). The exact Mann-Whitney distribution is computed: without ties from the Gaussian-binomial
 generating function of U (eagle_fix.core.stats), with ties by enumerating the conditional
-(permutation) distribution of the mid-rank sum over tie groups. The tests cross-check against
-scipy.stats when scipy happens to be installed.
+(permutation) distribution of the mid-rank sum over tie groups; the tests check both against
+scipy.stats.mannwhitneyu.
 
 Everything takes plain lists of numbers; None and non-finite values (a failed repeat) are ignored.
 """
@@ -24,7 +22,8 @@ Everything takes plain lists of numbers; None and non-finite values (a failed re
 from __future__ import annotations
 
 import math
-from statistics import NormalDist
+
+from scipy import stats as _st
 
 from eagle_fix.core.stats import (
     EXACT_MAX_N,
@@ -52,15 +51,28 @@ __all__ = [
 # accurate and the exact one is slow.
 EXACT_TIES_MAX_TOTAL = 40  # both sides together, with ties (tie-group enumeration)
 
-STD_NORMAL = NormalDist()
+
+class _Normal:
+    """The standard normal (scipy.stats.norm) under the names its callers use: cdf, inv_cdf."""
+
+    @staticmethod
+    def cdf(x: float) -> float:
+        return float(_st.norm.cdf(x))
+
+    @staticmethod
+    def inv_cdf(q: float) -> float:
+        return float(_st.norm.ppf(q))
+
+
+STD_NORMAL = _Normal()
 
 
 # ----------------------------------------------------------------------------- helpers
 
 
 def two_sided_normal_p(z: float) -> float:
-    """P(|Z| >= |z|) for a standard normal Z, without cancellation in the far tail."""
-    return min(1.0, math.erfc(abs(z) / math.sqrt(2.0)))
+    """P(|Z| >= |z|) for a standard normal Z (scipy.stats.norm.sf: no cancellation in the far tail)."""
+    return min(1.0, 2.0 * float(_st.norm.sf(abs(z))))
 
 
 # ----------------------------------------------------------------------------- tests

@@ -8,11 +8,10 @@ a shift) whose real coverage it states. EAGLE acceptance is different: it comes 
 accepted per position), which support binomial-type (Wilson) intervals instead of repeats. The
 tests and the verdict built on these are in eagle_fix.core.significance.
 
-Implementation: pure Python (standard library only: ``math``, ``statistics.NormalDist`` for the
-normal quantile), because the engine's virtualenv need not carry scipy. The exact null distribution
-of Mann-Whitney's U (which Moses' interval and the test share) is computed here, without ties, from
-the Gaussian-binomial generating function of U (exact integer counts). The tests cross-check
-against scipy.stats when scipy happens to be installed.
+Implementation: quantiles from scipy.stats (a base dependency). The exact null distribution of
+Mann-Whitney's U as integer counts (which Moses' interval and the critical U need, and scipy does not
+expose) is computed here from the Gaussian-binomial generating function of U; the tests check it
+against scipy.stats.mannwhitneyu's exact p-values.
 
 Everything takes plain lists of numbers; None and non-finite values (a failed repeat) are ignored.
 """
@@ -20,7 +19,8 @@ Everything takes plain lists of numbers; None and non-finite values (a failed re
 from __future__ import annotations
 
 import math
-from statistics import NormalDist
+
+from scipy import stats as _st
 
 __all__ = [
     "acceptance_interval",
@@ -45,8 +45,6 @@ __all__ = [
 # and the exact one is slow.
 EXACT_MAX_N = 50  # per side, no ties (Gaussian-binomial counts: ~m*m*n integer operations)
 
-_STD_NORMAL = NormalDist()
-
 
 # ----------------------------------------------------------------------------- helpers
 
@@ -70,7 +68,7 @@ def _z(confidence: float) -> float:
     """Two-sided normal quantile for a confidence level (1.959964 for 0.95)."""
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
-    return _STD_NORMAL.inv_cdf(0.5 + confidence / 2.0)
+    return float(_st.norm.ppf(0.5 + confidence / 2.0))
 
 
 def binom_half_cdf(n: int, j: int) -> float:

@@ -22,7 +22,7 @@ from eagle_fix.gate.ab_result import read_ab
 # Where the recorded components live (a folder per machine fingerprint name).
 FOLDER = Path(__file__).resolve().parents[2] / "results" / "gate"
 KIND = "eagle-fix noise"
-SCHEMA = 1
+SCHEMA = 2  # 2: each metric carries its analysis of variance (block_var, df_launch, df_round, F, floor)
 # The metric a plan is made for: the model step timed in the engine's worker, the gate's least noisy speed.
 PLANNED_METRIC = "step_ms"
 # What the gate is meant to see (the README's minimum), with what power, at what level.
@@ -145,7 +145,7 @@ def record(
         trials, used = trials_from(files, kind, metric)
         if not trials:
             continue
-        out["metrics"][metric] = nested.estimate(trials).as_dict()
+        out["metrics"][metric] = _clean(nested.estimate(trials).as_dict())
         out["sources"] = sorted(set(out["sources"]) | set(used))
     if PLANNED_METRIC not in out["metrics"]:
         raise EagleFixError(
@@ -159,9 +159,15 @@ def record(
     return out
 
 
+def _clean(d: dict[str, Any]) -> dict[str, Any]:
+    """A components dict as JSON holds it: NaN as null (Components.from_dict reads it back as NaN)."""
+    return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in d.items()}
+
+
 def plan_for(data: dict[str, Any], metric: str = PLANNED_METRIC, *, detect: float = DETECT, **bounds: Any) -> dict:
-    """The plan (rounds per launch pair, launch pairs, looks) that catches `detect` at the gate's power and alpha,
-    from `metric`'s recorded components at the record's costs; `bounds`: nested.plan's limits."""
+    """The plan (rounds per launch pair, launch pairs, looks) whose rule (verdict.DEFAULT_THRESHOLD beside the
+    test) calls `detect` a regression at the gate's power and alpha, from `metric`'s recorded components at the
+    record's costs; `bounds`: nested.plan's limits."""
     costs = data["costs"]
     return nested.plan(
         components(data, metric),
@@ -170,13 +176,53 @@ def plan_for(data: dict[str, Any], metric: str = PLANNED_METRIC, *, detect: floa
         detect=detect,
         power=POWER,
         alpha=ALPHA,
+        threshold=verdict.DEFAULT_THRESHOLD,
         **bounds,
     ).as_dict()
 
 
 def components(data: dict[str, Any], metric: str = PLANNED_METRIC) -> nested.Components:
-    m = data["metrics"][metric]
-    return nested.Components(**m)
+    return nested.Components.from_dict(data["metrics"][metric])
+
+
+def calibration(data: dict[str, Any] | None, metric: str) -> dict[str, Any] | None:
+    """The recorded analysis of variance a launch test pools for `metric` (the model step's where the metric has
+    none; None without a record): nested.launch_test takes it with its degrees of freedom, never a bare sd."""
+    if not data:
+        return None
+    m = data.get("metrics", {})
+    return m.get(metric) or m.get(PLANNED_METRIC)
+
+
+def pool_files(
+    machine_name: str, kind: PointKind, roots: tuple[Path, ...] | None = None, like: dict[str, Any] | None = None
+) -> list[Path]:
+    """Every committed A/A `eagle-fix ab` file of this machine holding a point of `kind` (under results/gate and
+    results/calibration by default), the same workload as `like` (an identity: output length, draft tokens,
+    batch) where given: what `eagle-fix noise --pool` estimates from, so a record grows as A/A trials come."""
+    roots = roots or (FOLDER, FOLDER.parent / "calibration")
+    keep = ("output_len", "num_speculative_tokens", "batch_size", "fix")
+    out = []
+    for root in roots:
+        for f in sorted(Path(root).rglob("*.json")):
+            try:
+                data = json.loads(f.read_text())
+            except (OSError, ValueError):
+                continue
+            if not isinstance(data, dict) or "points" not in data or "base" not in data or "new" not in data:
+                continue
+            if (data.get("machine") or {}).get("name") != machine_name or not is_aa(data):
+                continue
+            for entry in data["points"]:
+                ident = entry.get("identity") or {}
+                try:
+                    same = PointKind.of(ident) == kind
+                except (KeyError, TypeError, ValueError):
+                    same = False
+                if same and (like is None or all(ident.get(k) == like.get(k) for k in keep)):
+                    out.append(f)
+                    break
+    return out
 
 
 def read(machine_name: str, kind: PointKind, folder: Path | None = None) -> dict[str, Any] | None:
@@ -191,7 +237,8 @@ def read(machine_name: str, kind: PointKind, folder: Path | None = None) -> dict
 
 
 def launch_sigma(data: dict[str, Any] | None, metric: str) -> float | None:
-    """The launch sd of `metric` the tests use (its recorded upper bound; None when not measured)."""
+    """The launch sd of `metric` the plans assume (its recorded upper bound, or the stated floor where the record
+    says the bound was 0; None when not measured). The tests pool `calibration` instead."""
     if not data or metric not in data.get("metrics", {}):
         return None
     m = data["metrics"][metric]

@@ -15,14 +15,14 @@ from eagle_fix.gate.ab_result import PAIRED
 
 def design_for(args: ABArgs, run: Any, p: Any, machine_name: str) -> tuple[nested.Plan, dict[str, Any]]:
     """How a point is measured and judged: the plan recorded for this machine and point kind (`eagle-fix noise`),
-    its launch variance and its looks; --rounds/--blocks a fixed design judged once; without a record of the point
+    the analysis of variance its test pools and its looks; --rounds/--blocks a fixed design judged once; without a record of the point
     kind for this machine, the nearest one components.find gives (said so), else the old default design judged
     by the launch-level test alone (which two launches cannot settle: said so)."""
     kind = components.PointKind(run.profile.name, p.context_len, p.mode, p.arm)
     data, source = components.find(machine_name, kind)
-    sigma = {m: components.launch_sigma(data, m) for m, _ in PAIRED} if data else {}
-    fallback = components.launch_sigma(data, components.PLANNED_METRIC) if data else None
-    sigma = {m: (v if v is not None else fallback) for m, v in sigma.items()}
+    # each metric's recorded analysis of variance (its mean squares and degrees of freedom), which the launch
+    # test pools with the run's own block means (nested.launch_test): no recorded sd is taken as known
+    sigma = {m: components.calibration(data, m) for m, _ in PAIRED}
     rounds = {m: (data["metrics"].get(m) or {}).get("sigma_round") for m, _ in PAIRED} if data else {}
     if args.fixed or data is None or not data.get("plan"):
         blocks = args.blocks or DEFAULT_BLOCKS

@@ -1,5 +1,5 @@
 """eagle_fix.core.stats and eagle_fix.core.significance: hand-computed values, brute-force enumerations, and scipy
-cross-checks (when scipy is installed; the project's venv does not have it, so those tests skip there)."""
+cross-checks (scipy is a base dependency: they run everywhere)."""
 
 from __future__ import annotations
 
