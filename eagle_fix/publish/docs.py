@@ -108,8 +108,13 @@ def doc_blocks(text: str):
 
 
 def update_docs(root: Path = Path("."), *, check: bool = False) -> list[str]:
-    """Regenerate every table block in README.md and docs/*.md; with check, only report which differ."""
-    files = [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+    """Regenerate every table block in README.md, docs/*.md and docs/archive/*.md; with check, only report
+    which differ."""
+    files = [
+        root / "README.md",
+        *sorted((root / "docs").glob("*.md")),
+        *sorted((root / "docs" / "archive").glob("*.md")),
+    ]
     stale = []
     for f in files:
         text = f.read_text(encoding="utf-8")
