@@ -184,6 +184,10 @@ METRICS: tuple[Metric, ...] = (
         asv_title="peak host memory",
         asv_doc="Peak resident memory of the engine's process tree.",
     ),
+    # vLLM's own KV-cache usage at its peak over the point x the KV cache's size (eagle_fix.engine.measure.kv_in_use):
+    # the bytes the point's context holds, where vllm_kv_cache_bytes is the budget reserved up front for the
+    # longest context. Shown beside memory, never gated: it follows the context and the block size, not speed.
+    Metric("peak_kv_memory_bytes", "KV cache in use (peak)", "bytes", False, False, gated=False),
     Metric("kv_cache_capacity_tokens", "KV cache capacity", "tokens", True, False),
     # %-of-roofline against the limits measured in the same run (eagle_fix.machine.roofline); asv tracks the
     # share left unused

@@ -119,8 +119,14 @@ FIELDS = (
     # memory: what peak_gpu_memory_bytes covers (process | device) or why it is null; the worker's own
     # peaks over the point (torch's CUDA allocator; the host peak, and whether it is the point's or
     # the process's lifetime); vLLM's figures of the engine; nulls' reasons by field
+    # (`none` where no GPU figure was read: a CPU engine, or an NVML failure named in gpu_memory_error)
     "gpu_memory_scope",
     "gpu_memory_error",
+    # False on a compiled point whose engine captured CUDA graphs: graph replays allocate nothing, so its
+    # GPU peaks are not comparable with its eager twin's (True on a GPU point without graphs; None on CPU)
+    "gpu_peak_comparable_across_modes",
+    # vLLM's KV-cache usage share at its peak over the point (peak_kv_memory_bytes is it in bytes)
+    "kv_cache_usage_peak",
     "torch_peak_allocated_bytes",
     "torch_peak_reserved_bytes",
     "worker_host_peak_bytes",
@@ -169,6 +175,9 @@ def upgrade(rec: dict[str, Any]) -> dict[str, Any]:
         out["workload"], out["temperature"] = "copy", 0.0 if out["temperature"] is None else out["temperature"]
     if out["tensor_parallel_size"] is None:  # every record before it was recorded ran on one worker
         out["tensor_parallel_size"] = 1
+    out["gpu_memory_scope"] = gpu_memory_scope(out)  # every record says what its GPU figure covers
+    if out["gpu_peak_comparable_across_modes"] is None:
+        out["gpu_peak_comparable_across_modes"] = peaks_comparable(out)
     if out["clocks"] is None and out["step_ms"] is not None:  # step_ms was read on the wall clock from the start
         out["clocks"] = {"step_ms": "wall"}
     out["roofline_flags"] = list(out["roofline_flags"] or [])
@@ -193,6 +202,28 @@ def upgrade(rec: dict[str, Any]) -> dict[str, Any]:
         }
         out["acceptance_method"] = out["acceptance_method"] or acc["method"]
     return out
+
+
+def gpu_memory_scope(rec: dict[str, Any]) -> str | None:
+    """What peak_gpu_memory_bytes covers: NVML's per-process figure (`process`), the whole device above its idle
+    level (`device`), or `none` where no GPU figure was read (records before the scope was written on CPU)."""
+    scope = rec.get("gpu_memory_scope")
+    if scope is None and rec.get("peak_gpu_memory_bytes") is None:
+        return "none"
+    return scope
+
+
+def peaks_comparable(rec: dict[str, Any]) -> bool | None:
+    """Whether a GPU point's peaks compare with its eager/compiled twin's: not where the engine captured CUDA
+    graphs (their replays allocate nothing, their capture pool is set aside up front). None without a GPU
+    figure; None where a compiled GPU point does not say its CUDA-graph mode."""
+    on_gpu = rec.get("peak_gpu_memory_bytes") is not None or rec.get("torch_peak_allocated_bytes") is not None
+    if not on_gpu:
+        return None
+    graphs = str(rec.get("cudagraph_mode") or "").upper()
+    if rec.get("mode") == "eager" or graphs == "NONE":
+        return True
+    return False if graphs else None
 
 
 def plain(value: Any) -> Any:
@@ -417,6 +448,8 @@ POINT_MEMORY = (
     "torch_peak_reserved_bytes",
     "worker_host_peak_bytes",
     "worker_host_peak_scope",
+    "peak_kv_memory_bytes",
+    "kv_cache_usage_peak",
 )
 
 
@@ -453,6 +486,8 @@ def worker_memory(rec: dict[str, Any], engine: dict[str, Any] | None, point: dic
         why["vllm_cudagraph_pool_bytes"] = "no CUDA graphs captured (eager, CPU) or vLLM logged no capture line"
     if rec.get("peak_gpu_memory_bytes") is None and rec.get("gpu_memory_error"):
         why["peak_gpu_memory_bytes"] = rec["gpu_memory_error"]
+    rec["gpu_memory_scope"] = gpu_memory_scope(rec)
+    rec["gpu_peak_comparable_across_modes"] = peaks_comparable(rec)
     rec["memory_null_reasons"] = why or None
 
 

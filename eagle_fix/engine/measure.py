@@ -116,6 +116,64 @@ def worker_memory_once(llm: Any) -> dict[str, Any]:
         return {"error": f"worker memory RPC failed: {type(exc).__name__}: {exc}"[:300]}
 
 
+class KvUsagePeak:
+    """The peak of vLLM's own KV-cache usage over a point: the scheduler's share of KV blocks held by live
+    requests (`SchedulerStats.kv_cache_usage`, the figure behind the `vllm:kv_cache_usage_perc` gauge), read
+    from every step's stats as the front end records them. The gauge itself is no fit: it holds the last
+    step's value, taken after the finished request freed its blocks (0 once `generate` returns), and
+    polling it during a timed run would cost the run CPU. The peak falls at the end of the point's
+    longest request: its prompt and output, the point's context."""
+
+    def __init__(self, llm: Any):
+        self.peak: float | None = None
+        self.why: str | None = None
+        self._manager = getattr(getattr(llm, "llm_engine", None), "logger_manager", None)
+        if self._manager is None or not callable(getattr(self._manager, "record", None)):
+            self.why = "this engine's front end keeps no stat logger (disable_log_stats?): no KV-cache usage per step"
+            self._manager = None
+            return
+        vars(self._manager).pop("record", None)  # a point that raised left its wrapper: never stack them
+        original = self._manager.record
+
+        def record(*args: Any, **kwargs: Any) -> Any:
+            stats = kwargs.get("scheduler_stats", args[0] if args else None)
+            usage = getattr(stats, "kv_cache_usage", None)
+            if isinstance(usage, (int, float)):
+                self.peak = usage if self.peak is None else max(self.peak, usage)
+            return original(*args, **kwargs)
+
+        self._manager.record = record
+
+    def close(self) -> None:
+        """Give the front end its own `record` back."""
+        if self._manager is not None and "record" in vars(self._manager):
+            del self._manager.record
+        self._manager = None
+
+
+def kv_in_use(peak: float | None, memory: dict[str, Any], why: str | None = None) -> dict[str, Any]:
+    """The KV bytes the point's requests held at their peak: vLLM's usage share x the KV cache's blocks
+    (less the null block vLLM leaves out of the share) x bytes per block, from the worker's kv_cache_config.
+    Tensor parallel: every rank holds the same blocks of its own shard, so one rank's figure x ranks."""
+    workers = memory.get("workers") or [memory]
+    size, blocks = workers[0].get("vllm_kv_cache_bytes"), workers[0].get("vllm_kv_cache_blocks")
+    out: dict[str, Any] = {"kv_cache_usage_peak": None if peak is None else round(float(peak), 6)}
+    if peak is None or not size or not blocks or blocks < 2:
+        out["peak_kv_memory_bytes"] = None
+        reason = why or (
+            "no KV-cache usage from vLLM's scheduler during the point"
+            if peak is None
+            else "the worker reported no kv_cache_config to size the usage share with"
+        )
+        out["null_reasons"] = {**(memory.get("null_reasons") or {}), "peak_kv_memory_bytes": reason}
+        if peak is None:
+            out["null_reasons"]["kv_cache_usage_peak"] = reason
+        return out
+    used_blocks = round(peak * (blocks - 1))
+    out["peak_kv_memory_bytes"] = int(used_blocks * size // blocks) * len(workers)
+    return out
+
+
 def reset_worker_memory(llm: Any) -> str | None:
     """Reset the worker's peaks before a point; the reason when it could not be done."""
     try:
@@ -175,6 +233,7 @@ def measure_point(
     #    filled, so the decode runs below do not pay the long prefill again.
     # the worker's peaks cover this point alone: TTFT and decode runs, nothing of the start-up
     reset_error = reset_worker_memory(llm)
+    kv_usage = KvUsagePeak(llm)  # vLLM's KV-cache usage, peaked over the point's steps
     ttft = []
     for _ in range(ttft_repeats):
         llm.reset_prefix_cache()
@@ -229,7 +288,9 @@ def measure_point(
         if counted:
             for key, value in _acceptance(llm, before).items():
                 setattr(result, key, value)
+    kv_usage.close()
     memory = worker_memory_once(llm)
+    memory = {**memory, **kv_in_use(kv_usage.peak, memory, kv_usage.why)}
     if reset_error:
         memory = {**memory, "reset_error": reset_error}
     result.worker_memory = memory

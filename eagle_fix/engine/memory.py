@@ -7,7 +7,7 @@
   CUDA-graph estimate); the engine core is another process, so the sweep's torch sees none of it;
 - NVML from the sweep's process (no CUDA context): the engine's processes' GPU memory where NVML
   lists them, else the whole device's use above its idle level, labelled `device`; every NVML
-  failure is a null with its reason (`gpu_memory_error`), never an exception;
+  failure is a null with its reason (`gpu_memory_error`) and the scope `none`, never an exception;
 - psutil: the RSS of the engine's whole process tree.
 """
 
@@ -69,7 +69,7 @@ class MemorySampler:
 
     def peaks(self) -> dict[str, Any]:
         self._sample()  # at least one sample per point, however short
-        gpu, scope, error = None, None, self._nvml_error
+        gpu, scope, error = None, "none", self._nvml_error  # `none`: no GPU figure, `error` says why
         if self._handle is not None:
             if self._peak_process is not None:
                 gpu, scope, error = self._peak_process, "process", None

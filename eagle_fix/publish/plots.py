@@ -43,7 +43,15 @@ PLOTS = (
         ("eagle3", "baseline"),
     ),
     ("drafter_coverage", "Drafter coverage (share of steps that drafted)", "fraction", "drafter_coverage", ("eagle3",)),
-    ("memory", "Peak memory", "GiB", ("peak_gpu_memory_bytes", "peak_host_memory_bytes"), ("eagle3", "baseline")),
+    # kv: the KV cache the point's context holds (vLLM's usage x the cache), beside the peaks of the whole engine,
+    # whose KV cache is reserved up front for the longest context and so is flat across contexts
+    (
+        "memory",
+        "Peak memory (kv: the KV cache in use at the point's context)",
+        "GiB",
+        ("peak_gpu_memory_bytes", "peak_host_memory_bytes", "peak_kv_memory_bytes"),
+        ("eagle3", "baseline"),
+    ),
 )
 
 
@@ -197,7 +205,7 @@ def plot_figure(df, title: str, ylabel: str, columns, arms):
     for ax in list(axes.flat)[len(cut) :]:
         ax.set_visible(False)
     common = _describe(series[0], shared)
-    fig.suptitle(title + (f"\n{common}" if common else ""), fontsize=10)
+    fig.suptitle(title + (f"\n{common}" if common else "") + _graphs_note(df, columns), fontsize=10)
     # below the axes, never over the data
     widest = max(len(label) for label in handles)
     fig.legend(
@@ -209,6 +217,18 @@ def plot_figure(df, title: str, ylabel: str, columns, arms):
         frameon=False,
     )
     return fig
+
+
+def _graphs_note(df, columns) -> str:
+    """Under a GPU memory plot whose compiled points captured CUDA graphs: their peaks are not comparable with
+    the eager ones (graph replays allocate nothing; the record's gpu_peak_comparable_across_modes)."""
+    if "peak_gpu_memory_bytes" not in columns or "gpu_peak_comparable_across_modes" not in df:
+        return ""
+    apart = df[df["gpu_peak_comparable_across_modes"].astype(object).eq(False)]
+    if apart.empty:
+        return ""
+    graphs = ", ".join(sorted({str(m) for m in apart["cudagraph_mode"].dropna()})) or "on"
+    return f"\ncompiled GPU peaks with CUDA graphs ({graphs}) are not comparable with eager ones"
 
 
 def save_plot(df, out: Path, name: str, title: str, ylabel: str, columns, arms) -> Path | None:

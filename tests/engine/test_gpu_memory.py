@@ -155,7 +155,7 @@ def test_first_reading_failing_is_a_recorded_null(nvml, monkeypatch):
     sampler = memory.MemorySampler(interval_s=0.05)
     try:
         peaks = sampler.peaks()
-        assert peaks["peak_gpu_memory_bytes"] is None and peaks["gpu_memory_scope"] is None
+        assert peaks["peak_gpu_memory_bytes"] is None and peaks["gpu_memory_scope"] == "none"
         assert "GPU is lost" in peaks["gpu_memory_error"]
     finally:
         sampler.close()
@@ -533,3 +533,115 @@ def test_a_driver_that_rejects_the_v2_memory_call_falls_back_to_v1(nvml):
     mod.nvmlDeviceGetMemoryInfo = lambda h, version=None: (_ for _ in ()).throw(NVMLError("GPU is lost"))
     with pytest.raises(NVMLError, match="GPU is lost"):
         device.gpu_used_bytes("gpu0")
+
+
+# ---------------------------------------------------- what the memory figures measure (#52): KV in use, scope
+
+
+def test_kv_in_use_is_vllms_usage_share_of_the_cache_in_bytes():
+    from eagle_fix.engine.measure import kv_in_use
+
+    # 101 blocks of 1000 bytes; vLLM's share leaves out its null block: 0.5 of 100 blocks held
+    one = {"vllm_kv_cache_bytes": 101_000, "vllm_kv_cache_blocks": 101}
+    assert kv_in_use(0.5, one) == {"kv_cache_usage_peak": 0.5, "peak_kv_memory_bytes": 50_000}
+    assert kv_in_use(0.25, one)["peak_kv_memory_bytes"] == 25_000  # a shorter context holds less
+    # tensor parallel: each rank holds the same blocks of its shard (the engine's figures are sums)
+    two = {"vllm_kv_cache_bytes": 202_000, "vllm_kv_cache_blocks": 202, "workers": [one, one]}
+    assert kv_in_use(0.5, two)["peak_kv_memory_bytes"] == 100_000
+    none = kv_in_use(None, one, "no stat logger")
+    assert none["peak_kv_memory_bytes"] is None and none["null_reasons"]["peak_kv_memory_bytes"] == "no stat logger"
+    blind = kv_in_use(0.5, {"null_reasons": {"x": "y"}})
+    assert blind["peak_kv_memory_bytes"] is None and blind["kv_cache_usage_peak"] == 0.5
+    assert "kv_cache_config" in blind["null_reasons"]["peak_kv_memory_bytes"] and blind["null_reasons"]["x"] == "y"
+
+
+class _StatLoggers:
+    """The front end's stat-logger manager as LLMEngine.step calls it (record(scheduler_stats=..., ...))."""
+
+    def __init__(self):
+        self.recorded = []
+
+    def record(self, scheduler_stats, iteration_stats=None, mm_cache_stats=None, engine_idx=0):
+        self.recorded.append(scheduler_stats.kv_cache_usage)
+
+
+def test_the_kv_usage_peak_is_taken_from_every_steps_scheduler_stats():
+    from vllm.v1.metrics.stats import SchedulerStats
+
+    from eagle_fix.engine.measure import KvUsagePeak
+
+    manager = _StatLoggers()
+    llm = types.SimpleNamespace(llm_engine=types.SimpleNamespace(logger_manager=manager))
+    stale = KvUsagePeak(llm)  # a point that raised never closed its watch
+    watch = KvUsagePeak(llm)
+    for usage in (0.1, 0.625, 0.0):  # prefill, the last decode step, the request freed
+        manager.record(scheduler_stats=SchedulerStats(kv_cache_usage=usage), iteration_stats=None)
+    assert watch.peak == 0.625 and stale.peak is None  # one wrapper at a time, never stacked
+    assert manager.recorded == [0.1, 0.625, 0.0]  # vLLM's own loggers still get every step
+    watch.close()
+    assert "record" not in vars(manager)  # the front end's own method again
+    none = KvUsagePeak(types.SimpleNamespace(llm_engine=types.SimpleNamespace(logger_manager=None)))
+    assert none.peak is None and "stat logger" in none.why
+
+
+def test_vllms_front_end_hands_each_steps_scheduler_stats_to_its_stat_loggers():
+    """Watch: KvUsagePeak wraps LLMEngine.logger_manager.record, which the installed vLLM calls every step with
+    that step's SchedulerStats (kv_cache_usage: the figure of the vllm:kv_cache_usage_perc gauge)."""
+    import dataclasses as dc
+    import inspect
+
+    from vllm.v1.engine.llm_engine import LLMEngine
+    from vllm.v1.metrics.stats import SchedulerStats
+
+    step = inspect.getsource(LLMEngine.step)
+    assert "self.logger_manager.record(" in step and "scheduler_stats=outputs.scheduler_stats" in step
+    assert "kv_cache_usage" in {f.name for f in dc.fields(SchedulerStats)}
+
+
+def test_every_record_names_its_gpu_scope_and_whether_mode_peaks_compare():
+    from eagle_fix.core import record
+
+    old_cpu = {"context_len": 8192, "mode": "eager", "peak_gpu_memory_bytes": None}  # before the scope was "none"
+    assert record.upgrade(old_cpu)["gpu_memory_scope"] == "none"
+    assert record.upgrade(old_cpu)["gpu_peak_comparable_across_modes"] is None  # no GPU figure
+    gpu = {"context_len": 8192, "peak_gpu_memory_bytes": 5 * GIB, "gpu_memory_scope": "device"}
+    assert record.upgrade({**gpu, "mode": "eager"})["gpu_peak_comparable_across_modes"] is True
+    graphs = record.upgrade({**gpu, "mode": "compile", "cudagraph_mode": "FULL_AND_PIECEWISE"})
+    assert graphs["gpu_peak_comparable_across_modes"] is False and graphs["gpu_memory_scope"] == "device"
+    assert record.upgrade({**gpu, "mode": "compile", "cudagraph_mode": "NONE"})["gpu_peak_comparable_across_modes"]
+    assert "peak_kv_memory_bytes" in record.FIELDS and record.upgrade(old_cpu)["peak_kv_memory_bytes"] is None
+
+
+def test_a_sweep_record_carries_kv_in_use_and_its_scope_even_when_failed(tmp_path):
+    from eagle_fix.core import metrics
+    from eagle_fix.engine.protocol import PointReply
+    from eagle_fix.sweep import loop as sweep
+    from eagle_fix.sweep.plan import Point, RunArgs, resolve
+
+    run = resolve(RunArgs(profile="cpu-quick", out=tmp_path / "r.jsonl", progress=False))
+    point = Point(8192, "eager", "eagle3", "on")
+    fields = {"common": {}, "log": tmp_path / "x.log", "spec": run.engine_spec(point)}
+    result = PointReply(
+        prompt_len=8000,
+        samples={"decode_wall_s": [1.0]},
+        worker_memory={"peak_kv_memory_bytes": 3 * 2**20, "kv_cache_usage_peak": 0.0937, "null_reasons": {}},
+    )
+    rec = sweep._record(run, point, fields, status="ok", result=result, memory={"peak_host_memory_bytes": 5})
+    assert rec["peak_kv_memory_bytes"] == 3 * 2**20 and rec["kv_cache_usage_peak"] == 0.0937
+    assert rec["gpu_memory_scope"] == "none"
+    failed = sweep._record(run, point, fields, status="failed", error="x")
+    assert failed["gpu_memory_scope"] == "none" and failed["memory_null_reasons"]["peak_kv_memory_bytes"]
+    assert not metrics.METRIC["peak_kv_memory_bytes"].gated  # shown beside memory, never a verdict
+
+
+def test_the_memory_plot_says_when_compiled_gpu_peaks_are_not_comparable():
+    import pandas as pd
+
+    from eagle_fix.publish.plots import _graphs_note
+
+    cols = ("peak_gpu_memory_bytes", "peak_kv_memory_bytes")
+    df = pd.DataFrame({"gpu_peak_comparable_across_modes": [True, False], "cudagraph_mode": ["NONE", "PIECEWISE"]})
+    assert "(PIECEWISE) are not comparable with eager" in _graphs_note(df, cols)
+    assert _graphs_note(df.iloc[:1], cols) == "" and _graphs_note(df, ("peak_host_memory_bytes",)) == ""
+    cpu = pd.DataFrame({"gpu_peak_comparable_across_modes": [None, None], "cudagraph_mode": ["NONE", "NONE"]})
+    assert _graphs_note(cpu, cols) == ""
