@@ -350,6 +350,7 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
 
 
 def cli_main(args: argparse.Namespace) -> int:
+    t0 = time.monotonic()  # the deadline counts from here: the checks of the arguments and the machine included
     a = GpuCheckArgs.from_cli_args(args)
     cuda = cuda_available()
     if not cuda and not a.rehearse and not a.dry_run and not a.torch_only:
@@ -379,7 +380,7 @@ def cli_main(args: argparse.Namespace) -> int:
     suffix = "" if a.label == "all" else f"-{re.sub(r'[^A-Za-z0-9+-]', '_', a.label)}"
     out = a.out or root / SUMMARY_DIR / f"{machine}-{kind}{suffix}.json"
     print(f"gpu-check: records and logs in {work}; the summary, rewritten after every step: {out}", file=sys.stderr)
-    return execute(plan, chosen, a, work=work, root=root, out=out, cuda=cuda, machine=machine)
+    return execute(plan, chosen, a, work=work, root=root, out=out, cuda=cuda, machine=machine, t0=t0)
 
 
 def execute(
@@ -393,10 +394,11 @@ def execute(
     cuda: bool,
     machine: str,
     run: Any = run_step,
+    t0: float | None = None,
 ) -> int:
     """Run the chosen steps in order, judging every check and rewriting the summary after each step; a
-    deadline or a signal stops the step running and names the steps it left."""
-    t0 = time.monotonic()
+    deadline (from `t0`, a monotonic time) or a signal stops the step running and names the steps it left."""
+    t0 = time.monotonic() if t0 is None else t0
     until = t0 + a.deadline if a.deadline else None
     runs: dict[str, StepRun] = {}
     for s in plan:
