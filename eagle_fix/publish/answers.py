@@ -12,8 +12,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from eagle_fix.core import record
+from eagle_fix.core import acceptance, record
 from eagle_fix.core.errors import EagleFixError
+from eagle_fix.gate import components
+from eagle_fix.pairs import profiles
+from eagle_fix.publish.frame import fill_speedup, latest
+from eagle_fix.served.summary import break_even, read_map, summarize
+from eagle_fix.store.results import load_results
 
 REALISTIC, CEILING = "chat", "copy"  # the record's `workload` of each regime
 REGIME_WORDS = {
@@ -33,8 +38,6 @@ def _plain(v: Any) -> Any:
 def _rows(results: Path) -> list[dict[str, Any]]:
     """The newest row per point of every `eagle-fix run` file under results/runs (speedups filled in), the
     set-aside folders left out; [] when there is none."""
-    from eagle_fix.publish.frame import fill_speedup, latest  # pandas: loaded only when answers are made
-    from eagle_fix.store.results import load_results
 
     runs = results / "runs"
     if not runs.is_dir():
@@ -72,7 +75,6 @@ def _greedy(r: dict[str, Any]) -> bool:
 def _pair(profile: Any) -> str | None:
     """The regime a profile's pair makes with its workload: the chat pair's realistic one, the tiny pair's
     ceiling; None for any other pair (random weights, real shapes) or an unknown profile."""
-    from eagle_fix.pairs import profiles
 
     try:
         target = profiles.get_profile(str(profile)).target
@@ -84,7 +86,6 @@ def _pair(profile: Any) -> str | None:
 
 
 def _loop(r: dict[str, Any]) -> bool:
-    from eagle_fix.core import acceptance
 
     return acceptance.drafts_a_loop(r)
 
@@ -310,7 +311,6 @@ def served(results: Path) -> list[dict[str, Any]]:
     """Per machine and workload, the newest `eagle-fix map` file (by its records' timestamps) and its break-even
     per mode and context: the lowest concurrency at which EAGLE3's output throughput is below the baseline's
     with the whole interval below 1 (eagle_fix.served.summary.break_even), in one line."""
-    from eagle_fix.served.summary import break_even, read_map, summarize
 
     newest: dict[tuple[str, str], tuple[str, Path, list[dict[str, Any]]]] = {}
     for f in sorted((results / "map").glob("*.ndjson")) if (results / "map").is_dir() else []:
@@ -347,10 +347,8 @@ def gate_lines(machine: str) -> list[str]:
     """For each point kind of `eagle-fix ab`'s default grid: this machine's recorded noise (or whose record
     `ab` borrows, eagle_fix.gate.components.find), and the plan ab would run with its stated power and
     false-alarm rate, one line each."""
-    from eagle_fix.gate import components
-    from eagle_fix.pairs.profiles import default_profile, get_profile
 
-    profile = get_profile(default_profile("ab"))
+    profile = profiles.get_profile(profiles.default_profile("ab"))
     lines = []
     for context in profile.contexts:
         for mode in ("eager", "compile"):
@@ -459,11 +457,18 @@ def report_summary(report: Path) -> str:
     return "\n".join(lines[start:end]).replace("**", "").rstrip()
 
 
+def _html_dir(config: Path) -> Path:
+    """asv's html_dir of an asv config, as `eagle-fix publish` resolves it."""
+    from asv import util  # asv only for the terminal's summary: `eagle-fix --help` stays fast
+
+    if not config.is_file():
+        raise EagleFixError(f"{config}: no asv config there; run from the repository root or give --config")
+    return (config.resolve().parent / util.load_json(str(config), js_comments=True)["html_dir"]).resolve()
+
+
 def main(argv: list[str] | None = None) -> int:
     """scripts/bench.sh's last words: the summary of the report `eagle-fix publish` wrote beside the dashboard."""
     import argparse
-
-    from eagle_fix.publish.dashboard import _conf
 
     parser = argparse.ArgumentParser(
         prog="python -m eagle_fix.publish.answers",
@@ -472,7 +477,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", default="asv.conf.json", help="asv config (its html_dir)")
     args = parser.parse_args(argv)
     try:
-        report = _conf(Path(args.config))["html_dir"] / "eagle-fix" / "report.md"
+        report = _html_dir(Path(args.config)) / "eagle-fix" / "report.md"
         if not report.is_file():
             raise EagleFixError(f"{report}: no report there; run `.venv/bin/eagle-fix publish` first")
         print(report_summary(report))
