@@ -387,3 +387,32 @@ def test_the_quick_cuda_grid_fits_a_first_visit():
     assert get_profile("gpu-quick").target == get_profile("gpu-dummy").target
     with pytest.raises(EagleFixError, match="a CUDA profile"):
         gpu_estimate.estimate("cpu-quick")
+
+
+def test_a_signalled_check_stops_its_step_and_keeps_the_summary(tmp_path):
+    """A call's time limit ends gpu-check with SIGTERM: the step running is stopped with it (no orphan
+    measures on), the summary names it and the steps after it, and the exit code says which signal."""
+    work, out, pid_file = tmp_path / "work", tmp_path / "summary.json", tmp_path / "step.pid"
+    work.mkdir()
+    fix_ab = f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(60)"
+    code = (
+        "import sys; from pathlib import Path; sys.path.insert(0, 'tests/releases'); sys.path.insert(0, 'tests')\n"
+        "import test_gpu_check as t\n"
+        f"work, out = Path({str(work)!r}), Path({str(out)!r})\n"
+        f"sys.exit(t._execute(t._fake_plan(work, out, {fix_ab!r}), work, out))\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stderr=subprocess.PIPE, text=True)
+    for _ in range(300):
+        if pid_file.exists() and pid_file.read_text():
+            break
+        time.sleep(0.1)
+    proc.send_signal(15)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + 15, err
+    step_pid = int(pid_file.read_text())
+    with pytest.raises(ProcessLookupError):
+        os.kill(step_pid, 0)
+    got = json.loads(out.read_text())
+    assert got["steps"]["fix-ab"]["cut"] == "stopped by SIGTERM to gpu-check"
+    assert got["steps"]["noise"]["why_not"] == "gpu-check was stopped by SIGTERM"
+    assert {r["check"]: r["status"] for r in got["checks"]}["hooks"] == "passed"
