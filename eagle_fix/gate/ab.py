@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from eagle_fix.core import acceptance, metrics, nested
+from eagle_fix.core.errors import EagleFixError
 from eagle_fix.engine import lifecycle
 from eagle_fix.engine.lifecycle import Interrupted
 from eagle_fix.engine.offline import CHILD_MODULE, EngineDied, EngineProcess
@@ -53,7 +54,16 @@ from eagle_fix.gate.ab_args import (  # noqa: F401 - re-exported: `eagle_fix.gat
     add_cli_args,
     side_info,
 )
-from eagle_fix.gate.ab_result import PAIRED, format_ab, point_words, summary, verdicts
+from eagle_fix.gate.ab_result import (
+    PAIRED,
+    apply_family,
+    family_sizes,
+    format_ab,
+    gated_metric,
+    point_words,
+    summary,
+    verdicts,
+)
 from eagle_fix.gate.design import design_for
 from eagle_fix.gate.sharing import (
     engine_need_bytes,
@@ -62,7 +72,6 @@ from eagle_fix.gate.sharing import (
     restart,
     sharing_plan,
 )
-from eagle_fix.gate.verdict import GATED
 from eagle_fix.machine import device
 from eagle_fix.machine.fingerprint import fingerprint, git_commit
 from eagle_fix.sweep.load import LoadSampler
@@ -83,7 +92,12 @@ from eagle_fix.sweep.plan import plan, point_timeout, resolve
 # launch pairs at most, looks), its `launch_test` settings, its `looks` and why it `stopped`, the seconds each
 # launch pair took (`launch_s`) and each round (`wall_s` per pair), and the load over each side's measurement
 # (`load` per side). Files of schema 5 and before were judged by the sign test over the rounds.
-SCHEMA = 6
+# 7: one speed metric is gated per point (`gated_metric`: step_ms, else TPOT; the others are shown, verdict
+# "not gated"); each question (speed, acceptance) gets one alpha over the run's points: a point runs at its
+# Bonferroni share (`family_sizes`), then Holm over the run (`family` for the file, `family` per row); the speed
+# rows' `base_mean` / `new_mean` are the launch test's estimator (geometric means over the launches), whose
+# ratio is the row's `change`. Files of schema 6 and before gated every paired metric, each at alpha.
+SCHEMA = 7
 # The order of the two sides in round r: base first in even rounds, new first in odd ones.
 ORDER = "abba"
 # Which side's engine starts first in a group's first block (both stay up, paused in turn); each later
@@ -143,6 +157,9 @@ def run_ab(args: ABArgs) -> dict[str, Any]:
         # Files without this key started base first too
         "start_order": list(START_ORDER),
     }
+    synthetic = run.profile.synthetic_acceptance_length is not None
+    result["family_sizes"] = family_sizes([run.identity(p) for p in plan(run)], synthetic=synthetic)
+    shares = {q: args.alpha / n for q, n in result["family_sizes"].items()}
     started = time.monotonic()
     total, total_error = device.gpu_total_bytes() if run.profile.device == "cuda" else (None, None)
     try:
@@ -167,7 +184,8 @@ def run_ab(args: ABArgs) -> dict[str, Any]:
                         engines[side] = _start(spec, log_dir, side, group[0], sides)
                     launched = round(time.monotonic() - t0, 2)
                 for p in group:
-                    design, launch = design_for(args, run, p, fp["name"])
+                    # the point runs at its Bonferroni share of the speed question's alpha (split over its looks)
+                    design, launch = design_for(dataclasses.replace(args, alpha=shares["speed"]), run, p, fp["name"])
                     entry = _measure(
                         run,
                         p,
@@ -181,6 +199,7 @@ def run_ab(args: ABArgs) -> dict[str, Any]:
                         sharing=share["sharing"],
                         start_order=start_order,
                         launch_s=launched,
+                        acceptance_alpha=shares["acceptance"],
                     )
                     launched = None
                     if share["sharing"] != result["sharing"]:
@@ -194,6 +213,7 @@ def run_ab(args: ABArgs) -> dict[str, Any]:
     except Interrupted as exc:
         raise Interrupted(f"{exc}: {len(result['points'])} points measured, nothing written", exc.signum) from None
     result["finished"] = _now()
+    result["family"] = apply_family(result)
     result["summary"] = summary(result, strict=args.strict)
     return result
 
@@ -228,12 +248,13 @@ def _measure(
     sharing: str = "paused",
     start_order: list[str] | None = None,
     launch_s: float | None = None,
+    acceptance_alpha: float | None = None,
 ) -> dict[str, Any]:
     """One point by its design: launch pairs (blocks) of `design.rounds` rounds, each round measuring both sides
     in round_order(r) (the pair keeps its `order`; the ratio is new / base whichever went first). Each block
     after the first closes both engines and starts them in the order opposite to `start_order` (updated in
-    place), so the launches' start orders balance. After every `design.look_every` blocks the gated metrics
-    are judged at the look's level (eagle_fix.core.nested.decide); the point stops once every one is settled
+    place), so the launches' start orders balance. After every `design.look_every` blocks the gated metric
+    is judged at the look's level (eagle_fix.core.nested.decide); the point stops once it is settled
     (a regression, an improvement, or no change of the threshold), else at the plan's last block. A side
     whose engine died is restarted once per point. Under "one-at-a-time" the other side's engine is stopped
     before a side's is started, so one engine at a time holds the GPU. `launch_s`: what starting the
@@ -310,7 +331,8 @@ def _measure(
             looked = verdicts(
                 entry, args.threshold, k=k, alpha=args.alpha, synthetic=synthetic, launch=launch, final=final
             )
-            speed = {m: v["verdict"] for m, v in looked.items() if m in GATED}
+            gated = gated_metric(entry)
+            speed = {m: v["verdict"] for m, v in looked.items() if m == gated}
             entry["looks"].append({"after_blocks": block + 1, "verdicts": speed})
             if speed and all(v != "continue" for v in speed.values()):
                 if not final:
@@ -327,8 +349,16 @@ def _measure(
         for side, e in engines.items()
         if e is not None and not isinstance(e, Exception)
     }
+    entry["gated_metric"] = gated_metric(entry)
     entry["verdicts"] = verdicts(
-        entry, args.threshold, k=k, alpha=args.alpha, synthetic=synthetic, launch=launch, final=True
+        entry,
+        args.threshold,
+        k=k,
+        alpha=args.alpha,
+        synthetic=synthetic,
+        launch=launch,
+        final=True,
+        acceptance_alpha=acceptance_alpha,
     )
     return entry
 
@@ -385,10 +415,11 @@ def _pair_numbers(res: PointReply) -> dict[str, Any]:
 
 def _progress(entry: dict[str, Any], started: float) -> None:
     d = entry["identity"]
-    tp = entry["verdicts"].get("tpot_ms", {})
+    gated = entry.get("gated_metric") or "status"
+    tp = entry["verdicts"].get(gated, {})
     print(
         f"[eagle-fix ab] {point_words(d)}: "
-        f"{time.monotonic() - started:.0f} s, tpot {tp.get('verdict', entry['verdicts'].get('status', {}).get('verdict'))}",
+        f"{time.monotonic() - started:.0f} s, {gated} {tp.get('verdict', entry['verdicts'].get('status', {}).get('verdict'))}",
         file=sys.stderr,
         flush=True,
     )
@@ -399,9 +430,15 @@ def _now() -> str:
 
 
 def cli_main(args: argparse.Namespace) -> int:
-    """Exit 0: no regression; 1: a regression or a point that failed only on the new side; 2: unusable input."""
-    ab = ABArgs.from_cli_args(args)
-    result = run_ab(ab)
+    """Exit 0: no regression; 1: a regression or a point that failed only on the new side; 2: unusable input
+    (any refusal, whichever parser raised it: a refused input must never read as a regression in CI)."""
+    try:
+        ab = ABArgs.from_cli_args(args)
+        result = run_ab(ab)
+    except Interrupted:
+        raise
+    except EagleFixError as exc:
+        raise EagleFixError(str(exc), exit_code=2) from None
     if ab.out:
         ab.out.write_text(json.dumps(result, indent=1, default=str) + "\n")
     print(format_ab(result, strict=ab.strict))

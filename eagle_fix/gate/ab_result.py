@@ -5,7 +5,9 @@ report read them)."""
 from __future__ import annotations
 
 import json
+import math
 import os
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -27,17 +29,21 @@ def verdicts(
     synthetic: bool = False,
     launch: dict[str, Any] | None = None,
     final: bool = True,
+    acceptance_alpha: float | None = None,
 ) -> dict[str, Any]:
     """Every metric of one point, judged by eagle_fix.gate.verdict on the rounds both sides measured;
     `synthetic`: the profile set acceptance (vLLM's synthetic sampler), so it is shown, not judged.
     `launch`: the launch-level test's settings ({"sigma": {metric: sd or None}, "sigma_round": {...},
     "source": words, "alpha_look": level of one look}); without it (files before schema 6) the sign test
-    over the rounds, which counts the rounds of one launch as independent (kept to re-read old files)."""
+    over the rounds, which counts the rounds of one launch as independent (kept to re-read old files).
+    One speed metric is gated (gated_metric); the others are shown. `acceptance_alpha`: the acceptance test's
+    level (its share of the run's alpha; default `alpha`)."""
     status = entry["status"]
     failed = verdict.status(status.get("base", "ok") == "ok", status.get("new", "ok") == "ok")  # mid-point: ok so far
     if failed is not None:
         return {"status": {"verdict": failed.verdict}}
     pairs = [p for p in entry["pairs"] if "base" in p and "new" in p]
+    gated = gated_metric(entry)
     out: dict[str, Any] = {}
     for metric, _ in PAIRED:
         if pairs and not any(p["base"].get(metric) is not None or p["new"].get(metric) is not None for p in pairs):
@@ -57,7 +63,9 @@ def verdicts(
             )
         else:
             v = verdict.noisy(b, n, metric=metric, threshold=threshold, alpha=alpha, paired=True)
-        why = verdict.ungated_why((entry.get("clocks") or {}).get(metric), gated=metric in verdict.GATED)
+        why = verdict.ungated_why((entry.get("clocks") or {}).get(metric))
+        if why is None and metric != gated:
+            why = f"{verdict.SHOWN} (the gated speed metric is {gated or 'none here'})"
         if why is not None:  # its change shown, no claim
             v = verdict.shown_only(v, why)
         out[metric] = {
@@ -70,6 +78,9 @@ def verdicts(
             "new_median": stats.median(n),
             "ratios": stats.paired_ratios(b, n),
         }
+        means = launch_means(pairs, metric) if launch is not None else None
+        if means is not None:  # the columns of the estimator the test judges: new_mean / base_mean - 1 is the change
+            out[metric]["base_mean"], out[metric]["new_mean"] = means
         # what each start order gave on its own: on identical sides the two should straddle 1
         by_start = ratios_by_start_order(pairs, metric)
         if by_start:
@@ -88,7 +99,8 @@ def verdicts(
             "power": v.power,
         }
     elif fb.get("num_drafts") and fn.get("num_drafts"):
-        v = acceptance_power.judged(fb, fn, entry.get("identity") or {}, k=k or 1, alpha=alpha)  # as compare
+        a = alpha if acceptance_alpha is None else acceptance_alpha
+        v = acceptance_power.judged(fb, fn, entry.get("identity") or {}, k=k or 1, alpha=a)  # as compare
         out["acceptance_length"] = {
             "verdict": v.verdict,
             "p": v.detail.get("p"),
@@ -104,6 +116,76 @@ def verdicts(
     if (synthetic or (fb.get("num_drafts") and fn.get("num_drafts"))) and cb is not None and cn is not None:
         v = verdict.exact(cb, cn, higher_is_better=True)
         out["drafter_coverage"] = {"verdict": v.verdict, "base": cb, "new": cn, "power": v.power}
+    return out
+
+
+def gated_metric(entry: dict[str, Any]) -> str | None:
+    """The point's one gated speed metric (verdict.gated_speed): step_ms where both sides measured it in some
+    round on a clock that carries a verdict, else TPOT."""
+    pairs = [p for p in entry.get("pairs") or [] if "base" in p and "new" in p]
+
+    def measured(m: str) -> bool:
+        return any(p["base"].get(m) and p["new"].get(m) for p in pairs)
+
+    return verdict.gated_speed(measured, entry.get("clocks"))
+
+
+def launch_means(pairs: list[dict[str, Any]], metric: str) -> tuple[float, float] | None:
+    """Each side's geometric mean over the launch pairs (each pair's rounds averaged in logs first), from the
+    rounds both sides measured: the ratio of the two is exactly the launch test's estimate (the mean of the
+    blocks' mean log ratios, eagle_fix.core.nested.blocks_of), so the table's columns cannot disagree in sign."""
+    grouped: dict[int, list[tuple[float, float]]] = {}
+    for p in pairs:
+        b, n = (p.get("base") or {}).get(metric), (p.get("new") or {}).get(metric)
+        if b and n and b > 0 and n > 0:
+            grouped.setdefault(int(p.get("block") or 0), []).append((math.log(b), math.log(n)))
+    if not grouped:
+        return None
+    lb = statistics.fmean(statistics.fmean(x for x, _ in g) for g in grouped.values())
+    ln = statistics.fmean(statistics.fmean(y for _, y in g) for g in grouped.values())
+    return math.exp(lb), math.exp(ln)
+
+
+def family_sizes(points: list[dict[str, Any]], *, synthetic: bool) -> dict[str, int]:
+    """How many tests each question holds in a run of POINTS (identities): one gated speed row a point, one
+    acceptance row a drafted point (none where the profile sets acceptance). The Bonferroni share alpha / size
+    is what a point is judged at while it runs (its looks split it further); Holm at the end can only add."""
+    drafted = sum(1 for d in points if d.get("num_speculative_tokens"))
+    return {"speed": max(1, len(points)), "acceptance": max(1, 0 if synthetic else drafted)}
+
+
+def apply_family(result: dict[str, Any]) -> dict[str, Any]:
+    """Holm over each question's rows of a whole run (verdict.FAMILY_RULE) at the run's alpha: the gated speed
+    row of every point, entering with min(1, looks * p) (alpha spent evenly over its plan's looks, so a point
+    stopped early at alpha / (tests * looks) is always kept), and the acceptance row of every drafted point.
+    A row is a regression only where Holm rejects it and its change is beyond the threshold (acceptance: any
+    drop). Each row records its family; returns the file's `family` summary."""
+    alpha, threshold = result.get("alpha", DEFAULT_ALPHA), result["threshold"]
+    rows: dict[str, list[tuple[dict[str, Any], float, bool]]] = {"speed": [], "acceptance": []}
+    for entry in result["points"]:
+        gated = entry.get("gated_metric")
+        v = entry["verdicts"].get(gated) if gated else None
+        if v is not None and v.get("p") is not None:
+            looks = int((entry.get("design") or {}).get("looks") or 1)
+            rows["speed"].append((v, min(1.0, looks * v["p"]), metrics.METRIC[gated].higher_is_better))
+        a = entry["verdicts"].get("acceptance_length")
+        if a is not None and a.get("p") is not None:
+            rows["acceptance"].append((a, a["p"], True))
+    out = {}
+    for question, items in rows.items():
+        reject, adjusted = verdict.holm([p for _, p, _ in items], alpha)
+        for (v, p, higher_is_better), r, adj in zip(items, reject, adjusted):
+            v["verdict"] = verdict.family_verdict(
+                v["verdict"],
+                reject=r,
+                change=v.get("change"),
+                threshold=threshold if question == "speed" else 0.0,
+                higher_is_better=higher_is_better,
+            )
+            v["family"] = {"question": question, "tests": len(items), "p_looks": p, "p_holm": adj, "rejected": r}
+            if len(items) > 1:
+                v["evidence"] = f"{v.get('evidence', '')}; Holm over {len(items)} points: {verdict.p_text(adj)}"
+        out[question] = {"rule": verdict.FAMILY_RULE, "alpha": alpha, "tests": len(items), "rejected": sum(reject)}
     return out
 
 
@@ -157,7 +239,10 @@ def format_ab(result: dict[str, Any], *, strict: bool = False) -> str:
     for entry in result["points"]:
         d = entry["identity"]
         for metric, v in entry["verdicts"].items():
-            if "base_median" in v:
+            if "base_mean" in v:  # the launch test's estimator in all three columns (schema 7)
+                b, n = verdict.number_cell(v["base_mean"]), verdict.number_cell(v["new_mean"])
+                evidence = v.get("evidence")
+            elif "base_median" in v:  # files before schema 7: the rounds' medians beside the test's change
                 b, n = verdict.number_cell(v["base_median"]), verdict.number_cell(v["new_median"])
                 evidence = v.get("evidence")
                 if evidence is None:  # a file of schema 1: its interval, labelled with its real coverage
@@ -165,7 +250,7 @@ def format_ab(result: dict[str, Any], *, strict: bool = False) -> str:
                     evidence = f"[{ci[0]:+.1%}, {ci[1]:+.1%}] {stats.interval_label(v.get('coverage'))}" if ci else ""
             else:
                 b, n = verdict.number_cell(v.get("base")), verdict.number_cell(v.get("new"))
-                evidence = v.get("evidence") or (f"p={v['p']:.3g}" if v.get("p") is not None else "")
+                evidence = v.get("evidence") or (verdict.p_text(v["p"]) if v.get("p") is not None else "")
             judged.append(_as_verdict(v))
             rows.append(
                 (
@@ -179,6 +264,10 @@ def format_ab(result: dict[str, Any], *, strict: bool = False) -> str:
                 )
             )
     lines = verdict.table(rows)
+    if any("base_mean" in v for e in result["points"] for v in e["verdicts"].values()):
+        lines.append(verdict.COLUMNS_LINE)
+    elif any("base_median" in v for e in result["points"] for v in e["verdicts"].values()):
+        lines.append("columns: a speed row's base and new are the rounds' medians, its change the test's own estimate")
     lines += [v["loop"] for e in result["points"] for v in e["verdicts"].values() if v.get("loop")]
     vb, vn = result["base"]["versions"].get("vllm"), result["new"]["versions"].get("vllm")
     lines.append(f"base: {result['base']['python']} (vLLM {vb}) {result['base']['env'] or ''}".rstrip())

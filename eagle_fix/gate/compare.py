@@ -22,6 +22,7 @@ from pathlib import Path
 
 from eagle_fix.core import acceptance, metrics, record
 from eagle_fix.core.errors import EagleFixError
+from eagle_fix.engine.lifecycle import Interrupted
 from eagle_fix.gate import acceptance_power, components, verdict
 from eagle_fix.gate.verdict import DEFAULT_ALPHA, DEFAULT_THRESHOLD, FAILING, Verdict
 from eagle_fix.store.results import load_asv_commit, load_asv_file, load_jsonl
@@ -138,6 +139,11 @@ def compare_records(
         threshold=threshold,
         alpha=alpha,
     )
+    # One alpha per question (verdict.FAMILY_RULE): each row is first judged at its Bonferroni share of alpha
+    # (what its interval and power state), then Holm over the run's rows of the question may call more.
+    both_ok = [k for k in b if k in n and b[k].get("status") == "ok" and n[k].get("status") == "ok"]
+    speed_share = alpha / max(1, sum(_gated_metric(b[k], n[k]) is not None for k in both_ok))
+    acceptance_share = alpha / max(1, sum(bool(b[k].get("num_drafts") and n[k].get("num_drafts")) for k in both_ok))
     if not set(b) & set(n):
         raise EagleFixError(
             f"BASE and NEW share no point ({', '.join(record.IDENTITY)}): BASE has {len(b)}, NEW {len(n)}; "
@@ -158,14 +164,18 @@ def compare_records(
                 Change(key, "status", None, None, None, failed.verdict, failed.evidence, judged=failed)
             )
             continue
+        gated = _gated_metric(rb, rn)
         for m in metrics.METRICS:
             if m.column in NOT_GATED or not m.gated:
                 continue
+            share = acceptance_share if m.column == "acceptance_length" else speed_share
             change = _judge_metric(
-                m, rb, rn, threshold=threshold, alpha=alpha, noise_folder=noise_folder or components.FOLDER
+                m, rb, rn, threshold=threshold, alpha=share, noise_folder=noise_folder or components.FOLDER
             )
             if change is not None:
                 why = verdict.ungated_why((rn.get("clocks") or {}).get(m.column))
+                if why is None and m.column in verdict.SAMPLED and m.column != gated and change[4] != "n/a":
+                    why = f"{verdict.SHOWN} (the gated speed metric is {gated or 'none here'})"
                 if why is not None:
                     v = verdict.shown_only(change[7], why)
                     change = (*change[:4], v.verdict, v.evidence, change[6], v)
@@ -181,7 +191,40 @@ def compare_records(
         sampled = acceptance_power.sampled_parity(rn, new)
         if sampled and not acceptance_power.sampled_parity(rb, base):
             result.changes.append(Change(key, "flags", None, None, None, "regression", sampled))
+    _family(result.changes, alpha=alpha, threshold=threshold)
     return result
+
+
+def _gated_metric(rb: dict, rn: dict) -> str | None:
+    """The point's one gated speed metric (verdict.gated_speed): step_ms, else TPOT, measured on both sides."""
+    return verdict.gated_speed(
+        lambda m: _num(rb.get(m)) is not None and _num(rn.get(m)) is not None, rn.get("clocks") or rb.get("clocks")
+    )
+
+
+def _family(changes: list[Change], *, alpha: float, threshold: float) -> None:
+    """Holm over each question's rows (the gated speed rows; the acceptance rows), at alpha each: a row's
+    verdict is a regression only where Holm rejects it and its change is beyond the threshold (acceptance:
+    any drop). Each judged row records the family it was judged in."""
+    questions = {
+        "speed": [c for c in changes if c.metric in verdict.SAMPLED and c.judged and c.judged.speed],
+        "acceptance": [c for c in changes if c.metric == "acceptance_length" and c.judged],
+    }
+    for question, rows in questions.items():
+        rows = [c for c in rows if c.judged.detail.get("p") is not None]
+        reject, adjusted = verdict.holm([c.judged.detail["p"] for c in rows], alpha)
+        for c, r, adj in zip(rows, reject, adjusted):
+            m = metrics.METRIC[c.metric]
+            c.verdict = verdict.family_verdict(
+                c.verdict,
+                reject=r,
+                change=c.judged.change,
+                threshold=threshold if question == "speed" else 0.0,
+                higher_is_better=m.higher_is_better,
+            )
+            c.judged.detail["family"] = {"question": question, "tests": len(rows), "p_holm": adj, "rejected": r}
+            if len(rows) > 1:
+                c.evidence += f"; Holm over {len(rows)} points: {verdict.p_text(adj)}"
 
 
 def launch_variance(rec: dict, metric: str, folder: Path) -> tuple[float | None, str]:
@@ -238,7 +281,9 @@ def _judge_metric(
             alpha=alpha,
             busy=record.busy(rb) or record.busy(rn),
         )
-    # the change of the headline numbers shown beside it (the samples' medians where there are samples)
+    if "base_mean" in v.detail:  # one estimator for all three columns: the geometric means and their ratio
+        return (m.column, v.detail["base_mean"], v.detail["new_mean"], v.change, v.verdict, v.evidence, v.power, v)
+    # the change of the headline numbers shown beside it (no samples to test)
     return (m.column, vb, vn, verdict.relative_change(vb, vn), v.verdict, v.evidence, v.power, v)
 
 
@@ -264,6 +309,8 @@ def format_comparison(
             )
         )
     lines = verdict.table(rows)
+    if any(c.judged is not None and "base_mean" in c.judged.detail for c in cmp.changes):
+        lines.append(verdict.COLUMNS_LINE)
     for k in cmp.only_new:
         lines.append(f"only in NEW: {record.describe(k)}")
     if cmp.fix_ab:
@@ -363,7 +410,17 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
 
 
 def cli_main(args: argparse.Namespace) -> int:
-    """Exit 0: no regression; 1: a regression, a failed point or a missing point; 2: unusable input."""
+    """Exit 0: no regression; 1: a regression, a failed or a missing point; 2: unusable input (any refusal,
+    whichever parser raised it: a refused input must never read as a regression in CI)."""
+    try:
+        return _main(args)
+    except Interrupted:
+        raise
+    except EagleFixError as exc:
+        raise EagleFixError(str(exc), exit_code=2) from None
+
+
+def _main(args: argparse.Namespace) -> int:
     if not (0 <= args.threshold < 1):
         raise EagleFixError(f"--threshold must be in [0, 1), got {args.threshold}", exit_code=2)
     base = load_side(args.base, results_dir=args.results_dir, machine=args.machine)

@@ -44,6 +44,10 @@ def run_ab(*argv: str, timeout: int = 1800) -> subprocess.CompletedProcess:
             ["--base-python", sys.executable, "--new-python", sys.executable, "--rounds", "0"],
             r"--rounds '0' must be positive",
         ),
+        (  # the shared integer parser's refusal (exit 1 elsewhere) is "cannot judge" here
+            ["--base-python", sys.executable, "--new-python", sys.executable, "--rounds", "-3"],
+            r"--rounds '-3' must be positive",
+        ),
         (
             ["--base-python", sys.executable, "--new-python", sys.executable, "--modes", "fast"],
             r"--modes fast: unknown",
@@ -51,10 +55,11 @@ def run_ab(*argv: str, timeout: int = 1800) -> subprocess.CompletedProcess:
     ],
 )
 def test_bad_input_is_one_line(argv, message):
+    """Every refusal exits 2 ("cannot judge"), never 1 ("regression"), whichever parser refused it."""
     import re
 
     out = run_ab(*argv, timeout=300)
-    assert out.returncode in (1, 2), out.stderr
+    assert out.returncode == 2, out.stderr
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in out.stderr, out.stderr
     assert re.search(message, lines[0]), lines[0]
@@ -94,9 +99,16 @@ def _entry(base, new, **extra):
 
 
 def test_paired_verdicts():
+    """One speed metric is gated (TPOT here, where no round measured step_ms); decode throughput, TPOT's
+    reciprocal, is shown with its change and no verdict of its own."""
     base8 = [10.0, 10.2, 9.9, 10.1, 10.0, 10.3, 9.8, 10.1]
     slow = ab_result.verdicts(_entry(base8, [11.5, 11.8, 11.4, 11.6, 11.5, 11.9, 11.3, 11.6]), 0.05, k=None)
-    assert slow["tpot_ms"]["verdict"] == "regression" and slow["decode_throughput_tok_s"]["verdict"] == "regression"
+    assert slow["tpot_ms"]["verdict"] == "regression"
+    shown = slow["decode_throughput_tok_s"]
+    assert (
+        shown["verdict"] == "not gated" and "shown, not gated (the gated speed metric is tpot_ms)" in shown["evidence"]
+    )
+    assert shown["change"] < -0.1
     same = ab_result.verdicts(_entry(base8, [10.1, 10.0, 10.2, 9.9, 10.0, 10.2, 9.9, 10.0]), 0.05, k=None)
     assert same["tpot_ms"]["verdict"] == "within noise"
     failed = ab_result.verdicts(_entry([10.0], [10.0], status={"base": "ok", "new": "failed"}), 0.05, k=None)
@@ -104,13 +116,21 @@ def test_paired_verdicts():
 
 
 def test_a_host_clock_metric_is_shown_never_gated():
-    """A metric an ab point reads on the `host` clock (step_ms on CUDA, metrics.clocks_on; tpot_ms stands in
-    here) keeps its change and gets no verdict; the other metrics are judged as before."""
+    """step_ms is the gated speed metric where both sides measured it; read on the `host` clock (CUDA,
+    metrics.clocks_on) it keeps its change and gets no verdict, and TPOT is gated in its place."""
     base8 = [10.0, 10.2, 9.9, 10.1, 10.0, 10.3, 9.8, 10.1]
     slow = [11.5, 11.8, 11.4, 11.6, 11.5, 11.9, 11.3, 11.6]
-    out = ab_result.verdicts(_entry(base8, slow, clocks={"tpot_ms": "host"}), 0.05, k=None)
-    assert out["tpot_ms"]["verdict"] == "not gated" and "host clock, shown only" in out["tpot_ms"]["evidence"]
-    assert out["decode_throughput_tok_s"]["verdict"] == "regression"
+    entry = _entry(base8, slow)
+    for p in entry["pairs"]:
+        p["base"]["step_ms"], p["new"]["step_ms"] = 2 * p["base"]["tpot_ms"], 2 * p["new"]["tpot_ms"]
+    assert ab_result.gated_metric(entry) == "step_ms"
+    out = ab_result.verdicts(entry, 0.05, k=None)
+    assert out["step_ms"]["verdict"] == "regression" and out["tpot_ms"]["verdict"] == "not gated"
+    entry["clocks"] = {"step_ms": "host"}
+    assert ab_result.gated_metric(entry) == "tpot_ms"
+    out = ab_result.verdicts(entry, 0.05, k=None)
+    assert out["step_ms"]["verdict"] == "not gated" and "host clock, shown only" in out["step_ms"]["evidence"]
+    assert out["tpot_ms"]["verdict"] == "regression" and out["decode_throughput_tok_s"]["verdict"] == "not gated"
 
 
 def test_synthetic_acceptance_is_shown_never_judged():
@@ -302,13 +322,14 @@ def test_without_a_recorded_launch_variance_two_launches_settle_nothing(tmp_path
     a, result = _fake_run_ab(tmp_path, monkeypatch, factor=1.2)
     assert a.rounds is None and a.rounds_for("eager") == ab.DEFAULT_ROUNDS  # no --rounds: the mode's default
     assert (result["threshold"], result["alpha"], result["min_detectable"]) == (0.05, 0.01, 0.05)
-    assert result["schema"] == ab.SCHEMA == 6 and result["order"] == "abba" and result["rounds"] is None
+    assert result["schema"] == ab.SCHEMA == 7 and result["order"] == "abba" and result["rounds"] is None
     assert result["output_len"] == min(models.PROFILES["cpu-quick"].output_len, ab.DEFAULT_SAMPLE_TOKENS or 10**9)
     assert result["start_order"] == ["base", "new"]
     [point] = result["points"]
     assert (point["rounds"], point["blocks"]) == (ab.DEFAULT_ROUNDS, ab.DEFAULT_BLOCKS)
     assert "no plan recorded for cpu-quick-8192-eager-eagle3 on any machine" in point["launch_test"]["design_source"]
-    tpot = point["verdicts"]["tpot_ms"]
+    assert point["gated_metric"] == "step_ms" and point["verdicts"]["tpot_ms"]["verdict"] == "not gated"
+    tpot = point["verdicts"]["step_ms"]
     assert tpot["verdict"] == "inconclusive" and tpot["p"] == 0.5 and tpot["change"] > 0.19
     assert tpot["power"] == "needs >= 8 launches or a recorded launch variance"
     assert len(point["launch_s"]) == ab.DEFAULT_BLOCKS and all(p["wall_s"] >= 0 for p in point["pairs"])
@@ -357,7 +378,7 @@ def test_noise_records_the_launch_variance_and_a_plan_that_ab_then_runs(tmp_path
     assert point["launch_test"]["design_source"].startswith("the plan recorded for ")
     assert point["design"]["rounds"] == plan["rounds"] and point["blocks"] == plan["look_every"]
     assert point["stopped"].startswith(f"settled after {plan['look_every']} of {plan['max_blocks']} launches")
-    assert point["verdicts"]["tpot_ms"]["verdict"] == "regression" and slow["summary"]["exit_code"] == 1
+    assert point["verdicts"]["step_ms"]["verdict"] == "regression" and slow["summary"]["exit_code"] == 1
     assert (
         point["looks"]
         == [{"after_blocks": plan["look_every"], "verdicts": {m: "regression" for m in point["looks"][0]["verdicts"]}}]
@@ -382,7 +403,7 @@ def test_noise_records_the_launch_variance_and_a_plan_that_ab_then_runs(tmp_path
     runs = [
         _fake_run_ab(tmp_path, monkeypatch, factor=1.0, launch_sd=0.02, round_sd=0.03, seed=s)[1] for s in range(3, 13)
     ]
-    got = [(r["points"][0]["verdicts"]["tpot_ms"]["verdict"], r["points"][0]["blocks"]) for r in runs]
+    got = [(r["points"][0]["verdicts"]["step_ms"]["verdict"], r["points"][0]["blocks"]) for r in runs]
     assert {v for v, _ in got} == {"within noise"} and all(r["summary"]["exit_code"] == 0 for r in runs)
     assert sum(b < plan["max_blocks"] for _, b in got) >= 5, got
 
@@ -472,7 +493,7 @@ def test_an_order_effect_does_not_pose_as_a_change(tmp_path, monkeypatch, capsys
 
     _record_noise(tmp_path, monkeypatch, capsys, launch_sd=0.005, round_sd=0.0)
     _, result = _fake_run_ab(tmp_path, monkeypatch, factor=1.0, rounds=64, blocks="2", second_penalty=0.07)
-    tpot = result["points"][0]["verdicts"]["tpot_ms"]
+    tpot = result["points"][0]["verdicts"]["step_ms"]
     assert abs(stats.median(tpot["ratios"]) - 1) <= 0.01 and tpot["verdict"] == "within noise"
     assert result["summary"]["exit_code"] == 0
     ratios = tpot["ratios"]
@@ -486,8 +507,8 @@ def test_a_comparison_that_cannot_see_the_minimum_says_so_in_one_line(tmp_path, 
     blind = [line for line in text.splitlines() if line.startswith("power:")]
     assert blind == [
         (
-            "power: 3 of 3 speed rows could not detect a 5% slowdown, the gate's stated minimum: "
-            "3 could detect nothing (needs >= 8 launches or a recorded launch variance)"
+            "power: 1 of 1 speed rows could not detect a 5% slowdown, the gate's stated minimum: "
+            "1 could detect nothing (needs >= 8 launches or a recorded launch variance)"
         )
     ]
 
@@ -622,3 +643,111 @@ def test_one_at_a_time_when_two_cannot_be_shown_to_fit(tmp_path, monkeypatch):
 def test_cpu_runs_the_same_code_paused(tmp_path, monkeypatch):
     _, result = _fake_run_ab(tmp_path, monkeypatch, factor=1.0, rounds=2)
     assert result["sharing"] == "paused" and result["idle_side"] == "paused"
+
+
+def _row(p, change, verdict_now="within noise"):
+    return {"verdict": verdict_now, "p": p, "change": change, "evidence": "e"}
+
+
+def _family_result(rows, looks=1, alpha=0.01):
+    """An ab result of one point per speed row (step_ms gated), each with a plan of `looks` looks."""
+    return {
+        "alpha": alpha,
+        "threshold": 0.03,
+        "points": [{"gated_metric": "step_ms", "design": {"looks": looks}, "verdicts": {"step_ms": r}} for r in rows],
+    }
+
+
+def test_holm_over_the_points_of_a_grid_with_alpha_spent_over_the_looks():
+    """One alpha for the speed question over a whole run: Holm on each point's gated row, which enters with
+    looks x p. At alpha 0.01 over 3 points, p = 0.002 and 0.004 both fail (0.002 <= 0.01/3, then
+    0.004 <= 0.01/2) where Bonferroni (0.01/3 each) fails only the first; p = 0.008 twice, each a regression
+    on its own, fails neither (0.008 > 0.01/2); with 2 looks 0.001 enters as 0.002 and 0.004 as 0.008; a change within the
+    threshold is never a regression, however small its p."""
+    rows = [_row(0.002, 0.064), _row(0.004, 0.059), _row(0.5, 0.01)]
+    fam = ab_result.apply_family(_family_result(rows))
+    assert [r["verdict"] for r in rows] == ["regression", "regression", "within noise"]
+    assert fam["speed"] == {"rule": "holm", "alpha": 0.01, "tests": 3, "rejected": 2}
+    assert rows[1]["family"]["p_holm"] == pytest.approx(0.008) and "Holm over 3 points: p=0.008" in rows[1]["evidence"]
+
+    twice = [_row(0.008, 0.05, "regression"), _row(0.008, 0.05, "regression")]
+    ab_result.apply_family(_family_result(twice))
+    assert [r["verdict"] for r in twice] == ["within noise", "within noise"]
+
+    looked = [_row(0.001, 0.064), _row(0.004, 0.059), _row(0.5, 0.01)]
+    ab_result.apply_family(_family_result(looked, looks=2))  # 0.002, 0.008 vs 0.0033, 0.005
+    assert [r["verdict"] for r in looked] == ["regression", "within noise", "within noise"]
+    assert looked[1]["family"]["p_looks"] == pytest.approx(0.008)
+
+    faster = [_row(1e-9, -0.2), _row(1e-9, 0.02)]
+    ab_result.apply_family(_family_result(faster))
+    assert [r["verdict"] for r in faster] == ["improved", "within noise"]
+
+
+def test_a_point_stopped_at_its_share_is_always_kept_by_holm():
+    """While it runs, a point is judged at its Bonferroni share alpha / (points x looks): whatever it settled as
+    a regression there, Holm at the end keeps (it only adds)."""
+    import random
+
+    rng = random.Random(3)
+    for _ in range(200):
+        n, looks = rng.randint(1, 12), rng.choice([1, 2, 4])
+        ps = [10 ** rng.uniform(-6, 0) for _ in range(n)]
+        rows = [_row(p, 0.1, "regression" if p < 0.01 / (n * looks) else "within noise") for p in ps]
+        settled = [r["verdict"] == "regression" for r in rows]
+        ab_result.apply_family(_family_result(rows, looks=looks))
+        assert all(r["verdict"] == "regression" for r, s in zip(rows, settled) if s)
+
+
+def test_the_family_counts_one_speed_test_a_point_and_one_acceptance_test_a_drafted_point():
+    points = [{"num_speculative_tokens": 3}, {"num_speculative_tokens": None}, {"num_speculative_tokens": 3}]
+    assert ab_result.family_sizes(points, synthetic=False) == {"speed": 3, "acceptance": 2}
+    assert ab_result.family_sizes(points, synthetic=True) == {"speed": 3, "acceptance": 1}
+
+
+def test_the_base_new_and_change_columns_come_from_one_estimator():
+    """Round medians (10.25 vs 10.36 here) can disagree in sign with the launch test's change; the table's
+    base and new are each side's geometric mean over the launches, whose ratio is the change exactly."""
+    base = [10.0, 10.0, 10.5, 10.25, 14.0, 10.0, 10.25, 10.1]
+    new = [10.6, 10.6, 10.36, 10.36, 10.36, 10.4, 10.4, 10.36]
+    entry = _entry(base, new)
+    for i, p in enumerate(entry["pairs"]):
+        p["block"] = i // 4
+        p["base"]["step_ms"], p["new"]["step_ms"] = p["base"]["tpot_ms"], p["new"]["tpot_ms"]
+    launch = {"sigma": {"step_ms": 0.01}, "sigma_round": {}, "source": "test", "alpha_look": 0.01}
+    v = ab_result.verdicts(entry, 0.03, k=None, launch=launch)["step_ms"]
+    assert (v["new_median"] > v["base_median"]) != (v["change"] > 0)  # the medians point the other way
+    assert v["new_mean"] / v["base_mean"] - 1 == pytest.approx(v["change"], rel=1e-12)
+    text = ab_result.format_ab(
+        {
+            "points": [{**entry, "verdicts": {"step_ms": v}}],
+            "base": {"python": "b", "versions": {}, "env": {}},
+            "new": {"python": "n", "versions": {}, "env": {}},
+            "threshold": 0.03,
+            "rounds": 8,
+            "machine": {"name": "m"},
+            "summary": {"failing": []},
+        }
+    )
+    assert f"{v['base_mean']:.4g}" in text and f"{v['new_mean']:.4g}" in text
+    assert verdict.COLUMNS_LINE in text
+
+
+def test_a_p_value_below_what_prints_is_a_bound():
+    assert verdict.p_text(0.0) == "p < 1e-12" and verdict.p_text(1e-13) == "p < 1e-12"
+    assert verdict.p_text(1.9e-12) == "p=1.9e-12" and verdict.p_text(0.0213) == "p=0.0213"
+
+
+def test_a_grid_runs_each_point_at_its_share_and_records_the_family(tmp_path, monkeypatch):
+    """Two points (eager and compiled): each is judged at alpha / 2 while it runs (the plan's alpha, split
+    again over its looks), the file records the family sizes and rule, each gated row its family, and only
+    step_ms is gated (TPOT and decode throughput shown)."""
+    _, result = _fake_run_ab(tmp_path, monkeypatch, factor=1.0, rounds=8, blocks="2", modes="eager,compile")
+    assert result["schema"] == 7 and result["family_sizes"] == {"speed": 2, "acceptance": 2}
+    assert result["family"]["speed"]["rule"] == "holm" and result["family"]["speed"]["alpha"] == 0.01
+    for point in result["points"]:
+        assert point["gated_metric"] == "step_ms" and point["design"]["alpha"] == pytest.approx(0.005)
+        assert point["verdicts"]["tpot_ms"]["verdict"] == point["verdicts"]["decode_throughput_tok_s"]["verdict"]
+        assert point["verdicts"]["tpot_ms"]["verdict"] == "not gated"
+        if point["verdicts"]["step_ms"].get("p") is not None:
+            assert point["verdicts"]["step_ms"]["family"]["tests"] == 2

@@ -59,3 +59,39 @@ def test_the_pr_gate_without_a_merge_base_is_one_line(tmp_path):
     assert proc.stderr.strip().splitlines()[-1] == (
         "pr_gate: no merge base of HEAD and no-such-ref: fetch it (git fetch origin main) or set BASE_REF"
     )
+
+
+def _gate(tmp_path, *argv: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["bash", "scripts/pr_gate.sh", *argv],
+        cwd=ROOT,
+        env={**os.environ, "BASE_REF": "HEAD~1", "PR_GATE_DIR": str(tmp_path / "gate"), **env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def test_a_refused_argument_exits_2_never_1(tmp_path):
+    """`ab --rounds -3` through the gate: refused by ab before any engine starts, and the gate's exit says
+    "cannot judge" (2), never "regression" (1): CI must not read a typo as a regression."""
+    base = git("rev-parse", "HEAD~1")
+    try:
+        proc = _gate(tmp_path, "--profile", "cpu-quick", "--rounds", "-3", PR_GATE_SHARE_PACKAGES="1")
+        assert proc.returncode == 2, proc.stderr[-2000:]
+        last = proc.stderr.strip().splitlines()[-1]
+        assert last.startswith("eagle-fix ab: error: --rounds '-3'") and "Traceback" not in proc.stderr, last
+    finally:
+        subprocess.run(
+            ["git", "worktree", "remove", "--force", str(tmp_path / "gate" / f"checkout-{base[:12]}")],
+            cwd=ROOT,
+            check=False,
+        )
+        subprocess.run(["git", "worktree", "prune"], cwd=ROOT, check=False)
+
+
+def test_a_missing_python_exits_2(tmp_path):
+    proc = _gate(tmp_path, "--profile", "cpu-quick", PYTHON=str(tmp_path / "no-python"))
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1].startswith(f"pr_gate: PYTHON={tmp_path / 'no-python'} is not an")
