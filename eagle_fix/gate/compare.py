@@ -1,14 +1,16 @@
 """`eagle-fix compare BASE NEW`: the regression gate, with statistics.
 
 The verdicts are eagle_fix.gate.verdict's, shared with `eagle-fix ab`. Each side is one engine launch, and
-the repeats of one launch share its offset (docs/statistics.md, "The launch is the unit"): a sampled speed
-metric (throughput, TPOT, TTFT) is judged against the launch variance `eagle-fix noise` recorded for the
-machine and point kind (another machine's where this one has none, said so), a regression only when its
-change is beyond the threshold *and* p < alpha, and neither side was measured on a busy machine; with no
-launch variance recorded anywhere it is `inconclusive`, and says why. Every row says what it could have detected. Acceptance is judged on vLLM's counts (a
-two-proportion test with the draft as the unit); exact fields (status, coverage, KV capacity,
-flags) compare as they are; memory and speedup (one number per point) are shown, not gated. A
-failed point, or a point missing from NEW, fails the gate.
+the repeats of one launch share its offset (docs/statistics.md, "The launch is the unit"): the point's one
+gated speed metric (verdict.gated_speed: step_ms, else TPOT) is judged against the launch variance
+`eagle-fix noise` recorded for the machine and point kind (another machine's where this one has none, said
+so), a regression only when its change is beyond the threshold *and* Holm over the run's points rejects it,
+and neither side was measured on a busy machine; with no launch variance recorded anywhere it is
+`inconclusive`, and says why. The other speed metrics are shown with their change, not gated. Every row says
+what it could have detected. Acceptance is judged on vLLM's counts (a two-proportion test with the draft as
+the unit; Holm over the drafted points); exact fields (status, coverage, KV capacity, flags) compare as they
+are; memory and speedup (one number per point) are shown, not gated. A failed point, or a point missing from
+NEW, fails the gate; any refused input exits 2.
 """
 
 from __future__ import annotations

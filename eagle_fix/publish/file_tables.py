@@ -420,8 +420,9 @@ def map_table(paths) -> str:
 
 def compare_table(paths, metrics: tuple[str, ...] = ("step_ms", "decode_throughput_tok_s")) -> str:
     """`eagle-fix compare BASE NEW` of two record files as a table: per point they share, each speed
-    metric named, both medians, the change and the gate's verdict with what it could have detected;
-    the verdicts' tally under it."""
+    metric named, both sides' values as compare shows them (geometric means of the samples, whose ratio is
+    the change), the change and the gate's verdict with what it could have detected; the verdicts' tally
+    under it."""
     if len(paths) != 2:
         raise EagleFixError(f"--table compare takes two record files (BASE NEW), got {len(paths)}")
     base, new = (record.read(p) for p in paths)

@@ -2,6 +2,7 @@
 
 import copy
 import json
+import math
 import re
 
 import pytest
@@ -521,3 +522,74 @@ def test_host_time_on_cuda_is_shown_never_gated(launch_sd):
         (row,) = [c for c in compare_records([b], [n]).changes if c.metric == "step_ms"]
         assert row.verdict == want, row
         assert ("host clock, shown only" in row.evidence) == (clock == "host")
+
+
+def _speed_point(context_len, step_ms):
+    """A point whose step_ms samples are constant: with launch sd s its p is exactly 2(1 - Phi(|log ratio| / s))."""
+    return point(context_len=context_len, step_ms=step_ms, samples={"step_ms": [step_ms] * 5})
+
+
+def _ratio_for(p, sigma=0.02):
+    from statistics import NormalDist
+
+    return math.exp(sigma * NormalDist().inv_cdf(1 - p / 2))
+
+
+def test_holm_over_the_points_of_a_run(monkeypatch):
+    """One alpha for the speed question over a run: at 0.01 over 3 points, p = 0.002 and 0.004 (changes of 6.4%
+    and 5.9%) are both regressions, where Bonferroni (0.0033 each) would fail only the first; two points at
+    p = 0.008, each a regression alone, fail neither together (0.008 > 0.01 / 2)."""
+    from eagle_fix.gate import compare
+
+    monkeypatch.setattr(compare, "launch_variance", lambda rec, metric, folder: (0.02, "test"))
+    ps = (0.002, 0.004, 0.5)
+    base = [_speed_point(c, 10.0) for c in (8192, 16384, 32768)]
+    new = [_speed_point(c, 10.0 * _ratio_for(p)) for c, p in zip((8192, 16384, 32768), ps)]
+    rows = {c.key[1]: c for c in compare_records(base, new).changes if c.metric == "step_ms"}
+    assert [rows[c].verdict for c in (8192, 16384, 32768)] == ["regression", "regression", "within noise"]
+    assert [rows[c].judged.detail["p"] for c in (8192, 16384, 32768)] == pytest.approx(ps, rel=1e-6)
+    assert "Holm over 3 points: p=0.008" in rows[16384].evidence
+    assert rows[16384].judged.detail["family"] == {
+        "question": "speed",
+        "tests": 3,
+        "p_holm": pytest.approx(0.008),
+        "rejected": True,
+    }
+    alone = compare_records(base[:1], [_speed_point(8192, 10.0 * _ratio_for(0.008))])
+    assert [c.verdict for c in alone.changes if c.metric == "step_ms"] == ["regression"]
+    two = compare_records(base[:2], [_speed_point(c, 10.0 * _ratio_for(0.008)) for c in (8192, 16384)])
+    assert [c.verdict for c in two.changes if c.metric == "step_ms"] == ["within noise", "within noise"]
+    assert not two.failures()
+
+
+def test_step_ms_is_the_one_gated_speed_metric_where_both_sides_have_it(launch_sd):
+    launch_sd()
+    b = point(step_ms=10.0, tpot_ms=5.0, samples={"step_ms": noisy(10.0), "tpot_ms": noisy(5.0)})
+    n = point(step_ms=13.0, tpot_ms=6.5, samples={"step_ms": noisy(13.0), "tpot_ms": noisy(6.5)})
+    verdicts = {c.metric: c.verdict for c in compare_records([b], [n]).changes}
+    assert verdicts["step_ms"] == "regression" and verdicts["tpot_ms"] == "not gated"
+    without = compare_records([point(tpot_ms=5.0, samples={"tpot_ms": noisy(5.0)})], [n]).changes
+    assert {c.metric: c.verdict for c in without}["tpot_ms"] == "regression"  # step_ms on one side only
+
+
+def test_the_columns_come_from_the_estimator_the_test_judges(launch_sd):
+    """Headline medians (10.0 -> 10.1, up) beside a change of -6% (the log means): the row's base and new are
+    each side's geometric mean instead, whose ratio is its change."""
+    launch_sd()
+    b = point(step_ms=10.0, samples={"step_ms": [10.0, 10.0, 10.0, 14.0, 14.0]})
+    n = point(step_ms=10.1, samples={"step_ms": [10.1, 10.1, 10.1, 10.1, 12.0]})
+    [row] = [c for c in compare_records([b], [n]).changes if c.metric == "step_ms"]
+    assert row.change < 0 and row.new / row.base - 1 == pytest.approx(row.change, rel=1e-12)
+    assert row.base == pytest.approx(math.exp((3 * math.log(10.0) + 2 * math.log(14.0)) / 5))
+
+
+def test_any_refusal_exits_2_never_1(monkeypatch, capsys):
+    """A refusal raised with the shared parsers' exit code (1) is "cannot judge" (2) in compare, one line."""
+    from eagle_fix.gate import compare
+
+    def refuse(spec, **kw):
+        raise EagleFixError("--something '-3' must be positive")
+
+    monkeypatch.setattr(compare, "load_side", refuse)
+    assert cli.main(["compare", str(BASE), str(NEW)]) == 2
+    assert capsys.readouterr().err.strip() == "eagle-fix compare: error: --something '-3' must be positive"

@@ -468,11 +468,12 @@ def test_compare_table_judges_two_record_files_as_compare_does(tmp_path, launch_
     a, b = write("a.jsonl", [10.0, 10.1, 9.9, 10.0, 10.2]), write("b.jsonl", [12.0, 12.1, 11.9, 12.0, 12.2])
     table = render_table("compare", [a, b], root=tmp_path)
     row = next(line for line in table.splitlines() if "step_ms" in line)
-    assert row.startswith("| 8192 | eager | baseline | step_ms | 10 | 12 | +20.0% | inconclusive, sees nothing without")
+    # base and new: each side's geometric mean, whose ratio is the change the verdict judges
+    assert row.startswith("| 8192 | eager | baseline | step_ms | 10.04 | 12.04 | +19.9% | inconclusive, sees nothing")
     launch_sd(0.01, "m", "p", "baseline")
     table = render_table("compare", [a, b], root=tmp_path)
     row = next(line for line in table.splitlines() if "step_ms" in line)
-    assert row.startswith("| 8192 | eager | baseline | step_ms | 10 | 12 | +20.0% | regression, could detect >= ")
+    assert row.startswith("| 8192 | eager | baseline | step_ms | 10.04 | 12.04 | +19.9% | regression, could detect >= ")
     assert table.endswith("threshold 3%, alpha 0.01: 1 regression.")
     with pytest.raises(EagleFixError, match="two record files"):
         render_table("compare", [a], root=tmp_path)
