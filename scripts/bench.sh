@@ -56,5 +56,5 @@ else
 fi
 [ "$status" -eq 0 ] || echo "bench: asv run exited $status (2: some benchmarks failed; they are on the dashboard as failed)" >&2
 # The report's first screen last: the answers (fix A/B, realistic regime beside the ceiling, the gate's plan).
-[ "$published" -ne 0 ] || .venv/bin/python -m eagle_fix.publish.answers --config "$conf" || true
+[ "$published" -ne 0 ] || .venv/bin/python -m eagle_fix.publish.bench_summary --config "$conf" || true
 exit "$status"

@@ -8,7 +8,6 @@ lines all read these."""
 from __future__ import annotations
 
 import math
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,8 @@ from eagle_fix.core.errors import EagleFixError
 from eagle_fix.gate import components
 from eagle_fix.pairs import profiles
 from eagle_fix.publish.frame import fill_speedup, latest
+from eagle_fix.publish.labels import workload_label
+from eagle_fix.publish.tables import median_label
 from eagle_fix.served.summary import break_even, read_map, summarize
 from eagle_fix.store.results import load_results
 
@@ -31,8 +32,14 @@ NEEDED_ACCEPTANCE = "acceptance needed to pay: not measured yet (no committed fi
 SET_ASIDE = ("extra", "calibration")
 
 
-def _plain(v: Any) -> Any:
-    return None if isinstance(v, float) and math.isnan(v) else v
+INTEGERS = ("context_len", "output_len", "num_speculative_tokens", "batch_size", "tensor_parallel_size")
+
+
+def _plain(v: Any, column: str = "") -> Any:
+    """A frame's cell as the record had it: NaN as None, counts as ints (pandas makes them floats)."""
+    if isinstance(v, float) and math.isnan(v):
+        return None
+    return int(v) if column in INTEGERS and isinstance(v, float) else v
 
 
 def _rows(results: Path) -> list[dict[str, Any]]:
@@ -48,7 +55,7 @@ def _rows(results: Path) -> list[dict[str, Any]]:
         return []
     keep = [not any(part in SET_ASIDE for part in Path(str(o)).parts) for o in df["origin"]]
     df = fill_speedup(latest(df[keep]))
-    return [{k: _plain(v) for k, v in r.items()} for r in df.to_dict("records")]
+    return [{k: _plain(v, k) for k, v in r.items()} for r in df.to_dict("records")]
 
 
 def interval(r: dict[str, Any], metric: str) -> tuple[float, float] | None:
@@ -248,6 +255,24 @@ def regime_rows(g: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     return head, rows
 
 
+def interval_note(g: dict[str, Any]) -> str:
+    """What the speedup bounds and acceptance intervals of a group are: the decode intervals' real coverage
+    (few samples make a range that covers less than 95%), and the acceptance's count interval."""
+    labels = sorted(
+        {
+            median_label(side, "decode_throughput_tok_s")
+            for w in (REALISTIC, CEILING)
+            for r in g["cells"][w].values()
+            for side in (r, r.get("_base") or {})
+            if interval(side, "decode_throughput_tok_s")
+        }
+    )
+    return (
+        f"speedup bounds: EAGLE3's decode interval over the baseline's ({'; '.join(labels) or 'none'}); "
+        "acceptance: 95% interval of vLLM's counts"
+    )
+
+
 def md_table(head: list[str], rows: list[list[str]]) -> str:
     return "\n".join(
         ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(r) + " |" for r in rows]
@@ -292,13 +317,17 @@ def fix_ab(results: Path) -> dict[str, Any] | None:
                 words.append(
                     f"acceptance {span(acc, '')}" + (f", drafter ran in {span(cov, '%')} of steps" if cov else "")
                 )
-            said.append(f"{mode} " + "; ".join(words))
-        if said:
-            arms.append(f"fix `{fix}`: " + "; ".join(said))
+            said.append((mode, "; ".join(words)))
+        if said:  # modes that did the same are said once
+            same: dict[str, list[str]] = {}
+            for mode, words in said:
+                same.setdefault(words, []).append(mode)
+            arms.append(f"fix `{fix}`: " + "; ".join(f"{' and '.join(m)} {w}" for w, m in same.items()))
     return {
         "file": newest,
         "machine": rs[0]["machine_name"],
         "engine": f"vLLM {rs[0].get('vllm_version')}",
+        "workload": workload_label(rs),
         "contexts": sorted({int(r["context_len"]) for r in rs}),
         "arms": arms,
     }
@@ -401,7 +430,8 @@ def summary_markdown(results: Path, machine: str, *, root: Path | None = None) -
     ab = fix_ab(results)
     if ab:
         md += [
-            f"- **Fix A/B** (newest: `{ab['machine']}`, {ab['engine']}, {'/'.join(map(_k, ab['contexts']))}; "
+            f"- **Fix A/B** (newest: `{ab['machine']}`, {ab['engine']}, {ab['workload']}, "
+            f"{'/'.join(map(_k, ab['contexts']))}; "
             f"`{rel(ab['file'])}`), past the draft's 2048 positions: " + "; ".join(ab["arms"]) + "."
         ]
     else:
@@ -410,8 +440,8 @@ def summary_markdown(results: Path, machine: str, *, root: Path | None = None) -
         head, rows = regime_rows(g)
         files = [rel(f) for w in (REALISTIC, CEILING) for f in g["files"][w]]
         md += [
-            f"- **Speedup and acceptance per context** on `{g['machine']}`, {g['engine']} (greedy, fix on; speedup "
-            "bounds from both arms' decode intervals, acceptance 95% interval; "
+            f"- **Speedup and acceptance per context** on `{g['machine']}`, {g['engine']} (greedy, fix on; "
+            f"{interval_note(g)}; "
             + ", ".join(f"`{f}`" for f in files[:3])
             + (f" and {len(files) - 3} more" if len(files) > 3 else "")
             + "):",
@@ -445,48 +475,3 @@ def summary_markdown(results: Path, machine: str, *, root: Path | None = None) -
 def summary_text(results: Path, machine: str) -> str:
     """The summary as scripts/bench.sh prints it at its end."""
     return "\n".join(summary_markdown(results, machine)).replace("**", "")
-
-
-def report_summary(report: Path) -> str:
-    """The summary section of a written report.md (its first screen), as plain text for a terminal."""
-    lines = report.read_text(encoding="utf-8").splitlines()
-    if "## Summary" not in lines:
-        raise EagleFixError(f"{report}: no summary in it; write it again with `eagle-fix report`")
-    start = lines.index("## Summary")
-    end = lines.index("## Details") if "## Details" in lines else len(lines)
-    return "\n".join(lines[start:end]).replace("**", "").rstrip()
-
-
-def _html_dir(config: Path) -> Path:
-    """asv's html_dir of an asv config, as `eagle-fix publish` resolves it."""
-    from asv import util  # asv only for the terminal's summary: `eagle-fix --help` stays fast
-
-    if not config.is_file():
-        raise EagleFixError(f"{config}: no asv config there; run from the repository root or give --config")
-    return (config.resolve().parent / util.load_json(str(config), js_comments=True)["html_dir"]).resolve()
-
-
-def main(argv: list[str] | None = None) -> int:
-    """scripts/bench.sh's last words: the summary of the report `eagle-fix publish` wrote beside the dashboard."""
-    import argparse
-
-    parser = argparse.ArgumentParser(
-        prog="python -m eagle_fix.publish.answers",
-        description="print the summary of the report published beside asv's dashboard",
-    )
-    parser.add_argument("--config", default="asv.conf.json", help="asv config (its html_dir)")
-    args = parser.parse_args(argv)
-    try:
-        report = _html_dir(Path(args.config)) / "eagle-fix" / "report.md"
-        if not report.is_file():
-            raise EagleFixError(f"{report}: no report there; run `.venv/bin/eagle-fix publish` first")
-        print(report_summary(report))
-        print(f"(from {report}; the tables follow there)")
-    except EagleFixError as exc:
-        print(f"eagle-fix: {exc}", file=sys.stderr)
-        return 1
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -339,7 +339,7 @@ def regimes_html(groups: list[dict], ab: dict | None, maps: list[dict]) -> str:
         "follows is the best case.</b></p>"
     )
     fix = (
-        f"<p><b>Fix A/B</b> (newest: {esc(ab['machine'])}, {esc(ab['engine'])}; <code>{esc(Path(ab['file']).name)}"
+        f"<p><b>Fix A/B</b> (newest: {esc(ab['machine'])}, {esc(ab['engine'])}, {esc(ab['workload'])}; <code>{esc(Path(ab['file']).name)}"
         f"</code>), past the draft's 2048 positions: {code('; '.join(ab['arms']))}.</p>"
         if ab
         else ""
@@ -362,8 +362,8 @@ def regimes_html(groups: list[dict], ab: dict | None, maps: list[dict]) -> str:
         )
         blocks.append(
             f"<h3>{esc(g['machine'])}, {esc(g['engine'])}: realistic regime beside the ceiling</h3>"
-            "<p style='font-size:12px'>Greedy, fix on; speedup with bounds from both arms' decode intervals, "
-            "acceptance with its 95% interval; (loop): an output that repeats itself, so a best case.</p>"
+            f"<p style='font-size:12px'>Greedy, fix on; {esc(answers.interval_note(g))}; (loop): an output that "
+            "repeats itself, so a best case.</p>"
             f"{table}<ul style='font-size:12px'>{''.join(f'<li>{code(x)}</li>' for x in lines)}</ul>"
         )
     figure = (

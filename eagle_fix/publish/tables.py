@@ -101,7 +101,7 @@ def fix_ab_table(df) -> str | None:
 
 
 def _ci(row, column: str, fmt: str, label: bool = False) -> str:
-    """The number and its interval; `label`: followed by the interval's real coverage (_median_label)."""
+    """The number and its interval; `label`: followed by the interval's real coverage (median_label)."""
     value = row.get(column)
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "–"
@@ -110,10 +110,10 @@ def _ci(row, column: str, fmt: str, label: bool = False) -> str:
     if not iv:
         return text
     text = f"{text} [{fmt.format(iv[0])}, {fmt.format(iv[1])}]"
-    return f"{text} {_median_label(row, column)}" if label else text
+    return f"{text} {median_label(row, column)}" if label else text
 
 
-def _median_label(row, column: str) -> str:
+def median_label(row, column: str) -> str:
     """What a record's interval of a median really covers: "95% ci" from 6 samples on, below that
     the samples' (min, max), "range, 75% cov" (1 - 2*0.5^n), so a heading never calls it 95%."""
     samples = row.get("samples") if isinstance(row.get("samples"), dict) else {}
@@ -173,7 +173,7 @@ def summary_table(df) -> str:
             ]
         )
         has_interval = "[" in rows[-1][len(_lead_head(df)) + 3]
-        labels.append(_median_label(r, "decode_throughput_tok_s") if has_interval else None)
+        labels.append(median_label(r, "decode_throughput_tok_s") if has_interval else None)
     at = len(_lead_head(df)) + 3
     head, cells = _labelled_column([row[at] for row in rows], labels, "decode tok/s")
     for row, cell in zip(rows, cells):
@@ -303,7 +303,7 @@ def noise_table(df) -> str:
                 _ci(r, "step_ms", "{:.2f}"),
             ]
         )
-        labels.append(_median_label(r, "step_ms") if "[" in rows[-1][-1] else None)
+        labels.append(median_label(r, "step_ms") if "[" in rows[-1][-1] else None)
     head, cells = _labelled_column([row[-1] for row in rows], labels, "step ms")
     for row, cell in zip(rows, cells):
         row[-1] = cell

@@ -65,7 +65,7 @@ def test_the_summary_names_the_fix_ab_with_its_cause(report):
     assert "cpu-quick-fix-ab.jsonl" in fix
     assert "fix `off`: compile failed at 4K, 8K:" in fix and "index out of bounds" in fix
     assert "fix `upstream`" in fix and "drafter ran in 0% of steps" in fix
-    assert "fix `on`: compile acceptance 4.00" in fix
+    assert "fix `on`: compile and eager acceptance 4.00, drafter ran in 100% of steps" in fix
 
 
 def test_the_summary_puts_the_regimes_speedups_side_by_side_with_intervals(report):
@@ -80,7 +80,9 @@ def test_the_summary_puts_the_regimes_speedups_side_by_side_with_intervals(repor
         best = f"{speedup_at(BEST, context, 'eager'):.2f}x ["
         assert cells[1].startswith(chat) and cells[5].startswith(best), (k, cells)
     assert "1.95x [1.78, 2.08] (loop)" in rows["32K"], "the compiled 32K chat point's output is a loop"
-    assert "speedup bounds from both arms' decode intervals, acceptance 95% interval" in text
+    # the bounds name their real coverage: 3 samples an arm make a range covering 75%, not a 95% interval
+    assert "speedup bounds: EAGLE3's decode interval over the baseline's (range, 75% cov)" in text
+    assert "acceptance: 95% interval of vLLM's counts" in text
 
 
 def test_the_summary_gives_the_served_break_even_and_says_what_is_not_measured(report):
@@ -120,7 +122,7 @@ def test_bench_sh_prints_the_summary_at_its_end(report, tmp_path):
     html = report.parent.parent
     conf = asv_conf(tmp_path, tmp_path / "results", html)
     proc = subprocess.run(
-        [sys.executable, "-m", "eagle_fix.publish.answers", "--config", str(conf)],
+        [sys.executable, "-m", "eagle_fix.publish.bench_summary", "--config", str(conf)],
         capture_output=True,
         text=True,
         check=False,
@@ -130,13 +132,13 @@ def test_bench_sh_prints_the_summary_at_its_end(report, tmp_path):
     assert out[0] == "## Summary" and out[2].startswith("Realistic regime (chat pair") and "**" not in proc.stdout
     assert "## Details" not in proc.stdout and out[-1].startswith("(from ")
     bench = (ROOT / "scripts" / "bench.sh").read_text()
-    assert "-m eagle_fix.publish.answers" in bench
+    assert "-m eagle_fix.publish.bench_summary" in bench
 
 
 def test_the_summary_print_refuses_a_missing_report_in_one_line(tmp_path):
     conf = asv_conf(tmp_path, tmp_path / "results", tmp_path / "html")
     proc = subprocess.run(
-        [sys.executable, "-m", "eagle_fix.publish.answers", "--config", str(conf)],
+        [sys.executable, "-m", "eagle_fix.publish.bench_summary", "--config", str(conf)],
         capture_output=True,
         text=True,
         check=False,
