@@ -13,14 +13,25 @@
 # exist, so a stopped calibration resumes. Run it alone on the machine: other work is noise.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-out=${CALIBRATE_OUT:-results/calibration/gate}
-mkdir -p "$out"
+usage="usage: scripts/calibrate.sh [TRIALS]   (TRIALS: trials per slowdown, default 10; settings in this script's header)"
+case "${1:-}" in -h | --help) echo "$usage"; exit 0 ;; esac
+[ $# -le 1 ] || { echo "calibrate: $# arguments; it takes one, TRIALS (see --help)" >&2; exit 2; }
 trials=${1:-10}
+# every argument checked before a folder is made or an engine starts (#56)
+[[ "$trials" =~ ^[0-9]+$ && "$trials" -ge 1 && "$trials" -le 99 ]] ||
+    { echo "calibrate: TRIALS '$trials' is not a number of trials from 1 to 99, such as 10" >&2; exit 2; }
+trials=$((10#$trials))
 slowdowns=${CALIBRATE_SLOWDOWNS:-0.05}
+for s in $slowdowns; do
+    [[ "$s" =~ ^(0?\.[0-9]*[1-9][0-9]*|[1-9][0-9]*(\.[0-9]+)?)$ ]] ||
+        { echo "calibrate: CALIBRATE_SLOWDOWNS '$s' is not a slowdown above 0 such as 0.05 (0, the A/A, is always run)" >&2; exit 2; }
+done
+out=${CALIBRATE_OUT:-results/calibration/gate}
 point=${CALIBRATE_POINT:---modes eager --arms eagle3}
 py=.venv/bin/python
 # one machine per folder: exit 2 with the fix when it holds another machine's trials
 "$py" -m eagle_fix.gate.calibration --resume-check "$out" || exit 2
+mkdir -p "$out"
 start=$(date +%s)
 # two digits always (01..): a shorter second run (TRIALS 3 after 10) names the same files, so it
 # skips the trials that exist instead of adding new ones under other names

@@ -16,12 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from eagle_fix.core.errors import EagleFixError, parse_positive_int
+from eagle_fix.core.record import ARMS, ENGINE_MODES
 from eagle_fix.gate import components, replay
 from eagle_fix.gate.ab import ABArgs, run_ab
 from eagle_fix.gate.ab_result import read_ab
 from eagle_fix.machine.fingerprint import fingerprint
 from eagle_fix.pairs.profiles import default_profile
-from eagle_fix.sweep.plan import RunArgs
+from eagle_fix.sweep.plan import RunArgs, resolve
 
 # The design of a measuring run: many launch pairs of few rounds, so the launch variance has degrees of freedom.
 MEASURE_BLOCKS = 8
@@ -63,7 +64,13 @@ def machine_of(files: list[Path]) -> dict[str, Any]:
 
 def measure(args: argparse.Namespace, folder: Path) -> Path:
     """An A/A `eagle-fix ab` of one point in the measuring design, written beside the components."""
-    fp = fingerprint()
+    # every argument checked before a word is announced or a folder made (#56)
+    for flag, value, allowed in (("--mode", args.mode, ENGINE_MODES), ("--arm", args.arm, ARMS)):
+        if value not in allowed:
+            raise EagleFixError(f"{flag} {value}: unknown; choose {' or '.join(allowed)}", exit_code=2)
+    for flag, value, default in (("--blocks", args.blocks, MEASURE_BLOCKS), ("--rounds", args.rounds, MEASURE_ROUNDS)):
+        if value < 1:
+            raise EagleFixError(f"{flag} {value}: must be at least 1, such as {default}", exit_code=2)
     run = RunArgs(
         profile=args.profile,
         contexts=(parse_positive_int(args.context, "--context"),),
@@ -74,6 +81,8 @@ def measure(args: argparse.Namespace, folder: Path) -> Path:
         ttft_repeats=1,
         progress=False,
     )
+    resolve(run)  # the profile, its pair and the context's room, before anything is written
+    fp = fingerprint()
     kind = components.PointKind(args.profile, run.contexts[0], args.mode, args.arm)
     out = folder / fp["name"] / f"{kind.name}-aa-{time.strftime('%Y%m%d-%H%M%S')}.json"
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -157,6 +157,10 @@ def _stage(name, steps, seq, batch, lr, curve, loss, acc=None) -> dict:
 
 
 def cli_main(args: argparse.Namespace) -> int:
+    if args.threads < 1:  # before torch, whose set_num_threads(0) ends in a traceback
+        raise EagleFixError(
+            f"--threads {args.threads}: give a number of CPU threads of at least 1, such as 2", exit_code=2
+        )
     try:  # lazy, and checked here: training needs torch + transformers
         import torch
         from transformers import PreTrainedTokenizerFast  # noqa: F401  (checked: the target ships one)

@@ -356,6 +356,10 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
 
 
 def cli_main(args: argparse.Namespace) -> int:
+    if args.threads < 1:  # before torch, whose set_num_threads(0) ends in a traceback
+        raise EagleFixError(
+            f"--threads {args.threads}: give a number of CPU threads of at least 1, such as 2", exit_code=2
+        )
     try:  # lazy, and checked here: train-tiny is the one command that needs torch + transformers
         import torch
     except ImportError as exc:

@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 from eagle_fix.core import metrics, record
+from eagle_fix.core.errors import EagleFixError
 
 MACHINE_COLUMN = ("machine_name", "machine", "{}")
 # The workload of a point beside its context: rows that differ in one of these are not one series.
@@ -176,5 +177,8 @@ def select_rows(df, *filters: str):
     df = fill_speedup(latest(df))
     for f in filters:
         key, value = f.split("=", 1)
+        if key not in df.columns:  # a typo would otherwise end in pandas' KeyError
+            keys = ", ".join(k for k in record.IDENTITY if k in df.columns)
+            raise EagleFixError(f"filter {f!r}: these rows have no {key!r}; filter on one of {keys} (e.g. profile=cpu)")
         df = df[df[key].astype(str) == value]
     return sort_rows(df)

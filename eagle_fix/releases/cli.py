@@ -122,6 +122,13 @@ def cli_main(args: argparse.Namespace) -> int:
     if args.for_script is not None:
         return for_script(args.for_script, root)
     a = MatrixArgs.from_cli_args(args)
+    for r in a.releases:  # allowed (trying a new release), but said: its doctor has nothing to be held to
+        if r not in registry.RELEASES:
+            print(
+                f"matrix: warning: release {r.tag} is not in eagle_fix/releases/registry.py, so nothing is expected "
+                f"of its doctor; add its line there once it is tried",
+                file=sys.stderr,
+            )
     if a.check_venv:
         return check_venv(a.check_venv, root, a.build_started)
     gpu, commit = shutil.which("nvidia-smi") is not None, git_commit(root)

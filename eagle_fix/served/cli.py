@@ -93,6 +93,11 @@ def from_cli_args(args: argparse.Namespace) -> MapArgs:
             )
         if out.is_dir() or not out.parent.is_dir():
             raise EagleFixError(f"--out {out}: give a file path in an existing folder", exit_code=2)
+    if args.port is not None and not 1 <= args.port <= 65535:
+        raise EagleFixError(
+            f"--port {args.port}: not a TCP port; give one between 1024 and 65535, or none for a free one",
+            exit_code=2,
+        )
     # the calibration knobs reach the served engine too (the plugin loads in its engine core)
     refuse_injected_delay(out, exit_code=2)
     return MapArgs(
@@ -124,7 +129,14 @@ def cli_main(args: argparse.Namespace) -> int:
             print(f"wrote {f}")
         return 0
     if args.summary:
-        print(format_summary(summarize(read_map(args.summary))))
+        records = read_map(args.summary)
+        if not records:  # empty, or one torn line: a summary of nothing would say nothing and pass
+            raise EagleFixError(
+                f"--summary {args.summary}: no `eagle-fix map` records in it; give a map file written by "
+                f"`eagle-fix map --out`",
+                exit_code=2,
+            )
+        print(format_summary(summarize(records)))
         return 0
     margs = from_cli_args(args)
     started = time.monotonic()

@@ -44,6 +44,10 @@ def read_map(path: str | os.PathLike) -> list[dict[str, Any]]:
         lines = path.read_text(encoding="utf-8").splitlines()
     except OSError as exc:
         raise EagleFixError(f"{path}: cannot read ({exc.strerror or exc})", exit_code=2) from None
+    except UnicodeDecodeError:
+        raise EagleFixError(
+            f"{path}: not UTF-8 text; give a map file written by `eagle-fix map --out`", exit_code=2
+        ) from None
     out = []
     for i, line in enumerate(lines, 1):
         if not line.strip():
@@ -54,7 +58,7 @@ def read_map(path: str | os.PathLike) -> list[dict[str, Any]]:
             if i == len(lines):
                 break
             raise EagleFixError(f"{path}:{i}: not a JSON line", exit_code=2) from None
-        if rec.get("kind") != KIND:
+        if not isinstance(rec, dict) or rec.get("kind") != KIND:
             raise EagleFixError(f"{path}:{i}: not an `eagle-fix map` record", exit_code=2)
         out.append(rec)
     return out

@@ -30,13 +30,30 @@ def tree_of(source: Path) -> Path:
     return source / "results" if (source / "results").is_dir() else source
 
 
+def check_kind(kind: str) -> None:
+    """A machine kind names a file (fleet/<kind>.json): a runner's label, no '/'."""
+    if not kind or "/" in kind:
+        raise EagleFixError(f"machine kind {kind!r}: give the runner's kind label, e.g. h100 (no '/')")
+
+
+def _read_json(path: Path) -> Any:
+    """A tree's JSON file, or one line naming it: a garbled upload refuses the merge before anything is written."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        why = None if isinstance(data, dict) else "not a JSON object"
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        data, why = None, "not UTF-8" if isinstance(exc, UnicodeDecodeError) else f"not JSON (line {exc.lineno})"
+    if why:
+        raise EagleFixError(f"{path}: {why}; re-upload that job's results tree or leave it out; nothing was merged")
+    return data
+
+
 def write_job(tree: Path, *, kind: str, status: str, runner: str = "", reason: str = "", machine: str = "") -> Path:
     """The job's outcome into its tree (`fleet/<kind>.json`), written whatever happened before it. MACHINE:
     the asv machine the job recorded under (its fingerprint name); without it, every machine in the tree."""
     if status not in STATUSES:
         raise EagleFixError(f"job status {status!r}: give one of {', '.join(STATUSES)} (GitHub's job.status)")
-    if not kind or "/" in kind:
-        raise EagleFixError(f"machine kind {kind!r}: give the runner's kind label, e.g. h100 (no '/')")
+    check_kind(kind)
     machines = (
         [machine]
         if machine
@@ -60,7 +77,7 @@ def _plan(sources: list[Path], dest: Path) -> tuple[dict[Path, Path], dict[str, 
     copies: dict[Path, Path] = {}
     benchmarks: dict[str, Any] = {}
     if (dest / BENCHMARKS).is_file():
-        benchmarks.update(json.loads((dest / BENCHMARKS).read_text(encoding="utf-8")))
+        benchmarks.update(_read_json(dest / BENCHMARKS))
     for source in sources:
         tree = tree_of(source)
         if not tree.is_dir():
@@ -68,8 +85,10 @@ def _plan(sources: list[Path], dest: Path) -> tuple[dict[Path, Path], dict[str, 
         for path in sorted(p for p in tree.rglob("*") if p.is_file()):
             rel = path.relative_to(tree)
             if rel == BENCHMARKS:
-                benchmarks.update(json.loads(path.read_text(encoding="utf-8")))
+                benchmarks.update(_read_json(path))
                 continue
+            if rel.parts[0] == FLEET and rel.suffix == ".json":
+                _read_json(path)  # read back by jobs() once merged
             earlier = copies.get(rel) or (dest / rel if (dest / rel).is_file() else None)
             if earlier is not None and earlier.read_bytes() != path.read_bytes():
                 raise EagleFixError(
@@ -84,6 +103,8 @@ def merge(sources: list[Path], dest: Path, *, expect: list[str] | None = None) -
     """The union of the trees in `dest` (files already there are kept; identical ones count once), asv's
     benchmark list merged, and a `missing` job for every expected kind no tree accounts for."""
     dest = Path(dest)
+    for kind in expect or []:
+        check_kind(kind)
     copies, benchmarks = _plan([Path(s) for s in sources], dest)
     for rel, path in copies.items():
         (dest / rel).parent.mkdir(parents=True, exist_ok=True)
