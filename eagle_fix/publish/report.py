@@ -38,7 +38,12 @@ def write_report(paths, out: Path, *, machine: str | None = None) -> dict:
     md += [
         "## Details",
         "",
-        "The tables and plots behind the summary, per profile, then the served maps: skip to the section you need.",
+        "The tables and plots behind the summary, one section each: "
+        + "; ".join(
+            [f"Profile `{p}`" for p in (sorted(df["profile"].astype(str).unique()) if df is not None else [])]
+            + [line[4:] for line in map_md if line.startswith("### ")]
+        )
+        + ".",
         "",
         (
             "Newest measurement per profile, machine, vLLM version and point. asv results carry the EAGLE3 arm; "

@@ -51,6 +51,9 @@ def test_the_report_opens_with_the_summary_on_one_screen(report):
     lines = report.read_text().splitlines()
     assert lines[:3] == ["# eagle-fix report", "", "## Summary"]
     assert "## Details" in lines, "the detailed tables follow the summary under their own heading"
+    sections = [x[4:] for x in lines if x.startswith("### ")]
+    contents = lines[lines.index("## Details") + 2]
+    assert sections and all(s in contents for s in sections), (contents, sections)  # a reader skips to one
     screen = lines[: lines.index("## Details")]
     assert len(screen) <= SCREEN, f"the summary is {len(screen)} lines"
     # the headline is the realistic figure; the copy workload is named the ceiling
