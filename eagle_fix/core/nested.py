@@ -83,10 +83,10 @@ def blocks_of(pairs: list[dict], metric: str) -> list[Block]:
 
 # The confidence of the launch sd's upper bound the plans use (eagle_fix.gate.replay shows what it holds).
 UPPER_CONFIDENCE = 0.95
-# The launch sd a plan assumes where the data put the F statistic in its own lower tail (the upper bound at
-# UPPER_CONFIDENCE would be 0): the data then reject a launch effect of any size at that level, but a plan made
-# for no launch noise at all buys rounds where launches are needed. 0.5%: below every positive bound the
-# committed pools give (0.9-2.9%), about the pooled eager point estimate (0.67%, issue 53).
+# The launch sd a plan assumes where both upper bounds at UPPER_CONFIDENCE are 0 (the F statistic in its own lower
+# tail): the data then reject a launch effect of any size at that level, but a plan made for no launch noise at all
+# buys rounds where launches are needed. 0.5%: below every positive bound the committed records give (0.9-3.0%),
+# under the eager EAGLE3 pool's point estimate on 8d487f (0.67%, issue 53). A floor, not an estimate.
 LAUNCH_SD_FLOOR = 0.005
 
 
@@ -101,16 +101,18 @@ class Components:
     trials: int
     blocks: int
     rounds: int
-    # the exact F upper bound of sigma_launch at UPPER_CONFIDENCE (launch_upper_bound), or LAUNCH_SD_FLOOR where
-    # that bound is 0 (upper_is_floor): what the plans assume
+    # the upper bound of sigma_launch at UPPER_CONFIDENCE the plans assume: the larger of the exact F bound and the
+    # generalized pivotal one (robust to unequal round spread), or LAUNCH_SD_FLOOR where both are 0 (upper_is_floor)
     sigma_launch_upper: float = math.nan
     block_var: float = math.nan  # mean square of the block means around their fit (intercept and start order)
     df_launch: int = 0  # its degrees of freedom: blocks - 2
     df_round: int = 0  # sigma_round^2's degrees of freedom (the rounds' ABBA units within blocks)
     rounds_per_block: float = math.nan  # the blocks' rounds, harmonic mean
     f_stat: float = math.nan  # block_var / (sigma_round^2 / rounds_per_block): 1 on average without launch noise
-    f_p_low: float = math.nan  # P(F <= f_stat | sigma_L = 0): below 1 - UPPER_CONFIDENCE the bound is 0
-    upper_is_floor: bool = False
+    f_p_low: float = math.nan  # P(F <= f_stat | sigma_L = 0): below 1 - UPPER_CONFIDENCE the F bound is 0
+    f_upper: float = math.nan  # the exact F bound (launch_upper_bound: equal round spread)
+    pivotal_upper: float = math.nan  # the generalized pivotal bound (pivotal_upper_bound: each block its own spread)
+    upper_is_floor: bool = False  # both bounds were 0: sigma_launch_upper is LAUNCH_SD_FLOOR
 
     @classmethod
     def from_dict(cls, d: dict) -> Components:
@@ -203,12 +205,76 @@ def launch_upper_bound(
     return math.sqrt(max(0.0, upper2)), f, p_low
 
 
+# Draws of the generalized pivotal quantity (seeded: a record recomputes to the same bound).
+PIVOT_DRAWS = 2000
+
+
+def block_round_variances(blocks: list[Block]) -> tuple[list[float], list[int]]:
+    """Each block's own share of round scatter in its mean (its ABBA units' variance / units) and its degrees of
+    freedom (units - 1); a block of fewer than 2 units takes the pooled round variance's share."""
+    pooled, df = pooled_round_variance(blocks)
+    v, k = [], []
+    for b in blocks:
+        units = [(b.log_ratios[i] + b.log_ratios[i + 1]) / 2 for i in range(0, b.rounds - 1, 2)]
+        if len(units) >= 2:
+            m = sum(units) / len(units)
+            v.append(sum((u - m) ** 2 for u in units) / (len(units) - 1) / len(units))
+            k.append(len(units) - 1)
+        else:
+            v.append((pooled if df else 0.0) / b.rounds)
+            k.append(max(df, 1))
+    return v, k
+
+
+def pivotal_upper_bound(
+    means: list[float], signs: list[int], v: list[float], k: list[int], confidence: float, *, seed: int = 0
+) -> float:
+    """The generalized pivotal (Weerahandi) upper bound of sigma_L where every block has its own round spread: a
+    draw takes each block's round share as v_b k_b / chi2(k_b) and a chi2(B - p) for the weighted residual sum of
+    squares, and solves sum_b (m_b - fit)^2 / (sigma_L^2 + v_b*) = chi2* for sigma_L^2 (the fit weighted alike:
+    intercept, and the start order where both occur); 0 where even sigma_L = 0 leaves the sum below the draw. The
+    bound is the draws' `confidence` quantile. Robust to unequal round spread, which the F bound is not."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    m, sg = np.asarray(means, float), np.asarray(signs, float)
+    both = bool((sg > 0).any() and (sg < 0).any())
+    df = len(m) - (2 if both else 1)
+    kk = np.asarray(k, float)
+    vstar = np.maximum(np.asarray(v, float), 1e-14) * kk / rng.chisquare(kk, size=(PIVOT_DRAWS, len(m)))
+    c = rng.chisquare(df, size=PIVOT_DRAWS)
+
+    def excess(sig2):
+        w = 1 / (sig2[:, None] + vstar)
+        sw, swm = w.sum(1), (w * m).sum(1)
+        if not both:
+            r = m - (swm / sw)[:, None]
+        else:
+            sws, swss, swsm = (w * sg).sum(1), (w * sg * sg).sum(1), (w * sg * m).sum(1)
+            det = sw * swss - sws**2
+            b0, b1 = (swss * swm - sws * swsm) / det, (sw * swsm - sws * swm) / det
+            r = m - b0[:, None] - b1[:, None] * sg
+        return (w * r * r).sum(1) - c
+
+    zero = excess(np.zeros(PIVOT_DRAWS)) <= 0
+    lo = np.zeros(PIVOT_DRAWS)
+    hi = np.full(PIVOT_DRAWS, float(((m - m.mean()) ** 2).sum())) / np.maximum(c, 1e-12) + 1e-12
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        above = excess(mid) > 0
+        lo, hi = np.where(above, mid, lo), np.where(above, hi, mid)
+    sol = np.where(zero, 0.0, (lo + hi) / 2)
+    return math.sqrt(float(np.quantile(sol, confidence)))
+
+
 def estimate(trials: list[list[Block]], confidence: float = UPPER_CONFIDENCE) -> Components:
     """From A/A runs (both sides identical): sigma_R from the rounds within blocks, the start order and the block
     means' mean square from their fit (intercept and start order over every block: an offset a whole run shares,
     a machine's state that day, counts as launch noise, so a test that uses it holds across runs), sigma_L by
-    moments (clamped at 0) and its exact F upper bound; where that bound is 0 the data reject any launch effect at
-    that level, the record says so (upper_is_floor) and plans assume LAUNCH_SD_FLOOR."""
+    moments (clamped at 0), its exact F upper bound (f_upper: equal round spread assumed) and the generalized
+    pivotal one (each block its own round spread); the plans use the larger. Where both are 0 the data reject any
+    launch effect at that level (F in its own lower tail), the record says so (upper_is_floor) and plans assume
+    LAUNCH_SD_FLOOR."""
     blocks = [b for t in trials for b in t]
     var_r, df_r = pooled_round_variance(blocks)
     n = len(blocks)
@@ -219,7 +285,10 @@ def estimate(trials: list[list[Block]], confidence: float = UPPER_CONFIDENCE) ->
     r_h = n / sum(1 / b.rounds for b in blocks)
     block_var = rss / df_l
     var_l = max(0.0, block_var - (var_r / r_h if df_r else 0.0))
-    upper, f, p_low = launch_upper_bound(block_var, df_l, var_r, df_r, r_h, confidence)
+    f_upper, f, p_low = launch_upper_bound(block_var, df_l, var_r, df_r, r_h, confidence)
+    v, k = block_round_variances(blocks)
+    pivotal = pivotal_upper_bound([b.mean for b in blocks], [_sign(b) for b in blocks], v, k, confidence)
+    upper = max(pivotal, f_upper)
     floor = upper == 0.0
     return Components(
         sigma_launch=math.sqrt(var_l),
@@ -235,6 +304,8 @@ def estimate(trials: list[list[Block]], confidence: float = UPPER_CONFIDENCE) ->
         rounds_per_block=r_h,
         f_stat=f,
         f_p_low=p_low,
+        f_upper=f_upper,
+        pivotal_upper=pivotal,
         upper_is_floor=floor,
     )
 

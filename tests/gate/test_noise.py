@@ -145,3 +145,60 @@ def test_a_grid_costs_each_points_plan_at_its_records_costs(tmp_path, monkeypatc
     assert none["look_s"] is None and none["source"] == "no record on any machine"
     table = cost.cost_table([str(tmp_path / "here")])
     assert "| cpu-quick | 4 | 1: 1 its own | 3 | 9 |" in table
+
+
+def test_every_committed_record_holds_the_bound_its_sources_give():
+    """Each results/gate record, recomputed from its sources: the same launch sd, upper bound, degrees of freedom
+    and F; its F bound by hand from scipy's F quantile; a bound of 0 nowhere, the floor only where F sits in its
+    own lower 5% tail and the pivotal bound is 0 too."""
+    from pathlib import Path
+
+    from eagle_fix.core import nested
+
+    st = pytest.importorskip("scipy.stats")
+    records = [p for p in sorted((ROOT / "results" / "gate").glob("*/*.json")) if "-aa-" not in p.name]
+    records = [json.loads(p.read_text()) for p in records]
+    records = [r for r in records if r.get("kind") == components.KIND]
+    assert len(records) >= 7
+    for rec in records:
+        kind = components.PointKind(**rec["point"])
+        files = [ROOT / s for s in rec["sources"]]
+        assert rec["schema"] == components.SCHEMA
+        for metric, got in rec["metrics"].items():
+            trials, _ = components.trials_from([Path(f) for f in files], kind, metric)
+            c = nested.estimate(trials)
+            assert got["sigma_launch_upper"] == pytest.approx(c.sigma_launch_upper, rel=1e-9), (rec["machine"], metric)
+            assert (got["df_launch"], got["df_round"]) == (c.df_launch, c.df_round)
+            assert got["sigma_launch_upper"] > 0
+            f_low = st.f.ppf(0.05, got["df_launch"], got["df_round"])
+            share = got["sigma_round"] ** 2 / got["rounds_per_block"]
+            exact = got["block_var"] / f_low - share
+            assert got["f_upper"] == pytest.approx(max(exact, 0.0) ** 0.5, rel=1e-9, abs=1e-15)
+            assert (got["f_upper"] == 0) == (got["f_p_low"] < 0.05)
+            if got["upper_is_floor"]:
+                assert got["f_upper"] == got["pivotal_upper"] == 0
+                assert got["sigma_launch_upper"] == nested.LAUNCH_SD_FLOOR
+            else:
+                assert got["sigma_launch_upper"] == max(got["f_upper"], got["pivotal_upper"])
+
+
+def test_the_three_records_of_issue_53_are_recomputed():
+    """8d487f eager EAGLE3, 4265ea eager and f25m17 eager baseline held a launch bound of exactly 0; recomputed,
+    from their pooled A/A files all three bound the model step above 0 (the third's F sits in its own lower 4.4%
+    tail, its pivotal bound does not); the 8-pair measuring run of 8d487f alone gives issue 53's exact figures."""
+    from eagle_fix.core import nested
+
+    gate = ROOT / "results" / "gate"
+    for machine, point, floor in (
+        ("cpu-intel-f6m167-2c-8d487f", "cpu-quick-8192-eager-eagle3", False),
+        ("cpu-intel-f6m167-2c-4265ea", "cpu-quick-8192-eager-eagle3", False),
+        ("cpu-amd-f25m17-2c-6ac754", "cpu-quick-8192-eager-baseline", False),
+    ):
+        m = json.loads((gate / machine / f"{point}.json").read_text())["metrics"]["step_ms"]
+        assert m["upper_is_floor"] is floor and m["sigma_launch_upper"] >= nested.LAUNCH_SD_FLOOR
+    aa = gate / "cpu-intel-f6m167-2c-8d487f" / "cpu-quick-8192-eager-eagle3-aa-20261205-001932.json"
+    kind = components.PointKind("cpu-quick", 8192, "eager", "eagle3")
+    c = nested.estimate(components.trials_from([aa], kind, "step_ms")[0])
+    assert (c.df_launch, c.df_round) == (6, 56)
+    assert c.f_stat == pytest.approx(0.327, abs=5e-4) and c.f_p_low == pytest.approx(0.08, abs=5e-3)
+    assert c.f_upper == pytest.approx(0.0097, abs=5e-5) and c.sigma_launch_upper >= c.f_upper
