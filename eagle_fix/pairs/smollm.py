@@ -167,13 +167,17 @@ def ensure(
     say: Callable[[str], None] = print,
 ) -> pathlib.Path:
     """OUT holding the converted target: skipped when its stamp names this GGUF's digest, else checked and
-    converted into a scratch folder beside OUT that replaces OUT only once whole (nothing at OUT before that)."""
+    converted into a scratch folder beside OUT that replaces OUT only once whole (nothing at OUT before that).
+    An OUT this function did not write (no stamp, not empty) is refused, never replaced."""
     out = pathlib.Path(out)
     source = source or locate()
     if not force and is_current(out, source):
         check_shapes(out)
         say(f"real target: {out} is current (GGUF sha256 {source.sha256[:12]}...), nothing to do")
         return out
+    if out.exists() and not (out / STAMP).is_file() and (not out.is_dir() or any(out.iterdir())):
+        raise EagleFixError(f"real target: {out} exists and is not a folder this command wrote (no {STAMP}); "
+                            f"give another --out or remove it")  # fmt: skip
     verify(source)
     _needs()
     start = time.monotonic()

