@@ -39,13 +39,15 @@ class Bare:
         from vllm import LLM, SamplingParams
         from vllm.inputs import TokensPrompt
 
-        from eagle_fix.core.workload import make_prompts
+        from eagle_fix.core.workload import workload_prompts
 
         kwargs = spec.llm_kwargs()
         kwargs.pop("worker_extension_cls", None)  # the bare script knows nothing of eagle-fix
         self.llm = LLM(**kwargs)
         vocab = self.llm.llm_engine.vllm_config.model_config.get_vocab_size()
-        self.prompt = [TokensPrompt(prompt_token_ids=make_prompts(prompt_len, 1, vocab_size=vocab)[0])]
+        # the same prompt the engine child makes (eagle_fix.engine.measure): the profile's workload, seed 0
+        made = workload_prompts(spec.workload, prompt_len, 1, vocab_size=vocab, seed=0, target=spec.target)
+        self.prompt = [TokensPrompt(prompt_token_ids=made[0])]
         self.one = SamplingParams(temperature=0, max_tokens=1, ignore_eos=True)
         self.run = SamplingParams(temperature=0, max_tokens=output_len, ignore_eos=True)
         self.llm.generate(self.prompt, self.one, use_tqdm=False)  # the long prefill, once
@@ -76,8 +78,7 @@ def main() -> int:
     from eagle_fix.core import stats
     from eagle_fix.engine.memory import MemorySampler
     from eagle_fix.engine.offline import EngineProcess
-    from eagle_fix.sweep.loop import engine_spec
-    from eagle_fix.sweep.plan import Point, RunArgs, prompt_len, resolve
+    from eagle_fix.sweep.plan import Point, RunArgs, resolve
 
     run = resolve(
         RunArgs(
@@ -89,18 +90,11 @@ def main() -> int:
             progress=False,
         )
     )
-    spec = engine_spec(run, Point(args.context, args.mode, "eagle3", "on"))
-    plen = prompt_len(args.context, run)
+    point = Point(args.context, args.mode, "eagle3", "on")
+    spec = run.engine_spec(point)
     # one decode per call; the prompt stays in the prefix cache after the warm-up's prefill
-    cmd = {
-        "op": "point",
-        "prompt_len": plen,
-        "batch_size": 1,
-        "output_len": args.output_len,
-        "seed": 0,
-        "repeats": 1,
-        "ttft_repeats": 0,
-    }
+    cmd = run.command(point, repeats=1, ttft_repeats=0)
+    plen = cmd.prompt_len
 
     sampler = MemorySampler()
     log = Path(tempfile.mkdtemp(prefix="eagle-fix-overhead-")) / "engine.log"
@@ -108,7 +102,9 @@ def main() -> int:
     bare = Bare(spec, plen, args.output_len)
     rows = []
     try:
-        engine.run_point({**cmd, "ttft_repeats": 1}, timeout_s=600)  # warm-up: the harness side's prefill, once
+        engine.run_point(
+            run.command(point, repeats=1, ttft_repeats=1), timeout_s=600
+        )  # warm-up: the harness side's prefill, once
         for i in range(args.pairs):
             sampler.watch(engine.pid)  # as in the sweep: the sampler runs while the harness measures
             sampler.reset_peaks()
@@ -116,14 +112,14 @@ def main() -> int:
             sampler.peaks()
             sampler.watch(None)
             b, w, ids = bare.measure()
-            same = h["output_token_ids_head"] == ids
-            rate = h["samples"]["decode_throughput_tok_s"][0]
+            same = h.output_token_ids_head == ids
+            rate = h.samples["decode_throughput_tok_s"][0]
             rows.append(
                 {
                     "harness": rate,
                     "bare": b,
                     "bare_wall": w,
-                    "acceptance_length": h.get("acceptance_length"),
+                    "acceptance_length": h.acceptance_length,
                     "same_tokens": same,
                 }
             )

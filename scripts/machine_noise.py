@@ -5,13 +5,11 @@ an idle machine: python scripts/machine_noise.py [SECONDS] > results/calibration
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import statistics
-import sys
 import time
-
-import torch
 
 
 def windows(fn, seconds: float) -> list[float]:
@@ -27,8 +25,30 @@ def windows(fn, seconds: float) -> list[float]:
     return out
 
 
+def seconds_arg(raw: str) -> float:
+    """SECONDS: each loop's length, at least one one-second window."""
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not value >= 1:
+        raise argparse.ArgumentTypeError(f"{raw!r} is not a number of seconds of at least 1, such as 30")
+    return value
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """A bad argument is one line (the project's rule), not a usage text and a line."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
 def main() -> None:
-    seconds = float(sys.argv[1]) if len(sys.argv) > 1 else 30.0
+    parser = OneLineParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("seconds", nargs="?", type=seconds_arg, default=30.0, help="seconds per loop (default 30)")
+    seconds = parser.parse_args().seconds
+    import torch  # after the arguments: --help and a bad SECONDS answer at once
+
     torch.set_num_threads(1)
     a, b = torch.randn(512, 512), torch.randn(512, 512)
     src = torch.randn(64 * 2**20 // 4)

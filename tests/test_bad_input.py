@@ -209,3 +209,9 @@ def test_map_concurrency_hint_through_the_command(tmp_path):
 def test_the_committed_run_file_exists():
     """The report cases read a committed run file; its name moving must fail here, not skip above."""
     assert RUN_FILE.is_file() and json.loads(RUN_FILE.read_text().splitlines()[0])["context_len"] > 0
+
+
+@pytest.mark.parametrize("seconds", ["--help-me", "abc", "0"])
+def test_machine_noise_refuses_seconds_that_are_no_number(tmp_path, seconds):
+    line = refused([sys.executable, str(ROOT / "scripts" / "machine_noise.py"), seconds], tmp_path, expect_rc=2)
+    assert "machine_noise.py: error:" in line
