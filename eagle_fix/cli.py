@@ -56,8 +56,16 @@ COMMANDS = (
 )
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """A usage mistake is one line naming it and where the usage is (#56), not a usage text and a line;
+    the subcommands' parsers are of this class too (argparse's subparsers take their parent's)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="eagle-fix", description=__doc__)
+    parser = OneLineParser(prog="eagle-fix", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     for name, module_name, help_text in COMMANDS:
         try:

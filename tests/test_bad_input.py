@@ -215,3 +215,12 @@ def test_the_committed_run_file_exists():
 def test_machine_noise_refuses_seconds_that_are_no_number(tmp_path, seconds):
     line = refused([sys.executable, str(ROOT / "scripts" / "machine_noise.py"), seconds], tmp_path, expect_rc=2)
     assert "machine_noise.py: error:" in line
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [(("map", "--port", "abc"), "invalid int value: 'abc'"), (("nosuch",), "invalid choice: 'nosuch'")],
+)
+def test_a_usage_mistake_is_one_line_naming_the_help(tmp_path, args, words):
+    line = refused(eagle_fix(*args), tmp_path, expect_rc=2)
+    assert words in line and "--help)" in line, line
