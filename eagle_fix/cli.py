@@ -6,7 +6,7 @@ import argparse
 import importlib
 import sys
 
-from eagle_fix.core.errors import EagleFixError
+from eagle_fix.core.errors import EagleFixError, OneLineParser
 from eagle_fix.engine.lifecycle import Interrupted
 
 # (subcommand, module, help). Each module has add_cli_args(parser) and cli_main(args) -> int.
@@ -54,14 +54,6 @@ COMMANDS = (
         "the suite across vLLM releases (eagle_fix/releases/registry.py), one venv each (scripts/matrix.sh)",
     ),
 )
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """A usage mistake is one line naming it and where the usage is (#56), not a usage text and a line;
-    the subcommands' parsers are of this class too (argparse's subparsers take their parent's)."""
-
-    def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:

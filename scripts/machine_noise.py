@@ -36,14 +36,9 @@ def seconds_arg(raw: str) -> float:
     return value
 
 
-class OneLineParser(argparse.ArgumentParser):
-    """A bad argument is one line (the project's rule), not a usage text and a line."""
-
-    def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
-
-
 def main() -> None:
+    from eagle_fix.core.errors import OneLineParser
+
     parser = OneLineParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("seconds", nargs="?", type=seconds_arg, default=30.0, help="seconds per loop (default 30)")
     seconds = parser.parse_args().seconds

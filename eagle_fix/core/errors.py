@@ -1,7 +1,16 @@
-"""The one user-error type (caught once in the CLI, printed as one line, non-zero exit) and the one
-parser of the positive integers users type."""
+"""The one user-error type (caught once in the CLI, printed as one line, non-zero exit), the one
+parser of the positive integers users type, and the argument parser whose usage mistakes are one line."""
 
+import argparse
 from typing import Any
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """A usage mistake is one line naming it and where the usage is (#56), not a usage text and a line;
+    subcommands' parsers are of this class too (argparse's subparsers take their parent's)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 class EagleFixError(Exception):

@@ -10,14 +10,13 @@ machine whose job failed shows as failed on the dashboard, and one that uploaded
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import sys
 from pathlib import Path
 from typing import Any
 
-from eagle_fix.core.errors import EagleFixError
+from eagle_fix.core.errors import EagleFixError, OneLineParser
 
 FLEET = "fleet"  # results/fleet/<kind>.json: one job's machine kind, runner, outcome
 BENCHMARKS = Path("asv") / "benchmarks.json"
@@ -121,7 +120,7 @@ def merge(sources: list[Path], dest: Path, *, expect: list[str] | None = None) -
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="scripts/merge_results.py", description=__doc__.split("\n\n")[0])
+    parser = OneLineParser(prog="scripts/merge_results.py", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     m = sub.add_parser("merge", help="merge the jobs' results trees into one")
     m.add_argument("sources", nargs="+", type=Path, help="the folders the jobs uploaded (results/ inside, or a tree)")
