@@ -27,6 +27,9 @@ SCHEMA = 2  # 2: each metric carries its analysis of variance (block_var, df_lau
 PLANNED_METRIC = "step_ms"
 # What the gate is meant to see (the README's minimum), with what power, at what level.
 DETECT, POWER, ALPHA = 0.05, 0.9, 0.01
+# The most launch pairs a plan may run: a record measured from 8 launch pairs bounds its launch sd loosely, and
+# its plan pays for that looseness in launches.
+MAX_BLOCKS = 32
 
 
 @dataclass(frozen=True)
@@ -169,6 +172,7 @@ def plan_for(data: dict[str, Any], metric: str = PLANNED_METRIC, *, detect: floa
     test) calls `detect` a regression at the gate's power and alpha, from `metric`'s recorded components at the
     record's costs; `bounds`: nested.plan's limits."""
     costs = data["costs"]
+    bounds = {"max_blocks": MAX_BLOCKS, **bounds}
     return nested.plan(
         components(data, metric),
         launch_s=costs["launch_s"],

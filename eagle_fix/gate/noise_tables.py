@@ -1,5 +1,6 @@
-"""The gate's noise as the docs show it: each machine's recorded components and plan (results/gate/), and the
-replay of the committed A/A trials by the old rule and the launch-level one (`eagle-fix noise --replay`)."""
+"""The gate's noise as the docs show it: each machine's recorded components and plan (results/gate/), the replay
+of the committed A/A trials out of sample by the old rule and the launch-level one (`eagle-fix noise --replay`),
+and the simulations under the committed noise (results/simulation/: the bound's coverage, the operating curves)."""
 
 from __future__ import annotations
 
@@ -37,10 +38,19 @@ def _sorted_records(paths) -> list[dict[str, Any]]:
     return sorted(_records(paths), key=lambda d: (components.PointKind(**d["point"]).name, d["machine"]))
 
 
+def _bound(m: dict[str, Any]) -> str:
+    """The launch sd's upper bound as the plans use it: the larger of F and pivotal, or the stated floor."""
+    if m.get("upper_is_floor"):
+        return f"floor {_pct(m['sigma_launch_upper'], 2)} (F p {m['f_p_low']:.3f})"
+    if m.get("f_upper") is None:
+        return _pct(m["sigma_launch_upper"], 2)
+    return f"{_pct(m['sigma_launch_upper'], 2)} (F {_pct(m['f_upper'], 2)}, pivotal {_pct(m['pivotal_upper'], 2)})"
+
+
 def _component_cells(m: dict[str, Any]) -> list[str]:
     """A metric's launch sd (with its upper bound), round sd and start-order effect, as the tables show them."""
     return [
-        f"{_pct(m['sigma_launch'], 2)} (≤ {_pct(m['sigma_launch_upper'], 2)})",
+        f"{_pct(m['sigma_launch'], 2)} ≤ {_bound(m)}",
         _pct(m["sigma_round"]),
         f"{m['start_order']:+.2%}",
     ]
@@ -70,7 +80,7 @@ def components_table(paths) -> str:
             [
                 components.PointKind(**d["point"]).name,
                 f"`{d['machine']}`",
-                f"{m['blocks']} ({m['trials']} trials, {m['rounds']} rounds)",
+                f"{m['blocks']} ({m['trials']} trials, {m['rounds']} rounds; {m.get('df_launch')} df)",
                 *_component_cells(m),
                 f"{costs['launch_s']:.0f} s, {costs['round_s']:.1f} s" if costs else "–",
                 _plan(d.get("plan")),
@@ -81,7 +91,7 @@ def components_table(paths) -> str:
         "point",
         "machine",
         "launch pairs",
-        f"launch sd ({nested.UPPER_CONFIDENCE:.0%} upper)",
+        f"launch sd ≤ {nested.UPPER_CONFIDENCE:.0%} upper",
         "round sd",
         "started first",
         "a launch pair, a round",
@@ -130,8 +140,9 @@ def clocks_table(paths) -> str:
 
 
 def replay_table(paths) -> str:
-    """One row per replayed pool: how often each rule calls identical sides different (its real alpha) and how
-    often it catches 5%, and what a verdict costs."""
+    """One row per replayed pool, out of sample (leave one run out): how often each rule calls identical sides
+    different over 2 launch pairs, how often it catches 5%, from how many distinct trials and held-out runs, and
+    how the plan fared in the held-out runs long enough to replay it."""
     rows = []
     n = None
     for f in _files(paths, "*.json"):
@@ -143,40 +154,106 @@ def replay_table(paths) -> str:
             kind = components.PointKind(**p["point"])
             fixed = {(r["shift"], r["alpha"]): r for r in p["fixed"]}
             seq = {(r["shift"], r["alpha"]): r for r in p["sequential"]}
-            old_cost = p["launches"] * p["costs"]["launch_s"] + p["rounds"] * p["costs"]["round_s"]
             plan = p["plans"]["0.01"]
 
             def rate(row, key, digits=1):
-                return f"{_pct(row[key], digits)} [{_pct(row[key + '_ci95'][0], digits)}, {_pct(row[key + '_ci95'][1], digits)}]"
+                if row.get(key) is None:
+                    return "–"
+                lo, hi = row[key + "_ci95"]
+                return f"{_pct(row[key], digits)} [{_pct(lo, digits)}, {_pct(hi, digits)}]"
 
+            aa, caught = seq[(0.0, 0.01)], seq[(0.05, 0.01)]
             rows.append(
                 [
                     f"{kind.name} on `{data['machine']}`",
-                    f"{p['components']['blocks']} x {p['rounds']}",
+                    f"{len(p['held_out'])} ({p.get('out_of_sample', 'in sample')})",
+                    f"{p['launches']} x {p['rounds']}; {fixed[(0.0, 0.01)].get('distinct', '?')}",
                     rate(fixed[(0.0, 0.01)], "round_level"),
-                    rate(fixed[(0.0, 0.05)], "round_level"),
-                    f"{_pct(fixed[(0.05, 0.01)]['round_level'], 0)}, {_minutes(old_cost)}",
+                    rate(fixed[(0.0, 0.01)], "launch_level"),
+                    f"{_pct(fixed[(0.05, 0.01)]['round_level'], 0)}, {_pct(fixed[(0.05, 0.01)]['launch_level'], 0)}",
                     f"{plan['rounds']} x ≤ {plan['max_blocks']}",
-                    rate(seq[(0.0, 0.01)], "significant"),
-                    rate(seq[(0.0, 0.05)], "significant"),
-                    f"{_pct(seq[(0.05, 0.01)]['regression'], 0)}, {_pct(seq[(0.03, 0.01)]['regression'], 0)}",
-                    f"{_minutes(seq[(0.0, 0.01)]['median_cost_s'])}, {_minutes(seq[(0.05, 0.01)]['median_cost_s'])}",
+                    f"{aa.get('folds', '?')} of {len(p['held_out'])}",
+                    rate(aa, "significant") if aa.get("n") else "–",
+                    _pct(caught["regression"], 0) if caught.get("n") else "–",
                 ]
             )
     head = [
         "pool",
-        "A/A launch pairs x rounds",
+        "held-out runs",
+        "fixed design: launch pairs x rounds; distinct trials",
         "old rule: A/A significant at 1% [95%]",
-        "at 5%",
-        "old rule: +5% caught, cost",
-        "plan: rounds x launch pairs",
-        "plan: A/A significant at 1% [95%]",
-        "at 5%",
-        "plan: +5%, +3% caught",
-        "plan: median cost A/A, +5%",
+        "launch t-test: A/A significant at 1% [95%]",
+        "+5% caught: old, launch t-test",
+        "plan of the whole pool",
+        "held-out runs long enough for their plan",
+        "there: A/A significant at a look [95%]",
+        "there: +5% exit 1",
     ]
     return (
-        f"{n} replayed trials per cell, seeded, each judged by the old rule (the sign test over the rounds of 2 "
-        "launch pairs, the pool's own design) and by the plan `ab` runs (launch-level test, looks, early stop); "
-        "significant: p below the level in either direction, whatever the threshold\n\n" + _md(head, rows)
+        f"{n} replayed trials per cell, seeded, leave one run out: each run held out in turn, judged with the "
+        "components and plan of the others; a trial draws launch pairs without replacement from the held-out run, "
+        "so the held-out runs, not the trials, are the independent outcomes; significant: p below the level in "
+        "either direction, whatever the threshold\n\n" + _md(head, rows)
+    )
+
+
+def _load(paths, kind: str) -> dict[str, Any]:
+    if len(paths) != 1 or not Path(paths[0]).is_file():
+        raise EagleFixError(f"this table takes one file of results/simulation/ ({kind})")
+    data = json.loads(Path(paths[0]).read_text())
+    if data.get("kind") != kind:
+        raise EagleFixError(f"{paths[0]}: not an `{kind}` file (python -m eagle_fix.gate.simulate)")
+    return data
+
+
+def coverage_table(paths) -> str:
+    """How often the launch sd's 95% upper bound covers the true launch sd, per record design and noise shape,
+    simulated under the record's round sd and start order (results/simulation/launch-bound-coverage.json)."""
+    data = _load(paths, "eagle-fix bound coverage")
+    sds = sorted({r["sigma_launch"] for r in data["rows"]})
+    cells: dict[tuple, dict] = {}
+    for r in data["rows"]:
+        cells.setdefault((r["point"], r["machine"], r["blocks"], r["rounds"], r["shape"]), {})[r["sigma_launch"]] = r
+    rows = []
+    for (point, machine, blocks, rounds, shape), by in cells.items():
+        rows.append(
+            [
+                f"{point} `{machine}`",
+                f"{blocks} x {rounds}",
+                shape,
+                *(f"{_pct(by[s]['as_used_covers'], 0)} (F {_pct(by[s]['f_bound_covers'], 0)})" for s in sds),
+            ]
+        )
+    worst = min(r["as_used_covers"] for r in data["rows"])
+    head = ["design of", "launch pairs x rounds", "rounds", *(f"true launch sd {_pct(s, 1)}" for s in sds)]
+    return (
+        f"share of {data['rows'][0]['n']} simulated pools per cell whose bound as used (the larger of the F and "
+        f"pivotal bounds, the {_pct(data['floor'], 1)} floor where both are 0) covers the true launch sd; in "
+        f"brackets the F bound alone; smallest cell {_pct(worst, 0)}\n\n" + _md(head, rows)
+    )
+
+
+def operating_table(paths) -> str:
+    """The decision rule's operating curve per point kind: the chance `ab` exits 1 against a true slowdown,
+    simulated under each record's noise and plan (results/simulation/operating-curves.json)."""
+    data = _load(paths, "eagle-fix operating curves")
+    shifts = data["shifts"]
+    rows = []
+    for c in data["curves"]:
+        plan = c["plan"]
+        rows.append(
+            [
+                f"{c['point']} `{c['machine']}`",
+                f"{plan['rounds']} x ≤ {plan['max_blocks']}",
+                *(_pct(r["exit_1"], 0) for r in c["rows"]),
+                "–" if c["detect_90"] is None else _pct(c["detect_90"], 1),
+                _minutes(c["rows"][0]["median_cost_s"]),
+            ]
+        )
+    head = ["point kind", "plan", *(f"{s:.0%}" for s in shifts), "90% exit 1 at", "median cost, A/A"]
+    n = data["curves"][0]["n"] if data["curves"] else 0
+    return (
+        f"chance of exit 1 (a regression of `step_ms`) against a true slowdown, {n} simulated runs a cell at each "
+        "record's launch sd bound, round sd and start order, judged by `ab`'s rule (launch t-test pooled with the "
+        "record, threshold 3%, alpha 0.01 split over the looks)\n\n" + _md(head, rows)
     )

@@ -62,13 +62,18 @@ def _blocks(
     return [nested.Block(b, tuple(x[b].tolist()), bool(signs[b] > 0)) for b in range(blocks)]
 
 
+# The pivotal bound's draws in the coverage simulation (records use nested.PIVOT_DRAWS): thousands of pools.
+COVERAGE_DRAWS = 1000
+
+
 def coverage(recs: list[dict[str, Any]], *, n: int = 1000, seed: int = 0) -> dict[str, Any]:
     """For each record's measuring design (its blocks and their rounds, step_ms's round sd and start order) and
     each true launch sd of LAUNCH_SDS and shape of SHAPES: the share of n simulated pools whose F bound (before
     the floor) covers the true launch sd, the share whose bound as used (the floor where F is in its lower
-    tail) does, and the share that took the floor."""
+    tail) does, and the share that took the floor (the pivotal bound from COVERAGE_DRAWS draws)."""
     rng = np.random.default_rng(seed)
     rows = []
+    keep, nested.PIVOT_DRAWS = nested.PIVOT_DRAWS, COVERAGE_DRAWS
     for rec in recs:
         m = rec["metrics"][components.PLANNED_METRIC]
         blocks = m["blocks"]
@@ -107,8 +112,10 @@ def coverage(recs: list[dict[str, Any]], *, n: int = 1000, seed: int = 0) -> dic
                         "floor": floors / n,
                     }
                 )
+    nested.PIVOT_DRAWS = keep
     return {
         "kind": "eagle-fix bound coverage",
+        "pivot_draws": COVERAGE_DRAWS,
         "confidence": nested.UPPER_CONFIDENCE,
         "floor": nested.LAUNCH_SD_FLOOR,
         "seed": seed,
@@ -226,16 +233,20 @@ def could_detect(machine: str, point: str, folder: Path | None = None) -> float 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m eagle_fix.gate.simulate", description=__doc__)
     parser.add_argument("--n", type=int, default=1000, help="simulated runs per curve point (default %(default)s)")
-    parser.add_argument("--n-coverage", type=int, default=200, help="simulated pools per cell (default %(default)s)")
+    parser.add_argument("--n-coverage", type=int, default=150, help="simulated pools per cell (default %(default)s)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--only", choices=("curves", "coverage"), help="write one of the two files")
     parser.add_argument("--out", default=str(OUT), help="folder (default results/simulation)")
     args = parser.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     recs = records()
-    (out / CURVE_FILE).write_text(json.dumps(curves(recs, n=args.n, seed=args.seed), indent=1) + "\n")
-    (out / COVERAGE_FILE).write_text(json.dumps(coverage(recs, n=args.n_coverage, seed=args.seed), indent=1) + "\n")
-    print(f"simulate: wrote {out / CURVE_FILE} and {out / COVERAGE_FILE}")
+    if args.only in (None, "curves"):
+        (out / CURVE_FILE).write_text(json.dumps(curves(recs, n=args.n, seed=args.seed), indent=1) + "\n")
+    if args.only in (None, "coverage"):
+        data = coverage(recs, n=args.n_coverage, seed=args.seed)
+        (out / COVERAGE_FILE).write_text(json.dumps(data, indent=1) + "\n")
+    print(f"simulate: wrote {out}")
     return 0
 
 

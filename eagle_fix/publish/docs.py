@@ -60,6 +60,9 @@ FILE_TABLES["calibration-coverage"] = calibration_tables.coverage_table
 FILE_TABLES["gate-components"] = noise_tables.components_table
 FILE_TABLES["gate-clocks"] = noise_tables.clocks_table
 FILE_TABLES["gate-replay"] = noise_tables.replay_table
+# the gate's simulations under the committed noise (python -m eagle_fix.gate.simulate): results/simulation
+FILE_TABLES["gate-bound-coverage"] = noise_tables.coverage_table
+FILE_TABLES["gate-operating-curve"] = noise_tables.operating_table
 # the acceptance gate's power (scripts/calibrate_acceptance.sh): the drafter damaged on purpose
 FILE_TABLES["acceptance-power"] = acceptance_power.power_table
 FILE_TABLES["gate-cost"] = cost.cost_table  # what gating the cpu-quick and cpu grids costs on one machine

@@ -202,3 +202,36 @@ def test_the_three_records_of_issue_53_are_recomputed():
     assert (c.df_launch, c.df_round) == (6, 56)
     assert c.f_stat == pytest.approx(0.327, abs=5e-4) and c.f_p_low == pytest.approx(0.08, abs=5e-3)
     assert c.f_upper == pytest.approx(0.0097, abs=5e-5) and c.sigma_launch_upper >= c.f_upper
+
+
+def test_the_docs_state_the_bound_the_test_and_the_rule_as_coded():
+    """docs/statistics.md's launch section names the functions that compute the bound, the test and the rule,
+    each of which exists, and the constants it states are the code's."""
+    from eagle_fix.core import nested
+
+    text = (ROOT / "docs" / "statistics.md").read_text(encoding="utf-8")
+    section = text[text.index("## The launch is the unit") : text.index("## The old rule's calibration")]
+    for name in (
+        "estimate",
+        "fit_block_means",
+        "launch_upper_bound",
+        "pivotal_upper_bound",
+        "launch_test",
+        "run_df",
+        "decide",
+        "power_at",
+        "plan",
+        "LAUNCH_SD_FLOOR",
+        "UPPER_CONFIDENCE",
+        "PIVOT_DRAWS",
+    ):
+        assert f"nested.{name}" in section, name
+        assert hasattr(nested, name), name
+    assert "Components.block_variance_estimate" in section and hasattr(nested.Components, "block_variance_estimate")
+    assert f"({nested.LAUNCH_SD_FLOOR:.1%})" in section
+    assert f"one-sided {nested.UPPER_CONFIDENCE:.0%} upper bound" in section
+    assert f"({nested.PIVOT_DRAWS} seeded draws" in section
+    assert "t₀.₉(df)" in section and nested.FUTILITY_CONFIDENCE == 0.9
+    assert "blocks − 2" in section and nested.run_df(4) == 2 and nested.run_df(2) == 1
+    assert "scipy.stats.f" in section and "scipy.stats.t" in section
+    assert len(text.encode()) <= 40 * 1024
