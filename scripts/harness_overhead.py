@@ -32,6 +32,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from eagle_fix.core.errors import EagleFixError, OneLineParser, parse_positive_int
+
 
 class Bare:
     def __init__(self, spec, prompt_len: int, output_len: int):
@@ -64,12 +66,24 @@ class Bare:
         return (len(ids) - 1) / (m.last_token_ts - m.first_token_ts), (len(ids) - 1) / (total - t_first), ids[:16]
 
 
+def positive(flag: str):
+    """argparse type: a positive integer, its hint in the flag's own unit (eagle_fix.core.errors)."""
+
+    def parse(raw: str) -> int:
+        try:
+            return parse_positive_int(raw, flag)
+        except EagleFixError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return parse
+
+
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--context", type=int, default=4096)
-    parser.add_argument("--output-len", type=int, default=256)
-    parser.add_argument("--pairs", type=int, default=20)
-    parser.add_argument("--mode", default="eager")
+    parser = OneLineParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--context", type=positive("--context"), default=4096)
+    parser.add_argument("--output-len", type=positive("--output-len"), default=256)
+    parser.add_argument("--pairs", type=positive("--pairs"), default=20)
+    parser.add_argument("--mode", choices=("eager", "compile"), default="eager")
     parser.add_argument("--out", default="results/overhead/harness.json")
     args = parser.parse_args()
 
@@ -80,16 +94,22 @@ def main() -> int:
     from eagle_fix.engine.offline import EngineProcess
     from eagle_fix.sweep.plan import Point, RunArgs, resolve
 
-    run = resolve(
-        RunArgs(
-            profile="cpu-quick",
-            contexts=(args.context,),
-            modes=(args.mode,),
-            arms=("eagle3",),
-            output_len=args.output_len,
-            progress=False,
+    try:  # every check before an engine starts, one line each
+        if Path(args.out).is_dir():
+            raise EagleFixError(f"--out {args.out} is a folder; give a file path such as results/overhead/harness.json")
+        run = resolve(
+            RunArgs(
+                profile="cpu-quick",
+                contexts=(args.context,),
+                modes=(args.mode,),
+                arms=("eagle3",),
+                output_len=args.output_len,
+                progress=False,
+            )
         )
-    )
+    except EagleFixError as exc:
+        print(f"harness_overhead: error: {exc}", file=sys.stderr)
+        return 2
     point = Point(args.context, args.mode, "eagle3", "on")
     spec = run.engine_spec(point)
     # one decode per call; the prompt stays in the prefix cache after the warm-up's prefill

