@@ -3,7 +3,9 @@ ab` then runs: identical sides (this interpreter twice) in many short launch pai
 launches, between rounds and within a sample estimated from them (eagle_fix.core.nested), with what a launch
 pair and a round cost, written to results/gate/<machine>/<point>.json (eagle_fix.gate.components). With
 --from, the estimate comes from earlier A/A files instead (the committed calibration), no engine started.
---replay judges thousands of trials drawn from those files by the old and the new rule (eagle_fix.gate.replay).
+--pool, from every committed A/A file of this machine and point kind (a record grows as trials come).
+--replay judges thousands of trials drawn from those files out of sample, leave one run out
+(eagle_fix.gate.replay).
 """
 
 from __future__ import annotations
@@ -104,6 +106,20 @@ def measure(args: argparse.Namespace, folder: Path) -> Path:
     return out
 
 
+def pooled(args: argparse.Namespace) -> list[Path]:
+    """--pool: every committed A/A file of this machine (--machine, else this one's fingerprint) and the point kind
+    of --profile/--context/--mode/--arm (components.pool_files), so a record grows as A/A trials are committed."""
+    kind = components.PointKind(args.profile, parse_positive_int(args.context, "--context"), args.mode, args.arm)
+    name = args.machine or fingerprint()["name"]
+    files = components.pool_files(name, kind)
+    if not files:
+        raise EagleFixError(
+            f"--pool: no A/A file of {kind.name} on {name} under results/: run `eagle-fix noise` there first",
+            exit_code=2,
+        )
+    return [f.relative_to(Path.cwd()) if f.is_relative_to(Path.cwd()) else f for f in files]
+
+
 def add_cli_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--profile", default=default_profile("ab"), help="profile (default %(default)s)")
     parser.add_argument("--context", default="8192", help="context length (default %(default)s)")
@@ -121,6 +137,12 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
         help="estimate from these A/A ab files or folders (one machine) instead of measuring",
     )
     parser.add_argument(
+        "--pool",
+        action="store_true",
+        help="estimate from every committed A/A file of this machine and point kind (results/gate, results/calibration)",
+    )
+    parser.add_argument("--machine", help="with --pool: the machine's name (default: this machine's fingerprint)")
+    parser.add_argument(
         "--launch-s", type=float, help="seconds a launch pair costs (default: timed in the files, or from their spans)"
     )
     parser.add_argument(
@@ -137,6 +159,8 @@ def cli_main(args: argparse.Namespace) -> int:
     folder = Path(args.folder)
     if args.sources:
         files = files_of(args.sources)
+    elif args.pool:
+        files = pooled(args)
     else:
         files = [measure(args, folder)]
     costs = (
@@ -153,7 +177,7 @@ def cli_main(args: argparse.Namespace) -> int:
             "points": [],
         }
         for kind in kinds_in(files):
-            trials = replay.pool(files, kind)
+            trials, names = replay.pool_named(files, kind)
             if not trials:
                 continue
             rec = components.record(machine, kind, files, costs=costs, round_s=args.round_s)
@@ -169,7 +193,7 @@ def cli_main(args: argparse.Namespace) -> int:
                     "point": kind.__dict__,
                     "costs": c,
                     "sources": rec["sources"],
-                    **replay.replay(trials, n=args.trials, launch_s=c["launch_s"], round_s=c["round_s"]),
+                    **replay.replay(trials, n=args.trials, launch_s=c["launch_s"], round_s=c["round_s"], sources=names),
                     "power_curve": replay.power_curve(trials, launch_s=c["launch_s"], round_s=c["round_s"]),
                 }
             )

@@ -235,3 +235,20 @@ def test_the_docs_state_the_bound_the_test_and_the_rule_as_coded():
     assert "blocks − 2" in section and nested.run_df(4) == 2 and nested.run_df(2) == 1
     assert "scipy.stats.f" in section and "scipy.stats.t" in section
     assert len(text.encode()) <= 40 * 1024
+
+
+def test_pool_estimates_from_every_committed_aa_file_of_the_machine_and_point_kind(tmp_path, capsys):
+    """`eagle-fix noise --pool`: the measuring run, the clock run and the calibration's A/A trials of 8d487f's 8K
+    eager EAGLE3 in one record (its sources say which), not the +5% trials; a machine without any is refused."""
+    argv = ["noise", "--pool", "--machine", "cpu-intel-f6m167-2c-8d487f", "--folder", str(tmp_path)]
+    assert cli.main(argv) == 0
+    [rec] = tmp_path.glob("*/cpu-quick-8192-eager-eagle3.json")
+    data = json.loads(rec.read_text())
+    sources = data["sources"]
+    assert any("/clock/" in s for s in sources) and any("-aa-" in s for s in sources)
+    assert sum("launch-cpu-intel-f6m167-2c-8d487f/0-" in s for s in sources) == 10
+    assert not any("/0.05-" in s for s in sources)
+    assert data["metrics"]["step_ms"]["blocks"] == 36 and data["metrics"]["step_ms"]["df_launch"] == 34
+    capsys.readouterr()
+    assert cli.main([*argv[:3], "nowhere", "--folder", str(tmp_path)]) == 2
+    assert "no A/A file" in capsys.readouterr().err
