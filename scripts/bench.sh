@@ -10,6 +10,7 @@
 #                                                  release (no engine): replay, docs/releases.md
 # Extra arguments go to `asv run` (e.g. --bench Sweep).
 set -euo pipefail
+case "${1:-}" in -h | --help) sed -n '2,/^set -/{/^#/p}' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
 # asv runs setup_cache elsewhere: a file named relative to here must reach it as an absolute path.
 if [ -n "${EAGLE_FIX_ASV_RECORDS:-}" ]; then
     records=$(realpath -e -- "$EAGLE_FIX_ASV_RECORDS" 2>/dev/null) \

@@ -19,11 +19,22 @@
 # Acceptance counts do not depend on the machine's speed, but run it alone anyway: it is engine work.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-out=${CALIBRATE_OUT:-results/calibration/acceptance}
-mkdir -p "$out"
+case "${1:-}" in -h | --help) sed -n '2,/^set -uo/{/^#/p}' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
+[ $# -le 1 ] || { echo "calibrate_acceptance: $# arguments; it takes one, TRIALS (see --help)" >&2; exit 2; }
 trials=${1:-10}
 shares=${CALIBRATE_SHARES:-0.01 0.02 0.05}
 aa=${CALIBRATE_AA:-3}
+# every argument checked before a folder is made or an engine starts (#56)
+[[ "$trials" =~ ^[0-9]+$ && "$trials" -ge 1 && "$trials" -le 99 ]] ||
+    { echo "calibrate_acceptance: TRIALS '$trials' is not a number of trials from 1 to 99, such as 10" >&2; exit 2; }
+[[ "$aa" =~ ^[0-9]+$ && "$aa" -ge 1 && "$aa" -le 99 ]] ||
+    { echo "calibrate_acceptance: CALIBRATE_AA '$aa' is not a number of undamaged runs from 1 to 99, such as 3" >&2; exit 2; }
+for s in $shares; do
+    [[ "$s" =~ ^(0?\.[0-9]*[1-9][0-9]*|1(\.0*)?)$ ]] ||
+        { echo "calibrate_acceptance: CALIBRATE_SHARES '$s' is not a share above 0 and at most 1, such as 0.05" >&2; exit 2; }
+done
+out=${CALIBRATE_OUT:-results/calibration/acceptance}
+mkdir -p "$out"
 contexts=${CALIBRATE_CONTEXTS:-8192,32768}
 profile=${CALIBRATE_PROFILE:-cpu-quick}
 temperature=${CALIBRATE_TEMPERATURE:-0}

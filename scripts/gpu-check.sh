@@ -18,6 +18,7 @@ for a in "$@"; do
     --rehearse) rehearse=1 ;;
     --torch-only) torch_only=1 ;;
     --dry-run) dry=1 ;;
+    -h | --help) sed -n '2,/^set -/{/^#/p}' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
   esac
   [ "$prev" = --out ] && out=$a
   prev=$a

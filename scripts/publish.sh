@@ -7,6 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
+case "${1:-}" in -h | --help) exec "$PY" -m eagle_fix.cli publish --help ;; esac  # before any branch is made
 if ! git show-ref --verify --quiet refs/heads/main; then
   git show-ref --verify --quiet refs/remotes/origin/main || git fetch --quiet origin main:refs/remotes/origin/main
   git branch --quiet main origin/main

@@ -27,6 +27,7 @@ writable() {  # make a folder, or say in one line why it cannot be made and how 
 }
 what=${1:-}
 case "$what" in
+  -h | --help) sed -n '2,/^set -/{/^#/p}' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
   prepare)
     venvs=venvs
     [ "${2:-}" = --pr ] && venvs=venvs-pr

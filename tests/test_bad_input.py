@@ -233,3 +233,18 @@ def test_a_usage_mistake_is_one_line_naming_the_help(tmp_path, args, words):
 def test_harness_overhead_refuses_before_an_engine_starts(tmp_path, args, words):
     line = refused([sys.executable, str(ROOT / "scripts" / "harness_overhead.py"), *args], tmp_path, expect_rc=2)
     assert words in line, line
+
+
+@pytest.mark.parametrize(
+    "trials, env, words",
+    [
+        ("abc", {}, "TRIALS 'abc'"),
+        ("0", {}, "TRIALS '0'"),
+        ("3", {"CALIBRATE_AA": "0"}, "CALIBRATE_AA '0'"),
+        ("3", {"CALIBRATE_SHARES": "0.05 most"}, "CALIBRATE_SHARES 'most'"),
+    ],
+)
+def test_calibrate_acceptance_refuses_before_making_its_folder(tmp_path, trials, env, words):
+    script = ROOT / "scripts" / "calibrate_acceptance.sh"
+    line = refused(["bash", str(script), trials], tmp_path, expect_rc=2, CALIBRATE_OUT=str(tmp_path / "c"), **env)
+    assert words in line, line

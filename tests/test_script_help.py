@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import os
 import subprocess
 import sys
 
@@ -63,3 +64,19 @@ def test_the_import_check_sees_imports_inside_functions(tmp_path):
     script.write_text("def main():\n    from eagle_fix.sweep.loop import engine_spec\n")
     assert eagle_fix_imports(script) == [(2, "eagle_fix.sweep.loop", "engine_spec")]
     assert not hasattr(importlib.import_module("eagle_fix.sweep.loop"), "engine_spec")
+
+
+SHELL_SCRIPTS = sorted((ROOT / "scripts").glob("*.sh"))
+
+
+@pytest.mark.parametrize("script", SHELL_SCRIPTS, ids=lambda p: p.name)
+def test_shell_script_help_exits_0_before_doing_anything(script, tmp_path):
+    """Each script answers --help from its header (or its command's help) at once: nothing built, run or
+    installed (PR_GATE_DIR, CALIBRATE_OUT point into an empty tmp folder that must stay empty)."""
+    env = {**os.environ, "PR_GATE_DIR": str(tmp_path / "gate"), "CALIBRATE_OUT": str(tmp_path / "cal")}
+    proc = subprocess.run(
+        ["bash", str(script), "--help"], cwd=ROOT, capture_output=True, text=True, timeout=60, env=env, check=False
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert f"scripts/{script.name}" in proc.stdout or proc.stdout.lstrip().startswith("usage:"), proc.stdout[:800]
+    assert not list(tmp_path.iterdir())
