@@ -28,6 +28,7 @@ HINTS = {
     "--context": _TOKENS,
     "--max-model-len": _TOKENS,
     "--output-len": "a number of output tokens such as 256",
+    "EAGLE_FIX_OUTPUT_LEN": "a number of output tokens such as 256",
     "--batch-size": "a number of requests such as 1",
     "--num-speculative-tokens": "a number of draft tokens such as 3",
     "--point-timeout": "a number of seconds such as 1800",
