@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 from scipy import stats as st
 
-from eagle_fix.core import nested
+from eagle_fix.core import nested, variance
 from eagle_fix.gate import components
 from eagle_fix.gate.verdict import DEFAULT_THRESHOLD
 
@@ -62,7 +62,7 @@ def _blocks(
     return [nested.Block(b, tuple(x[b].tolist()), bool(signs[b] > 0)) for b in range(blocks)]
 
 
-# The pivotal bound's draws in the coverage simulation (records use nested.PIVOT_DRAWS): thousands of pools.
+# The pivotal bound's draws in the coverage simulation (records use variance.PIVOT_DRAWS): thousands of pools.
 COVERAGE_DRAWS = 1000
 
 
@@ -73,7 +73,7 @@ def coverage(recs: list[dict[str, Any]], *, n: int = 1000, seed: int = 0) -> dic
     tail) does, and the share that took the floor (the pivotal bound from COVERAGE_DRAWS draws)."""
     rng = np.random.default_rng(seed)
     rows = []
-    keep, nested.PIVOT_DRAWS = nested.PIVOT_DRAWS, COVERAGE_DRAWS
+    keep, variance.PIVOT_DRAWS = variance.PIVOT_DRAWS, COVERAGE_DRAWS
     for rec in recs:
         m = rec["metrics"][components.PLANNED_METRIC]
         blocks = m["blocks"]
@@ -112,7 +112,7 @@ def coverage(recs: list[dict[str, Any]], *, n: int = 1000, seed: int = 0) -> dic
                         "floor": floors / n,
                     }
                 )
-    nested.PIVOT_DRAWS = keep
+    variance.PIVOT_DRAWS = keep
     return {
         "kind": "eagle-fix bound coverage",
         "pivot_draws": COVERAGE_DRAWS,

@@ -10,13 +10,13 @@ import statistics
 
 import pytest
 
-from eagle_fix.core import nested, stats
+from eagle_fix.core import nested, stats, variance
 
 
 @pytest.fixture(autouse=True)
 def _fewer_pivot_draws(monkeypatch):
-    """The pivotal bound's draws cut to 400 here (records use nested.PIVOT_DRAWS): hundreds of pools in seconds."""
-    monkeypatch.setattr(nested, "PIVOT_DRAWS", 400)
+    """The pivotal bound's draws cut to 400 here (records use variance.PIVOT_DRAWS): hundreds of pools in seconds."""
+    monkeypatch.setattr(variance, "PIVOT_DRAWS", 400)
 
 
 def simulate(rng, *, blocks, rounds, sigma_l, sigma_r, gamma=0.0, shift=0.0):
