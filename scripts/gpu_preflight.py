@@ -3,7 +3,8 @@ problem, naming the fix, exit 1. Standard library only: it runs with the PYTHON 
 before the venv exists. What it checks against is eagle_fix/data/gpu_needs.json (written by
 `python -m eagle_fix.releases.gpu_needs --write` from the release registry and the profiles).
 
-  gpu_preflight.py --pinned                 print the vLLM release setup uses without VLLM_VERSION
+  gpu_preflight.py --pinned                 print the vLLM release setup uses without VLLM_VERSION: the newest
+                                            the suite checked whose wheel's CUDA this box's driver supports
   gpu_preflight.py --checked X              exit 0 when the suite's hooks were checked against vLLM X
   gpu_preflight.py --vllm X --profile P --python-version 3.11
                                             the Python, the driver's CUDA for X's wheel, P's GPU memory
@@ -48,6 +49,23 @@ def driver_cuda() -> tuple[int, int] | None:
     """The newest CUDA the driver supports, from nvidia-smi's header ("CUDA Version: 13.0")."""
     m = re.search(r"CUDA Version:\s*(\d+)\.(\d+)", nvidia_smi())
     return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def default_release(needs: dict) -> str:
+    """The newest release the suite checked (the registry's CUDA builds: each passes the doctor and the hooks
+    test against its own files) whose wheel's CUDA major the driver supports; the newest where the driver
+    cannot be asked or runs none of them (the preflight then names the driver, one line)."""
+    checked = sorted(needs["checked_vllm"], key=lambda v: tuple(int(x) for x in re.findall(r"\d+", v)), reverse=True)
+    try:
+        cuda = driver_cuda()
+    except SystemExit:  # no usable nvidia-smi: setup.sh refused before asking, a test or a user asks anyway
+        cuda = None
+    if cuda is not None:
+        for version in checked:
+            major = needs["cuda_major"].get(version)
+            if major is None or cuda[0] >= major:
+                return version
+    return checked[0]
 
 
 def problems(needs: dict, vllm: str, profile: str, python_version: str) -> list[str]:
@@ -110,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     needs = json.loads(NEEDS.read_text(encoding="utf-8"))
     if args.pinned:
-        print(needs["pinned_vllm"])
+        print(default_release(needs))
         return 0
     if args.checked:
         return 0 if args.checked in needs["checked_vllm"] else 1
@@ -121,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
-    found = problems(needs, args.vllm or needs["pinned_vllm"], args.profile, args.python_version)
+    found = problems(needs, args.vllm or default_release(needs), args.profile, args.python_version)
     for line in found:
         print(f"eagle-fix setup: {line}", file=sys.stderr)
     return 1 if found else 0

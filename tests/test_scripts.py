@@ -78,9 +78,12 @@ def test_setup_gpu_refuses_an_old_python_in_one_line(fake_gpu):
 
 
 def test_setup_gpu_refuses_a_driver_older_than_the_wheels_cuda(fake_gpu):
+    from eagle_fix.releases.registry import setup_default
+
     (line,) = _setup_gpu(fake_gpu, FAKE_CUDA="12.4", FAKE_DRIVER="550.54")
-    assert line.startswith(
-        "eagle-fix setup: the NVIDIA driver 550.54 supports CUDA 12.4; vLLM 0.33.0's wheel links CUDA 13"
+    assert line.startswith(  # every checked release links CUDA 13: the newest is named
+        f"eagle-fix setup: the NVIDIA driver 550.54 supports CUDA 12.4; vLLM {setup_default().version}'s wheel links "
+        "CUDA 13"
     )
     assert "driver 580 or newer" in line and "VLLM_VERSION=X" in line
 
@@ -114,11 +117,68 @@ def test_the_preflight_passes_a_box_that_fits_and_names_the_default_release(fake
     env = {"PATH": f"{fake_gpu}:{os.environ['PATH']}"}
     ok = _run(["python3", "scripts/gpu_preflight.py", "--vllm", "0.33.0", "--profile", "gpu-tiny"], **env)
     assert ok.returncode == 0 and not ok.stderr, ok.stderr
-    assert _run(["python3", "scripts/gpu_preflight.py", "--pinned"]).stdout.strip() == "0.33.0"
+    from eagle_fix.releases.registry import newest, setup_default
+
+    assert setup_default() == newest("vllm")  # the newest CUDA release of the registry
+    assert _run(["python3", "scripts/gpu_preflight.py", "--pinned"]).stdout.strip() == setup_default().version
+    assert _run(["python3", "scripts/gpu_preflight.py", "--pinned"], **env).stdout.strip() == setup_default().version
     assert _run(["python3", "scripts/gpu_preflight.py", "--checked", "0.33.0"]).returncode == 0
+    assert _run(["python3", "scripts/gpu_preflight.py", "--checked", "0.34.0"]).returncode == 0
     assert _run(["python3", "scripts/gpu_preflight.py", "--checked", "0.99.0"]).returncode == 1
     bad = _run(["python3", "scripts/gpu_preflight.py", "--profile", "cpu"], **env)
     assert bad.returncode == 1 and "is not a CUDA profile" in bad.stderr
+
+
+def test_the_default_release_is_the_newest_the_driver_runs(monkeypatch):
+    """Without VLLM_VERSION setup takes the newest checked release whose wheel's CUDA the driver supports (every
+    registered one links CUDA 13 today, so a mixed list is made up here); none runs: the newest, which the
+    preflight then refuses in one line naming the driver."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpu_preflight", ROOT / "scripts" / "gpu_preflight.py")
+    preflight = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(preflight)
+    needs = {"checked_vllm": ["0.9.0", "0.10.0", "0.11.0"], "cuda_major": {"0.9.0": 12, "0.10.0": 12, "0.11.0": 13}}
+    for cuda, picked in (((13, 0), "0.11.0"), ((12, 8), "0.10.0"), ((11, 8), "0.11.0"), (None, "0.11.0")):
+        monkeypatch.setattr(preflight, "driver_cuda", lambda cuda=cuda: cuda)
+        assert preflight.default_release(needs) == picked, cuda
+
+
+# a .venv Python that installs nothing: it logs what setup.sh asked of it and answers as a working venv would
+FAKE_VENV_PY = """#!/bin/sh
+echo "$*" >> "$(dirname "$0")/../calls.log"
+case "$*" in
+  *"import vllm, torch"*) echo "eagle-fix setup: vllm ${FAKE_VLLM:-?}, torch 2.14.0: ok";;
+esac
+exit 0
+"""
+
+
+@pytest.mark.parametrize("asked", ["0.34.0", None], ids=["VLLM_VERSION=0.34.0", "default"])
+def test_setup_gpu_with_vllm_0_34_passes_its_checks(fake_gpu, tmp_path, asked):
+    """`VLLM_VERSION=0.34.0 scripts/setup.sh --gpu` (and the default, now 0.34.0) on a box that fits: the
+    preflight passes, pip is asked for vllm==0.34.0 and, the release being a checked one, the hooks test is not
+    rerun; setup.sh copied into a scratch root with a fake .venv, so nothing is installed."""
+    root = tmp_path / "root"
+    for rel in ("scripts/setup.sh", "scripts/gpu_preflight.py", "eagle_fix/data/gpu_needs.json"):
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text((ROOT / rel).read_text())
+    (root / ".venv" / "bin").mkdir(parents=True)
+    for name in ("python", "eagle-fix"):
+        (root / ".venv" / "bin" / name).write_text(FAKE_VENV_PY)
+        (root / ".venv" / "bin" / name).chmod(0o755)
+    env = {**os.environ, "PATH": f"{fake_gpu}:{os.environ['PATH']}", "EAGLE_FIX_PROFILE": "gpu-tiny"}
+    env.pop("VLLM_VERSION", None)
+    env.update({"FAKE_VLLM": "0.34.0", **({"VLLM_VERSION": asked} if asked else {})})
+    cmd = ["bash", str(root / "scripts" / "setup.sh"), "--gpu"]
+    proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=120, env=env, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    calls = (root / ".venv" / "calls.log").read_text().splitlines()
+    (install,) = [c for c in calls if c.startswith("-m pip install") and "-e" in c.split()]
+    assert install.endswith("vllm==0.34.0"), install
+    assert not [c for c in calls if "pytest" in c], calls  # a checked release: no hooks test at install time
+    assert "eagle-fix setup: vllm 0.34.0, torch 2.14.0: ok" in proc.stdout
+    assert "not in eagle_fix/releases/registry.py" not in proc.stdout
 
 
 def test_the_preflights_needs_file_is_current():

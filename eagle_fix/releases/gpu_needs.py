@@ -25,8 +25,9 @@ def needs() -> dict[str, Any]:
     cuda = registry.of(registry.CUDA)
     return {
         "python": list(PYTHON),
-        "pinned_vllm": registry.pinned(registry.CUDA).version,
-        "checked_vllm": [r.version for r in cuda],
+        # every release the suite checked, oldest first: setup.sh --gpu installs the newest (registry.setup_default)
+        # and the preflight falls back along them where the driver is too old for it
+        "checked_vllm": [r.version for r in sorted(cuda, key=lambda r: registry.version_key(r.version))],
         "cuda_major": {r.version: r.cuda_major for r in cuda if r.cuda_major},
         "driver_min": {str(k): v for k, v in DRIVER_MIN.items()},
         "profiles": {

@@ -26,9 +26,17 @@ CUDA = "vllm"
 # Where the matrix writes what it measured, per release (doctor-TAG.json, cost-TAG.json, ...).
 RESULTS = Path("results") / "releases"
 VENVS = Path(".venvs")
-# The doctor's verdict per EAGLE_FIX_MODE on the shipped real-shape configs at 8192 tokens: the same
-# in every release so far, which is what makes the plugin's fix release-independent.
-DOCTOR_VERDICTS = {"auto": "fixed", "off": "limited", "revert": "broken"}
+# The doctor's verdict per EAGLE_FIX_MODE on the shipped real-shape configs at 8192 tokens, per model runner
+# (the registry's `runner` of a release): the same in every release so far, which is what makes the plugin's
+# fix release-independent. V2 has no draft-length gate, so the engine as installed (`off`) is fixed there.
+DOCTOR_VERDICTS_OF = {
+    "v1": {"auto": "fixed", "off": "limited", "revert": "broken"},
+    "v2": {"auto": "fixed", "off": "fixed", "revert": "broken"},
+}
+DOCTOR_VERDICTS = DOCTOR_VERDICTS_OF["v1"]
+# The CUDA major of torch's PyPI wheel per torch release (its `cuda-toolkit==13.0.3` requirement for both):
+# a CUDA build of vLLM pins torch exactly, and that torch's CUDA is what the driver must support.
+TORCH_CUDA = {"2.13.0": 13, "2.14.0": 13}
 _VERSION = re.compile(r"^\d+(\.\d+){1,3}((a|b|rc)\d+)?(\.post\d+)?$")
 
 
@@ -45,12 +53,25 @@ class Release:
     # The build's pinned release: for the CPU build pyproject's `cpu` extra (the project's .venv, every
     # CPU number in README), for the CUDA build the GPU workflow's default (its benchmark job).
     pinned: bool = False
-    # The CUDA build: the CUDA major version its wheel (and the torch it pins) links, which the driver must
-    # support (scripts/gpu_preflight.py); None where not read from the wheel.
-    cuda_major: int | None = None
+    # The CUDA build: the torch release its wheel pins (`Requires-Dist: torch==X` of its METADATA, checked by
+    # tests/releases/test_release_sources.py); its CUDA major is that torch's (TORCH_CUDA).
+    torch: str | None = None
     # Model Runner V2 lowers the target's max_model_len to the draft's where the engine did not raise the
     # draft's positions (RoPE not cache-only, e.g. YaRN): VllmConfig._limit_max_model_len_to_draft, 0.33.0.
     v2_length_rule: bool = False
+    # Where the engine calls its override from (eagle_fix.fix.plugin.engine_override_site): the plugin's revert
+    # arm replaces it by name on SpeculativeConfig, whichever caller it has.
+    override_site: str | None = "SpeculativeConfig.__post_init__"
+
+    @property
+    def cuda_major(self) -> int | None:
+        """The CUDA major the driver must support (scripts/gpu_preflight.py); None where not known."""
+        return TORCH_CUDA.get(self.torch) if self.torch else None
+
+    @property
+    def doctor_verdicts(self) -> dict[str, str]:
+        """The doctor's verdict per EAGLE_FIX_MODE on the shipped pair at 8192, on this release's runner."""
+        return DOCTOR_VERDICTS_OF.get(self.runner or "v1", DOCTOR_VERDICTS)
 
     @property
     def tag(self) -> str:
@@ -97,13 +118,39 @@ RELEASES: tuple[Release, ...] = (
     Release("0.31.0", CPU, "seed", "kernel"),
     Release("0.32.0", CPU, "seed", "manager", pinned=True),
     # The CUDA builds share their version's source with the CPU build (same config classes).
-    Release("0.31.0", CUDA, "seed", "kernel"),
-    Release("0.32.0", CUDA, "seed", "manager"),
-    # 0.33.0 pins torch 2.14.0 and links libcudart.so.13
-    Release("0.33.0", CUDA, "generalized", "manager", pinned=True, cuda_major=13, v2_length_rule=True),
+    Release("0.31.0", CUDA, "seed", "kernel", torch="2.13.0"),
+    Release("0.32.0", CUDA, "seed", "manager", torch="2.13.0"),
+    Release("0.33.0", CUDA, "generalized", "manager", pinned=True, torch="2.14.0", v2_length_rule=True),
+    # V2 only: the V1 runner and its drafter are gone (no block table question, hooks.RUNNER_REMOVED_IN); the
+    # override is the generalized one, now called from DraftModelSpeculatorConfig.configure
+    Release(
+        "0.34.0",
+        CUDA,
+        "generalized",
+        "absent",
+        runner="v2",
+        torch="2.14.0",
+        v2_length_rule=True,
+        override_site="DraftModelSpeculatorConfig.configure",
+    ),
 )
 # Names --releases accepts for a group of the registry.
 GROUPS = {"cpu": CPU, "cuda": CUDA}
+
+
+def setup_default() -> Release:
+    """The CUDA release `scripts/setup.sh --gpu` installs without VLLM_VERSION: the newest the registry
+    declares, every one of which passes the doctor and the hooks test against its own Python files
+    (tests/releases/test_release_sources.py); scripts/gpu_preflight.py falls back to an older one where this
+    box's driver cannot run it."""
+    return newest(CUDA)
+
+
+def with_own_source() -> tuple[Release, ...]:
+    """The CUDA releases whose source no CPU build carries: checked against their own Python files
+    (eagle_fix.releases.sources), since no venv here holds them."""
+    cpu = {r.version for r in of(CPU)}
+    return tuple(r for r in of(CUDA) if r.version not in cpu)
 
 
 def pinned(package: str = CPU) -> Release:
@@ -143,7 +190,7 @@ def release(tag: str) -> Release:
     for r in RELEASES:
         if (r.package, r.version) == (package, version):
             return r
-    return Release(version, package, override=None, block_table=None, runner=None)
+    return Release(version, package, override=None, block_table=None, runner=None, override_site=None)
 
 
 def parse(spec: str | None) -> list[Release]:

@@ -349,7 +349,7 @@ def doctor_differences(r: Release, mode: str, rep: dict) -> list[str]:
     # (a CUDA build with a GPU picks another), so the verdict compared is that runner's.
     judged = next((b for b in rep.get("by_runner") or [] if b.get("runner") == r.runner), None)
     verdict = judged.get("verdict") if judged else rep.get("verdict") if got[2] == r.runner else None
-    want = registry.DOCTOR_VERDICTS.get(mode)
+    want = r.doctor_verdicts.get(mode)
     if want and verdict is not None and verdict != want:
         out.append(f"verdict {verdict} on runner {r.runner}, expected {want}")
     for name, have, expected in zip(("override", "block table"), got, (r.override, r.block_table)):

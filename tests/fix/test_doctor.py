@@ -45,6 +45,7 @@ def doctor(*argv: str, mode: str = "auto", timeout: int = 300, env: dict | None 
 # drafter's block table, as the registry declares them (eagle_fix/releases/registry.py). `eagle-fix matrix` runs
 # this file in each release's venv, the CUDA builds included.
 from eagle_fix.fix import sampling
+from eagle_fix.fix.doctor import VERDICT_EXIT
 from eagle_fix.releases.registry import by_version
 
 
@@ -86,6 +87,7 @@ print(json.dumps({{n: diagnose(target=t, draft=d, max_model_len=n) for n in (102
             known.block_table,
         )
         assert known.runner in {b["runner"] for b in r["by_runner"]}  # the runner the registry's expectations are of
+        assert r["upstream_fix"]["max_position_embeddings_override_site"] == known.override_site
     if mode == "off":
         assert (r["draft"]["effective_max_position_embeddings"], r["draft"]["effective_max_model_len"]) == (
             131072,
@@ -313,3 +315,32 @@ def test_verbose_shows_vllms_own_lines(bad_inputs):
     assert (
         len(lines) > 1 and "retrying" in out.stderr and lines[-1].startswith("eagle-fix doctor: error: vLLM rejected")
     )
+
+
+@pytest.mark.parametrize("as_json", [True, False], ids=["json", "text"])
+def test_a_release_the_doctor_cannot_read_gets_its_own_verdict_and_exit_code(shared_pair, as_json):
+    """A release whose config classes lack what the doctor reads (here: vllm.config without ParallelConfig, as a
+    release that renamed it would be): `unreadable`, exit 4 (not `limited`'s 2, not bad input's 1), one line
+    naming what is missing and the fix, never a traceback."""
+    t, d = map(str, shared_pair)
+    argv = ["doctor", "--target", t, "--draft", d, "--max-model-len", "8192"] + (["--json"] if as_json else [])
+    code = f"""
+import sys
+import vllm.config
+del vllm.config.ParallelConfig
+from eagle_fix.cli import main
+sys.exit(main({argv!r}))
+"""
+    out = run_py(code, mode="auto")
+    assert out.returncode == VERDICT_EXIT["unreadable"] == 4, out.stdout + out.stderr[-3000:]
+    assert len(set(VERDICT_EXIT.values()) - {0}) == 3 and 1 not in VERDICT_EXIT.values()  # bad input keeps 1
+    assert "Traceback" not in out.stderr
+    if as_json:
+        rep = json.loads(out.stdout)
+        assert rep["verdict"] == "unreadable" and rep["model_runner"] is None and rep["by_runner"] == []
+        (line,) = rep["problems"]
+    else:
+        (line,) = out.stdout.strip().splitlines()
+        assert line.startswith("verdict: UNREADABLE: ")
+    assert "the doctor cannot read this release" in line and "ParallelConfig" in line, line
+    assert "pin a release it reads" in line

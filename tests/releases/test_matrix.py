@@ -17,6 +17,7 @@ import pytest
 
 from eagle_fix.core.errors import EagleFixError
 from eagle_fix.engine.spec import PLUGIN_MODE_OF_ARM
+from eagle_fix.fix.hooks import absent_in_release
 from eagle_fix.releases import cli as matrix_cli
 from eagle_fix.releases import matrix, runner, venvs
 from eagle_fix.releases import registry as releases
@@ -61,7 +62,10 @@ def test_every_release_is_declared_once_and_its_builds_agree():
     for r in releases.RELEASES:
         assert releases.release(r.tag) is r and r.known
         assert r.package in (releases.CPU, releases.CUDA)
-        assert r.override in ("seed", "generalized") and r.block_table in ("kernel", "manager") and r.runner == "v1"
+        assert r.override in ("seed", "generalized") and r.block_table in ("kernel", "manager", "absent")
+        # the runner its expectations are of: V1 while the release has it, V2 in a release without V1
+        assert r.runner == ("v2" if absent_in_release("v1", r.version) else "v1")
+        assert (r.block_table == "absent") == (r.runner == "v2")
         # both builds of one version share their source, so the doctor reads the same from either
         same = releases.by_version(r.version)
         assert (same.override, same.block_table, same.runner) == (r.override, r.block_table, r.runner)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from eagle_fix.fix.doctor import VERDICT_EXIT
 from eagle_fix.releases import registry
 from eagle_fix.releases.matrix import MIN_DRAFTER_COVERAGE
 
@@ -32,8 +33,6 @@ DOCTORED = RELEASES
 CUDA_DOCTORED = tuple(r.tag for r in registry.of(registry.CUDA) if r.files(ROOT)["doctor"].is_file())
 # `eagle-fix ab` between adjacent releases: results/releases/ab-BASE-NEW.json
 ADJACENT = tuple(itertools.pairwise(RELEASES))
-# EAGLE_FIX_MODE -> the doctor's verdict on the shipped real-shape configs at 8192.
-EXPECTED_VERDICTS = registry.DOCTOR_VERDICTS
 RECORDS = re.compile(r"-vllm-(\d+\.\d+\.\d+)\.jsonl$")
 FIX_AB = re.compile(r"-fix-ab-vllm-(\d+\.\d+\.\d+)\.jsonl$")
 
@@ -94,7 +93,7 @@ def test_doctor_verdicts_per_arm(release):
     declared = registry.release(release)
     doc = json.loads(declared.files(ROOT)["doctor"].read_text())
     assert doc["max_model_len"] == 8192
-    for mode, verdict in EXPECTED_VERDICTS.items():
+    for mode, verdict in declared.doctor_verdicts.items():
         rep = doc["modes"][mode]
         assert rep["vllm_version"] == declared.version
         # the registry's expectations are of its runner; which runner the doctor picks depends on the
@@ -103,7 +102,7 @@ def test_doctor_verdicts_per_arm(release):
         judged = runners.get(declared.runner, rep)
         assert judged["verdict"] == verdict, (mode, judged.get("problems"))
         if rep["model_runner"] == declared.runner:
-            assert rep["verdict"] == verdict and rep["exit_code"] == {"fixed": 0, "limited": 2, "broken": 3}[verdict]
+            assert rep["verdict"] == verdict and rep["exit_code"] == VERDICT_EXIT[verdict]
         # what the release's own code does, read from its wheel (docs/releases.md)
         assert (
             rep["upstream_fix"]["max_position_embeddings_override"],
