@@ -556,6 +556,11 @@ def test_identical_sides_pass_and_an_injected_slowdown_is_caught(tmp_path):
     assert result["new"]["env"] == {"EAGLE_FIX_INJECT_SLOWDOWN": "0.5"}
     assert len(result["points"][0]["pairs"]) == 16
     assert any("step_ms: regression" in f for f in result["summary"]["failing"])
+    # one gated speed metric: TPOT and decode throughput slowed as much, shown, never failing
+    point = result["points"][0]
+    assert point["gated_metric"] == "step_ms" and result["schema"] == ab.SCHEMA == 7
+    assert {point["verdicts"][m]["verdict"] for m in ("tpot_ms", "decode_throughput_tok_s")} == {"not gated"}
+    assert not any(m in f for f in result["summary"]["failing"] for m in ("tpot_ms", "decode_throughput"))
 
 
 # ------------------------------------------------------------------ two engines on one GPU
