@@ -11,12 +11,21 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from eagle_fix.core import acceptance as counts
 from eagle_fix.core import metrics, nested, significance, stats
+
+# the one gated speed metric and the family-wise rule live in eagle_fix.gate.family
+from eagle_fix.gate.family import (  # noqa: F401 - re-exported: compare and ab read every rule here
+    FAMILY_RULE,
+    GATED_SPEED,
+    family_verdict,
+    gated_speed,
+    holm,
+)
 
 # The threshold and the paired rounds of `eagle-fix ab` are the settings the gate's calibration ran
 # with (results/calibration/gate/, docs/statistics.md), which says how often they raised a false alarm
@@ -47,13 +56,6 @@ FAILING = ("regression", "failed", "missing")
 SAMPLED = tuple(m.column for m in metrics.METRICS if m.sampled)
 # Metrics `ab` measures in every round, judged on the paired ratios (the registry says which).
 PAIRED = tuple(m.column for m in metrics.METRICS if m.paired)
-# One speed metric is gated per point (docs/benchmarks.md, "One question, one alpha"): step_ms, the model step
-# timed inside the engine's worker, which leaves out the front end's scheduling and RPCs and is a median over a
-# run's steps (the quietest clock of the model's work); TPOT and decode throughput time the same steps with the
-# front end added (decode throughput is TPOT's reciprocal: the same |z|), so gating them too would spend alpha
-# three times on one question. Where step_ms is not measured on both sides or is read on a clock that carries
-# no verdict (the host clock on CUDA), TPOT stands in. Every other speed metric is shown, not gated.
-GATED_SPEED = ("step_ms", "tpot_ms")
 # The paired metrics that may be the gated one (the registry's `gated` leaves out the second step clock).
 GATED = tuple(m for m in GATED_SPEED if m in PAIRED and metrics.METRIC[m].gated)
 SHOWN = "shown, not gated"
@@ -63,10 +65,6 @@ COLUMNS_LINE = (
     "averaged first) and its change is their ratio, the estimate the test judges; other rows show the values "
     "as recorded"
 )
-# The family-wise rule: each question (is it slower: the gated speed metric; did the drafter get worse: the
-# acceptance test) gets one alpha over all the points of a run, by Holm's step-down procedure on the rows'
-# p-values; a row of `ab` that looked L times enters with min(1, L * p) (alpha spent evenly over its looks).
-FAMILY_RULE = "holm"
 # The smallest p-value printed as a number: below it the normal and t tails are at the end of float precision.
 P_FLOOR = 1e-12
 NOT_GATED = "not gated"
@@ -89,43 +87,6 @@ class Verdict:
 def p_text(p: float) -> str:
     """A p-value as the table prints it: `p < 1e-12` below P_FLOOR (never `p=0`), else three digits."""
     return f"p < {P_FLOOR:g}" if p < P_FLOOR else f"p={p:.3g}"
-
-
-def gated_speed(measured: Callable[[str], bool], clocks: dict[str, str] | None = None) -> str | None:
-    """The one speed metric a point is gated on: the first of GATED_SPEED both sides measured (MEASURED(metric))
-    on a clock that carries a verdict; None when neither was."""
-    for m in GATED_SPEED:
-        if measured(m) and (clocks or {}).get(m) not in metrics.UNGATED_CLOCKS:
-            return m
-    return None
-
-
-def holm(pvalues: list[float], alpha: float) -> tuple[list[bool], list[float]]:
-    """Holm's step-down procedure (statsmodels' multipletests): which of PVALUES are rejected with the
-    family-wise error at ALPHA, and their adjusted p-values."""
-    if not pvalues:
-        return [], []
-    from statsmodels.stats.multitest import multipletests  # imported here: seconds, and only a verdict needs it
-
-    reject, adjusted, _, _ = multipletests(pvalues, alpha=alpha, method="holm")
-    return [bool(r) for r in reject], [float(a) for a in adjusted]
-
-
-def family_verdict(
-    current: str, *, reject: bool, change: float | None, threshold: float, higher_is_better: bool
-) -> str:
-    """A row's verdict once the family has spoken: a regression (improvement) only where Holm rejects its
-    hypothesis and the change is beyond the threshold the wrong (right) way; a row Holm does not reject is
-    within noise; verdicts that make no claim (inconclusive, same, not gated, failed) stay."""
-    if current not in ("regression", "improved", "within noise"):
-        return current
-    if reject and change is not None and not math.isnan(change):
-        worse = -change if higher_is_better else change
-        if worse > threshold:
-            return "regression"
-        if worse < -threshold:
-            return "improved"
-    return "within noise"
 
 
 def shown_only(v: Verdict, why: str) -> Verdict:
