@@ -8,6 +8,7 @@ load average beside each phase says how busy the shared machine was.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import pathlib
@@ -19,6 +20,8 @@ import time
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from eagle_fix.core.errors import OneLineParser
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 QUESTION = "Explain why the sky is blue in three sentences."
 
@@ -29,6 +32,8 @@ def _cpu_s() -> float:
 
 
 def main() -> int:
+    parser = OneLineParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.parse_args()  # no options: --help prints the usage before vLLM is imported
     from tokenizers import Tokenizer
     from vllm import LLM, SamplingParams
 
