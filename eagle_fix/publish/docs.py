@@ -6,6 +6,7 @@ from pathlib import Path
 
 from eagle_fix.core.errors import EagleFixError
 from eagle_fix.gate import acceptance_power, calibration_tables, cost, noise_tables
+from eagle_fix.publish import break_even as to_pay
 from eagle_fix.publish.file_tables import (
     ab_table,
     compare_table,
@@ -68,6 +69,7 @@ FILE_TABLES["acceptance-power"] = acceptance_power.power_table
 FILE_TABLES["gate-cost"] = cost.cost_table  # what gating the cpu-quick and cpu grids costs on one machine
 FILE_TABLES["gpu-check"] = gpu_check_table  # scripts/gpu-check.sh's summaries: each CUDA claim and its check
 FILE_TABLES["gpu-check-steps"] = gpu_check_steps_table
+FILE_TABLES["break-even"] = to_pay.table  # the acceptance needed to pay per drafted point (#54)
 FILE_TABLES["settings"] = settings_table  # the environment variables, from eagle_fix.core.settings
 # Tables of the records' newest rows (key=value arguments filter them).
 DOC_TABLES = {

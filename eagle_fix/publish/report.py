@@ -8,10 +8,12 @@ import re
 from pathlib import Path
 
 from eagle_fix.core import acceptance, parity
+from eagle_fix.core.break_even import INTERVAL
 from eagle_fix.core.errors import EagleFixError
 from eagle_fix.gate import acceptance_power
 from eagle_fix.machine.fingerprint import fingerprint
 from eagle_fix.publish import answers
+from eagle_fix.publish import break_even as to_pay
 from eagle_fix.publish.docs import DOC_TABLES, FILE_TABLES, render_table, update_docs
 from eagle_fix.publish.file_tables import map_table
 from eagle_fix.publish.frame import fill_speedup, latest, release_key, workload_text
@@ -30,6 +32,7 @@ def write_report(paths, out: Path, *, machine: str | None = None) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     map_md = map_report_section(paths, out)  # eagle-fix map files (.ndjson), at the report's end
     folders = [Path(p) for p in paths if Path(p).is_dir()]
+    needed_md = break_even_section(folders[0], out) if folders else []  # after the map section
     paths = [p for p in paths if Path(p).suffix != ".ndjson"]
     df = fill_speedup(latest(load_results(paths))) if paths or not map_md else None
     md = ["# eagle-fix report", ""]
@@ -41,7 +44,7 @@ def write_report(paths, out: Path, *, machine: str | None = None) -> dict:
         "The tables and plots behind the summary, one section each: "
         + "; ".join(
             [f"Profile `{p}`" for p in (sorted(df["profile"].astype(str).unique()) if df is not None else [])]
-            + [line[4:] for line in map_md if line.startswith("### ")]
+            + [line[4:] for line in map_md + needed_md if line.startswith("### ")]
         )
         + ".",
         "",
@@ -89,6 +92,9 @@ def write_report(paths, out: Path, *, machine: str | None = None) -> dict:
     if map_md:
         md += map_md
         written["map"] = sorted((out / "map").glob("*.png"))
+    if needed_md:
+        md += needed_md
+        written["break-even"] = sorted((out / "break-even").glob("*.png"))
     text = "\n".join(md) + "\n"
     (out / "report.md").write_text(text, encoding="utf-8")
     (out / "index.html").write_text(_html(text), encoding="utf-8")
@@ -218,6 +224,47 @@ def map_report_section(paths, out: Path) -> list[str]:
         ]
         if png is not None:
             md += [f"![{png.stem}](map/{png.name})", ""]
+    return md
+
+
+def break_even_section(results: Path, out: Path) -> list[str]:
+    """The acceptance needed to pay (eagle_fix.core.break_even): per profile and machine its tau* per context
+    and mode and the picture of speedup against acceptance length; the damage-knob check's table."""
+    points = to_pay.committed(results)
+    if not points:
+        return []
+    md = [
+        "### Acceptance needed to pay",
+        "",
+        (
+            "Break-even acceptance length τ* = speculative step / plain step (both arms' `step_ms` in one run file); "
+            f"a draft accepting τ tokens a step is predicted to decode τ / τ* as fast. {INTERVAL}."
+        ),
+        "",
+    ]
+    for g in to_pay.groups([p for p in points if not p["check"]]):
+        name = re.sub(r"[^A-Za-z0-9_.-]", "_", f"{g['profile']}-{g['machine']}")
+        png = to_pay.figure(g, out / "break-even" / f"{name}.png")
+        md += [
+            f"`{g['profile']}` on `{g['machine']}`: {to_pay.needed_words(g['points']) or 'no greedy fix-on point'}.",
+            "",
+        ]
+        md += [f"![{name}](break-even/{png.name})", ""] if png else []
+    check = [p for p in points if p["check"]]
+    if check:
+        md += [
+            (
+                f"Damage-knob check (`results/{to_pay.CHECK.as_posix()}`: EAGLE_FIX_INJECT_DRAFT_ERRORS at several "
+                f"shares, each run beside its baseline): {to_pay.check_words(check)}."
+            ),
+            "",
+            to_pay.points_table(check),
+            "",
+        ]
+        for g in to_pay.groups(check):
+            name = re.sub(r"[^A-Za-z0-9_.-]", "_", f"check-{g['profile']}-{g['machine']}")
+            png = to_pay.figure(g, out / "break-even" / f"{name}.png")
+            md += [f"![{name}](break-even/{png.name})", ""] if png else []
     return md
 
 

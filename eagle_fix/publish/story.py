@@ -9,6 +9,7 @@ from pathlib import Path
 
 from eagle_fix.core import record
 from eagle_fix.publish import answers
+from eagle_fix.publish import break_even as to_pay
 from eagle_fix.publish.labels import LABELLED, withheld, workload_label
 from eagle_fix.store.fleet import jobs
 
@@ -16,6 +17,7 @@ STORY_ID = "eagle-fix-story"
 STORY_PNG = "eagle-fix-story.png"
 REGIMES_ID = "eagle-fix-regimes"
 REGIMES_PNG = "eagle-fix-regimes.png"
+BREAK_EVEN_PNG = "eagle-fix-break-even-{profile}.png"  # one picture per profile: speedup against acceptance
 REGIME_STYLE = {answers.REALISTIC: "tab:green", answers.CEILING: "tab:purple"}
 FIX_STYLE = {"on": ("tab:blue", "-"), "upstream": ("tab:orange", "--"), "off": ("tab:red", ":")}
 
@@ -322,10 +324,13 @@ def regimes_figure(groups: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
-def regimes_html(groups: list[dict], ab: dict | None, maps: list[dict]) -> str:
+def regimes_html(
+    groups: list[dict], ab: dict | None, maps: list[dict], needed: list[str] = (), pictures: list[str] = ()
+) -> str:
     """The first view's answers: the realistic figure as the headline, the newest fix A/B with its causes, then
     per machine and engine the realistic regime beside the ceiling (a table per context with intervals, the
-    figure), the served break-even where a map exists, and the acceptance needed to pay (not measured yet)."""
+    figure), the served break-even where a map exists, and the acceptance needed to pay (`needed`: lines of
+    answers.needed; `pictures`: its figures, one per profile)."""
     esc = html.escape
 
     def code(text: str) -> str:
@@ -358,7 +363,11 @@ def regimes_html(groups: list[dict], ab: dict | None, maps: list[dict]) -> str:
         lines = (
             answers.constant_lines(g)
             + [f"served break-even, workload `{m['workload']}`: {m['line']}" for m in served]
-            + [answers.NEEDED_ACCEPTANCE]
+            + (
+                [f"{answers.NEEDED_ACCEPTANCE}: " + "; ".join(x for x in needed if g["machine"] in x or "check" in x)]
+                if needed
+                else [answers.NEEDED_NONE]
+            )
         )
         blocks.append(
             f"<h3>{esc(g['machine'])}, {esc(g['engine'])}: realistic regime beside the ceiling</h3>"
@@ -371,6 +380,12 @@ def regimes_html(groups: list[dict], ab: dict | None, maps: list[dict]) -> str:
         f"beside the ceiling (workload copy)' style='max-width:100%'>"
         if realistic
         else ""
+    )
+    figure += "".join(
+        f"<img src='{esc(src)}' alt='speedup against acceptance length: a predicted line per context and mode "
+        f"(tau x plain / speculative step, crossing 1 at the break-even tau*), the measured points on it' "
+        f"style='max-width:100%'>"
+        for src in pictures
     )
     return f"<div id='{REGIMES_ID}'>{head}{fix}{''.join(blocks)}{figure}</div>"
 
@@ -465,7 +480,16 @@ def add_story(html_dir: Path, results_dir: Path, repo: Path) -> int:
     folded = story_figure(runs, html_dir / STORY_PNG) if runs else []
     if groups:
         regimes_figure(groups, html_dir / REGIMES_PNG)
-    told = regimes_html(groups, answers.fix_ab(root), answers.served(root))
+    machines = [g["machine"] for g in groups]
+    pictures = []
+    for g in to_pay.groups(to_pay.committed(root)):
+        if g["machine"] in machines:
+            name = BREAK_EVEN_PNG.format(profile=re.sub(r"[^A-Za-z0-9_.-]", "_", f"{g['profile']}-{g['machine']}"))
+            if to_pay.figure(g, html_dir / name) is not None:
+                pictures.append(name)
+    told = regimes_html(
+        groups, answers.fix_ab(root), answers.served(root), answers.needed(root, machines or None), pictures
+    )
     index = html_dir / "index.html"
     text = index.read_text(encoding="utf-8")
     text = re.sub(

@@ -3,6 +3,7 @@ speedups beside the ceiling's, the served break-even, and the plan `eagle-fix ab
 each from the committed file it names; scripts/bench.sh prints it."""
 
 import shutil
+import statistics
 import subprocess
 import sys
 
@@ -94,7 +95,16 @@ def test_the_summary_gives_the_served_break_even_and_says_what_is_not_measured(r
         f"`chat` on `{MACHINE}`: 2K eager: never clearly loses" in text and "8K eager: loses from concurrency 1" in text
     )
     assert MAP.name in text
-    assert "Acceptance needed to pay: not measured yet" in text
+    assert "not measured yet" not in text
+    # the break-even acceptance tau* = speculative step / plain step, from the committed records' own step times
+    recs = record.read(CHAT)
+    arm = {r["arm"]: r for r in recs if r["context_len"] == 8192 and r["mode"] == "eager"}
+    tau_star = statistics.median(arm["eagle3"]["samples"]["step_ms"]) / statistics.median(
+        arm["baseline"]["samples"]["step_ms"]
+    )
+    line = next(x for x in text.splitlines() if x.startswith(f"  - `cpu-chat` on `{MACHINE}`:"))
+    assert f"8K eager {tau_star:.2f} [" in line and f"(accepts {arm['eagle3']['acceptance_length']:.2f})" in line
+    assert "Acceptance needed to pay (break-even τ* = speculative step / plain step" in text
 
 
 def test_the_summary_gives_the_gate_plan_recorded_for_the_machine(report):
@@ -161,3 +171,17 @@ def test_spans_and_folded_panels():
         ]
     }
     assert constant_panels([run]) == {"drafter_coverage": "100%"}  # acceptance varies: its panel stays
+
+
+def test_the_report_draws_the_acceptance_needed_to_pay_per_profile(report):
+    """Details: a section per profile's tau* and its picture (speedup against acceptance length), named in the
+    contents line."""
+    text = report.read_text()
+    details = text.split("## Details")[1]
+    assert "### Acceptance needed to pay" in details
+    contents = details.splitlines()[2]
+    assert "Acceptance needed to pay" in contents
+    pictures = sorted((report.parent / "break-even").glob("*.png"))
+    assert {p.name for p in pictures} >= {f"cpu-{MACHINE}.png", f"cpu-chat-{MACHINE}.png"}, pictures
+    assert all(p.stat().st_size > 10_000 for p in pictures)
+    assert f"![cpu-chat-{MACHINE}](break-even/cpu-chat-{MACHINE}.png)" in details
