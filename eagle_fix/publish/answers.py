@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 from eagle_fix.core import acceptance, record
-from eagle_fix.core.break_even import INTERVAL
 from eagle_fix.core.errors import EagleFixError
 from eagle_fix.gate import components
 from eagle_fix.pairs import profiles
@@ -28,9 +27,6 @@ REGIME_WORDS = {
     REALISTIC: "realistic: chat pair, workload `chat`",
     CEILING: "ceiling: tiny pair, workload `copy`",
 }
-# The acceptance a drafter needs for EAGLE3 to pay at a context (eagle_fix.core.break_even), and without one.
-NEEDED_ACCEPTANCE = "acceptance needed to pay (break-even τ* = speculative step / plain step, both arms' `step_ms`)"
-NEEDED_NONE = "acceptance needed to pay: no run file holds a drafted point beside its baseline's step samples"
 # Record folders that are history or evidence of a bug, not a machine's current answer.
 SET_ASIDE = ("extra", "calibration")
 
@@ -372,29 +368,6 @@ def served(results: Path) -> list[dict[str, Any]]:
     return out
 
 
-# --------------------------------------------------------------------------- the acceptance needed to pay
-
-
-def needed(results: Path, machines: list[str] | None = None) -> list[str]:
-    """One line per profile (of `machines`, default every one) naming tau* per context and mode with its
-    interval and the acceptance measured there, then one line for the damage-knob check; [] without a point."""
-    points = to_pay.committed(results)
-    lines = []
-    for g in to_pay.groups([p for p in points if not p["check"]]):
-        if machines is not None and g["machine"] not in machines:
-            continue
-        words = to_pay.needed_words(g["points"])
-        if words:
-            lines.append(f"`{g['profile']}` on `{g['machine']}`: {words}")
-    check = [p for p in points if p["check"]]
-    if check:
-        lines.append(
-            f"damage-knob check (`results/{to_pay.CHECK.as_posix()}`, tau x plain / speculative step against the "
-            f"measured speedup): {to_pay.check_words(check)}"
-        )
-    return lines
-
-
 # --------------------------------------------------------------------------- the gate on this machine
 
 
@@ -491,12 +464,7 @@ def summary_markdown(results: Path, machine: str, *, root: Path | None = None) -
         md += [f"  - `{m['workload']}` on `{m['machine']}`: {m['line']} (`{rel(m['file'])}`)" for m in maps]
     else:
         md.append("- **Served break-even**: no `eagle-fix map` file in these results.")
-    lines = needed(results, [g["machine"] for g in realistic] or None)
-    if lines:
-        md.append(f"- **{NEEDED_ACCEPTANCE[0].upper() + NEEDED_ACCEPTANCE[1:]}**; {INTERVAL}:")
-        md += [f"  - {line}" for line in lines]
-    else:
-        md.append(f"- **{NEEDED_NONE[0].upper() + NEEDED_NONE[1:]}**.")
+    md += to_pay.summary(results, [g["machine"] for g in realistic] or None)
     md += [f"- **The gate on this machine** (`{machine}`, `results/gate/`): what `eagle-fix ab` would run per point:"]
     md += ["  - " + line for line in gate_lines(machine)]
     md.append("")

@@ -5,6 +5,7 @@ measured points on it. The report, the dashboard's first view and docs/results.m
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,12 @@ from eagle_fix.core.errors import EagleFixError
 # The damage-knob check (EAGLE_FIX_INJECT_DRAFT_ERRORS at several shares, each run with its baseline twin).
 CHECK = Path("calibration") / "break-even"
 SET_ASIDE = ("extra", "calibration")  # under results/runs: history or evidence of a bug, not a current answer
+
+
+# The acceptance a drafter needs for EAGLE3 to pay at a context, and without a point to say it.
+NEEDED = "acceptance needed to pay (break-even τ* = speculative step / plain step, both arms' `step_ms`)"
+NEEDED_NONE = "acceptance needed to pay: no run file holds a drafted point beside its baseline's step samples"
+PNG = "eagle-fix-break-even-{name}.png"  # the first view's pictures, one per profile and machine
 
 
 def _k(c: int) -> str:
@@ -211,3 +218,42 @@ def figure(group: dict[str, Any], path: Path) -> Path | None:
     fig.savefig(path, dpi=90)
     plt.close(fig)
     return path
+
+
+def needed(results: Path, machines: list[str] | None = None) -> list[str]:
+    """One line per profile (of `machines`, default every one) naming tau* per context and mode with its
+    interval and the acceptance measured there, then one line for the damage-knob check; [] without a point."""
+    points = committed(results)
+    lines = []
+    for g in groups([p for p in points if not p["check"]]):
+        if machines is not None and g["machine"] not in machines:
+            continue
+        words = needed_words(g["points"])
+        if words:
+            lines.append(f"`{g['profile']}` on `{g['machine']}`: {words}")
+    check = [p for p in points if p["check"]]
+    if check:
+        lines.append(
+            f"damage-knob check (`results/{CHECK.as_posix()}`, tau x plain / speculative step against the "
+            f"measured speedup): {check_words(check)}"
+        )
+    return lines
+
+
+def summary(results: Path, machines: list[str] | None = None) -> list[str]:
+    """The report summary's lines: tau* per profile of the headline machines and the damage check."""
+    lines = needed(results, machines)
+    if not lines:
+        return [f"- **{NEEDED_NONE[0].upper() + NEEDED_NONE[1:]}**."]
+    return [f"- **{NEEDED[0].upper() + NEEDED[1:]}**; {break_even.INTERVAL}:"] + [f"  - {x}" for x in lines]
+
+
+def pictures(results: Path, machines: list[str], folder: Path) -> list[str]:
+    """The first view's pictures of `machines` (one per profile), written into `folder`; their file names."""
+    names = []
+    for g in groups([p for p in committed(results) if not p["check"]]):
+        if g["machine"] in machines:
+            name = PNG.format(name=re.sub(r"[^A-Za-z0-9_.-]", "_", f"{g['profile']}-{g['machine']}"))
+            if figure(g, folder / name) is not None:
+                names.append(name)
+    return names

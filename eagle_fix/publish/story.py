@@ -17,7 +17,6 @@ STORY_ID = "eagle-fix-story"
 STORY_PNG = "eagle-fix-story.png"
 REGIMES_ID = "eagle-fix-regimes"
 REGIMES_PNG = "eagle-fix-regimes.png"
-BREAK_EVEN_PNG = "eagle-fix-break-even-{profile}.png"  # one picture per profile: speedup against acceptance
 REGIME_STYLE = {answers.REALISTIC: "tab:green", answers.CEILING: "tab:purple"}
 FIX_STYLE = {"on": ("tab:blue", "-"), "upstream": ("tab:orange", "--"), "off": ("tab:red", ":")}
 
@@ -330,7 +329,7 @@ def regimes_html(
     """The first view's answers: the realistic figure as the headline, the newest fix A/B with its causes, then
     per machine and engine the realistic regime beside the ceiling (a table per context with intervals, the
     figure), the served break-even where a map exists, and the acceptance needed to pay (`needed`: lines of
-    answers.needed; `pictures`: its figures, one per profile)."""
+    break_even.needed; `pictures`: its figures, one per profile)."""
     esc = html.escape
 
     def code(text: str) -> str:
@@ -364,9 +363,9 @@ def regimes_html(
             answers.constant_lines(g)
             + [f"served break-even, workload `{m['workload']}`: {m['line']}" for m in served]
             + (
-                [f"{answers.NEEDED_ACCEPTANCE}: " + "; ".join(x for x in needed if g["machine"] in x or "check" in x)]
+                [f"{to_pay.NEEDED}: " + "; ".join(x for x in needed if g["machine"] in x or "check" in x)]
                 if needed
-                else [answers.NEEDED_NONE]
+                else [to_pay.NEEDED_NONE]
             )
         )
         blocks.append(
@@ -481,14 +480,9 @@ def add_story(html_dir: Path, results_dir: Path, repo: Path) -> int:
     if groups:
         regimes_figure(groups, html_dir / REGIMES_PNG)
     machines = [g["machine"] for g in groups]
-    pictures = []
-    for g in to_pay.groups(to_pay.committed(root)):
-        if g["machine"] in machines:
-            name = BREAK_EVEN_PNG.format(profile=re.sub(r"[^A-Za-z0-9_.-]", "_", f"{g['profile']}-{g['machine']}"))
-            if to_pay.figure(g, html_dir / name) is not None:
-                pictures.append(name)
+    pictures = to_pay.pictures(root, machines, html_dir)
     told = regimes_html(
-        groups, answers.fix_ab(root), answers.served(root), answers.needed(root, machines or None), pictures
+        groups, answers.fix_ab(root), answers.served(root), to_pay.needed(root, machines or None), pictures
     )
     index = html_dir / "index.html"
     text = index.read_text(encoding="utf-8")
