@@ -264,6 +264,23 @@ def test_first_view_leads_with_the_realistic_regime_beside_the_ceiling(dashboard
     assert (dashboard["html"] / "eagle-fix-regimes.png").stat().st_size > 10_000
 
 
+def test_first_view_gives_the_acceptance_needed_to_pay_with_its_picture(dashboard):
+    """Beside the realistic regime: the break-even acceptance tau* per context and mode (from the committed
+    records' step times) in words, and one picture per profile of speedup against acceptance length."""
+    if dashboard["results"] != ROOT / "results" / "asv":
+        pytest.skip("no committed asv results: the first view tells the committed run files")
+    dom = chromium("--dump-dom", dashboard["url"]).stdout
+    regimes = dom[dom.index("eagle-fix-regimes") : dom.index("Every machine's runs")]
+    assert "not measured yet" not in regimes
+    line = re.search(r"<li>acceptance needed to pay \(break-even τ\*[^<]*(<code>[^<]*</code>[^<]*)*</li>", regimes)
+    assert line and "<code>cpu-chat</code> on <code>cpu-intel-f6m167-2c-8d487f</code>: 8K eager " in line.group(0), (
+        regimes[:4000]
+    )
+    pictures = re.findall(r"<img src=\"(eagle-fix-break-even-[^\"]+\.png)\"", regimes)
+    assert "eagle-fix-break-even-cpu-chat-cpu-intel-f6m167-2c-8d487f.png" in pictures, pictures
+    assert all((dashboard["html"] / p).stat().st_size > 10_000 for p in pictures)
+
+
 @pytest.mark.engine
 def test_first_view_after_a_new_run_still_tells_the_fix_ab_and_the_longest_curve(asv_runs, tmp_path):
     """What a user sees after the README's first command: the committed results plus one new run of this
