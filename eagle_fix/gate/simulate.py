@@ -66,15 +66,20 @@ def _blocks(
 COVERAGE_DRAWS = 1000
 
 
-def coverage(recs: list[dict[str, Any]], *, n: int = 1000, seed: int = 0) -> dict[str, Any]:
+def coverage(
+    recs: list[dict[str, Any]], *, n: int = 1000, seed: int = 0, only: set[int] | None = None
+) -> dict[str, Any]:
     """For each record's measuring design (its blocks and their rounds, step_ms's round sd and start order) and
-    each true launch sd of LAUNCH_SDS and shape of SHAPES: the share of n simulated pools whose F bound (before
-    the floor) covers the true launch sd, the share whose bound as used (the floor where F is in its lower
-    tail) does, and the share that took the floor (the pivotal bound from COVERAGE_DRAWS draws)."""
-    rng = np.random.default_rng(seed)
+    each true launch sd of LAUNCH_SDS and shape of SHAPES: the share of n simulated pools whose exact F bound
+    alone covers the true launch sd, the share whose bound as used (the larger of F and pivotal, the floor where
+    both are 0) does, and the share that took the floor (the pivotal bound from COVERAGE_DRAWS draws). Each record
+    draws from its own seeded stream, so `only` (record indices) splits the work without changing a cell."""
     rows = []
     keep, variance.PIVOT_DRAWS = variance.PIVOT_DRAWS, COVERAGE_DRAWS
-    for rec in recs:
+    for i, rec in enumerate(recs):
+        if only is not None and i not in only:
+            continue
+        rng = np.random.default_rng([seed, i])
         m = rec["metrics"][components.PLANNED_METRIC]
         blocks = m["blocks"]
         rounds = round(m["rounds_per_block"])
@@ -92,8 +97,7 @@ def coverage(recs: list[dict[str, Any]], *, n: int = 1000, seed: int = 0) -> dic
                         shape=shape,
                     )
                     c = nested.estimate([run])
-                    f_bound = 0.0 if c.upper_is_floor else c.sigma_launch_upper
-                    f_cover += sigma_l <= f_bound
+                    f_cover += sigma_l <= c.f_upper
                     used_cover += sigma_l <= c.sigma_launch_upper
                     floors += c.upper_is_floor
                 rows.append(
@@ -233,7 +237,7 @@ def could_detect(machine: str, point: str, folder: Path | None = None) -> float 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m eagle_fix.gate.simulate", description=__doc__)
     parser.add_argument("--n", type=int, default=1000, help="simulated runs per curve point (default %(default)s)")
-    parser.add_argument("--n-coverage", type=int, default=150, help="simulated pools per cell (default %(default)s)")
+    parser.add_argument("--n-coverage", type=int, default=400, help="simulated pools per cell (default %(default)s)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--only", choices=("curves", "coverage"), help="write one of the two files")
     parser.add_argument("--out", default=str(OUT), help="folder (default results/simulation)")

@@ -223,14 +223,15 @@ def test_the_docs_state_the_bound_the_test_and_the_rule_as_coded():
         "plan",
         "LAUNCH_SD_FLOOR",
         "UPPER_CONFIDENCE",
-        "PIVOT_DRAWS",
     ):
         assert f"nested.{name}" in section, name
         assert hasattr(nested, name), name
     assert "Components.block_variance_estimate" in section and hasattr(nested.Components, "block_variance_estimate")
     assert f"({nested.LAUNCH_SD_FLOOR:.1%})" in section
     assert f"one-sided {nested.UPPER_CONFIDENCE:.0%} upper bound" in section
-    assert f"({nested.PIVOT_DRAWS} seeded draws" in section
+    from eagle_fix.core import variance
+
+    assert f"({variance.PIVOT_DRAWS} seeded draws, `eagle_fix.core.variance.PIVOT_DRAWS`" in section
     assert "t₀.₉(df)" in section and nested.FUTILITY_CONFIDENCE == 0.9
     assert "blocks − 2" in section and nested.run_df(4) == 2 and nested.run_df(2) == 1
     assert "scipy.stats.f" in section and "scipy.stats.t" in section
@@ -252,3 +253,40 @@ def test_pool_estimates_from_every_committed_aa_file_of_the_machine_and_point_ki
     capsys.readouterr()
     assert cli.main([*argv[:3], "nowhere", "--folder", str(tmp_path)]) == 2
     assert "no A/A file" in capsys.readouterr().err
+
+
+def test_the_operating_curve_is_the_rule_simulated_and_could_detect_reads_it(tmp_path):
+    """simulate.operating_curve runs `ab`'s rule (launch_test pooled with the record, decide at each look) on runs
+    from the record's noise: a small version rises from near 0 at no change to near 1 at 8%; could_detect reads
+    the 90% point of the committed curves; detectable interpolates between the curve's points."""
+    from eagle_fix.gate import simulate
+
+    rec = json.loads((ROOT / "results/gate/cpu-intel-f6m167-2c-8d487f/cpu-quick-8192-eager-eagle3.json").read_text())
+    curve = simulate.operating_curve(rec, n=60, seed=1)
+    rows = {r["shift"]: r["exit_1"] for r in curve["rows"]}
+    assert rows[0.0] <= 0.1 and rows[0.08] >= 0.9 and curve["plan"]["rounds"] == rec["plan"]["rounds"]
+    rows = [{"shift": 0.03, "exit_1": 0.5}, {"shift": 0.05, "exit_1": 1.0}]
+    assert simulate.detectable(rows) == pytest.approx(0.046)
+    assert simulate.detectable(rows[:1]) is None
+    committed = json.loads((ROOT / "results/simulation/operating-curves.json").read_text())
+    mine = next(
+        c for c in committed["curves"] if c["machine"] == rec["machine"] and c["point"] == "cpu-quick-8192-eager-eagle3"
+    )
+    assert simulate.could_detect(rec["machine"], "cpu-quick-8192-eager-eagle3") == mine["detect_90"]
+    assert all(c["detect_90"] is not None and c["detect_90"] <= 0.05 for c in committed["curves"])  # 5% caught in 90%
+    assert simulate.could_detect("nowhere", "x", folder=tmp_path) is None
+
+
+def test_the_committed_coverage_of_the_bound_is_at_least_93_percent():
+    """results/simulation/launch-bound-coverage.json: every cell (record design, noise shape, true launch sd) of
+    the bound as used covers the true launch sd in at least 93% of simulated pools; a small fresh run agrees."""
+    from eagle_fix.gate import simulate
+
+    data = json.loads((ROOT / "results/simulation/launch-bound-coverage.json").read_text())
+    assert data["confidence"] == 0.95 and len(data["rows"]) >= 7 * 2 * 3
+    low = [r for r in data["rows"] if r["as_used_covers"] < 0.93]
+    assert not low, low
+    rec = json.loads((ROOT / "results/gate/cpu-intel-f6m167-2c-8d487f/cpu-quick-8192-eager-eagle3.json").read_text())
+    small = simulate.coverage([rec], n=20, seed=3)
+    assert len(small["rows"]) == len(simulate.SHAPES) * len(simulate.LAUNCH_SDS)
+    assert all(r["as_used_covers"] >= 0.8 for r in small["rows"])
