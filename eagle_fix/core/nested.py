@@ -117,7 +117,7 @@ def launch_test(
     freedom, V pooling the run's own block means' mean square (run_df) with the calibration's block-mean
     variance at this run's rounds (Components.block_variance_estimate: its own degrees of freedom). Without a
     calibration (None, or a bare launch sd, which carries no degrees of freedom: `sigma_round` likewise is
-    ignored) V is the run's own; with fewer than 1 degree of freedom in all there is no test (p None). Every
+    ignored) V is the run's own; with fewer than 1 degree of freedom in all, or V = 0, there is no test (p None). Every
     variance here comes from block means, so no path tests over rounds."""
     del sigma_round  # a recorded sd is never taken as known
     means = [b.mean for b in blocks]
@@ -140,9 +140,13 @@ def launch_test(
         why = "no recorded calibration" if cal is None else "a calibration without an analysis of variance"
         return Test(est, None, None, None, f"no test: {n} launch(es) and {why}{where}", n, rounds)
     var = (rss + df_c * v_c) / df
+    if not (var > 0 and math.isfinite(var)):  # launches that agree exactly (fakes, a coarse clock) show no spread:
+        # a zero variance estimated from so few df is no evidence that the spread is 0, so it settles nothing
+        why = f"the launch means agree exactly (a variance of 0 on {df:.0f} df says nothing of the spread)"
+        return Test(est, None, None, None, f"no test: {n} launch(es), {why}{where}", n, rounds)
     se = math.sqrt(var / n)
     half = t_ppf(1 - alpha_look / 2, df) * se
-    p = float(2 * _st.t.sf(abs(est) / se, df)) if se > 0 else (0.0 if est else 1.0)
+    p = float(2 * _st.t.sf(abs(est) / se, df))
     parts = f"{n} launches: {df_r} df" + (f" + calibration {df_c:.1f} df" if df_c else ", no calibration")
     test = f"launch-level t-test on {df:.1f} df ({parts}{where})"
     return Test(est, se, (est - half, est + half), p, test, n, rounds, df)
@@ -216,6 +220,9 @@ class Plan:
 
     @property
     def alpha_look(self) -> float:
+        # Bonferroni over the looks, the same spending as the decision half's family rule
+        # (eagle_fix.gate.family, ab_result.apply_family): a row enters Holm with min(1, looks * p), and
+        # p < alpha / looks at a look is looks * p < alpha, so a point stopped at a look is always kept.
         return self.alpha / self.looks
 
     def as_dict(self) -> dict:

@@ -60,6 +60,7 @@ def verdicts(
                 threshold=threshold,
                 alpha_look=launch.get("alpha_look", alpha),
                 final=final,
+                curve=launch.get("curve"),
             )
         else:
             v = verdict.noisy(b, n, metric=metric, threshold=threshold, alpha=alpha, paired=True)

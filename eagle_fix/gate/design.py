@@ -8,7 +8,7 @@ import math
 from typing import Any
 
 from eagle_fix.core import nested
-from eagle_fix.gate import components
+from eagle_fix.gate import components, simulate
 from eagle_fix.gate.ab_args import DEFAULT_BLOCKS, ABArgs
 from eagle_fix.gate.ab_result import PAIRED
 
@@ -24,6 +24,7 @@ def design_for(args: ABArgs, run: Any, p: Any, machine_name: str) -> tuple[neste
     # test pools with the run's own block means (nested.launch_test): no recorded sd is taken as known
     sigma = {m: components.calibration(data, m) for m, _ in PAIRED}
     rounds = {m: (data["metrics"].get(m) or {}).get("sigma_round") for m, _ in PAIRED} if data else {}
+    curve = None
     if args.fixed or data is None or not data.get("plan"):
         blocks = args.blocks or DEFAULT_BLOCKS
         per_block = max(1, args.rounds_for(p.mode) // blocks)
@@ -56,6 +57,10 @@ def design_for(args: ABArgs, run: Any, p: Any, machine_name: str) -> tuple[neste
             expected_s=plan.get("expected_s"),
         )
         why = f"the plan {source}"
+        # what the rule itself could detect on this plan: its simulated operating curve (simulate.could_detect),
+        # only where one was simulated for the record's plan at this run's threshold and level
+        detect = simulate.could_detect(data["machine"], kind.name, threshold=args.threshold, alpha=args.alpha)
+        curve = {"machine": data["machine"], "point": kind.name, "detect_90": detect}
     launch = {
         "sigma": sigma,
         "sigma_round": rounds,
@@ -63,4 +68,6 @@ def design_for(args: ABArgs, run: Any, p: Any, machine_name: str) -> tuple[neste
         "alpha_look": design.alpha_look,
         "design_source": why,
     }
+    if curve is not None:
+        launch["curve"] = curve
     return design, launch

@@ -222,14 +222,26 @@ def curves(recs: list[dict[str, Any]], *, n: int = 1000, seed: int = 0) -> dict[
     }
 
 
-def could_detect(machine: str, point: str, folder: Path | None = None) -> float | None:
+def could_detect(
+    machine: str,
+    point: str,
+    folder: Path | None = None,
+    *,
+    threshold: float | None = None,
+    alpha: float | None = None,
+) -> float | None:
     """What the committed operating curve says a verdict on this machine and point kind could detect (90% of
-    runs exit 1), or None where no curve was simulated: the verdicts' "could detect" comes from here."""
+    runs exit 1), or None where no curve was simulated, or (given `threshold`/`alpha`) where it was simulated
+    for another threshold or level than the run's: the verdicts' "could detect" comes from here."""
     path = (folder or OUT) / CURVE_FILE
     if not path.is_file():
         return None
     for c in json.loads(path.read_text())["curves"]:
         if (c["machine"], c["point"]) == (machine, point):
+            if threshold is not None and not math.isclose(c["threshold"], threshold):
+                return None
+            if alpha is not None and not math.isclose(c["plan"]["alpha"], alpha):
+                return None
             return c["detect_90"]
     return None
 

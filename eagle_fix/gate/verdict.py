@@ -260,11 +260,14 @@ def launches(
     threshold: float = DEFAULT_THRESHOLD,
     alpha_look: float = DEFAULT_ALPHA,
     final: bool = True,
+    curve: dict[str, Any] | None = None,
 ) -> Verdict:
-    """A speed metric of `eagle-fix ab` judged with the launch as the unit (eagle_fix.core.nested): the mean of
-    the block means against the launch variance recorded for the machine (or, with none, the exact sign-flip
-    test over the launches), at `alpha_look`, the level of one look of the plan. `final`: the plan's last
-    look, where an unsettled verdict is inconclusive rather than "continue"."""
+    """A speed metric of `eagle-fix ab` judged with the launch as the unit (eagle_fix.core.nested.launch_test: a
+    t-test on the block means, pooled with the recorded analysis of variance where there is one), at
+    `alpha_look`, the level of one look of the plan. `final`: the plan's last look, where an unsettled verdict
+    is inconclusive rather than "continue". `curve` ({machine, point, detect_90}, from simulate.could_detect):
+    the rule's operating curve for the plan run, which the "could detect" reads; without one the power stated
+    is the test's, which ignores the threshold and the looks, and says so."""
     m = metrics.METRIC[metric]
     if metric not in SAMPLED:
         return Verdict(NOT_GATED, evidence="no samples")
@@ -281,18 +284,17 @@ def launches(
         label = f"{1 - alpha_look:.4g} interval" if t.se is not None else "range of the launches"
         parts.append(f"[{lo:+.1%}, {hi:+.1%}] {label}")
     parts.append(f"({t.blocks} launches x {t.rounds // max(t.blocks, 1)} rounds)")
-    if t.se is not None:
-        shift = (nested.quantile(1 - alpha_look / 2) + nested.quantile(0.9)) * t.se
+    if t.se is not None and curve and curve.get("detect_90") is not None:
+        detectable = curve["detect_90"]
+        power = f"could detect >= {detectable:.1%} (the rule's operating curve, {curve['machine']}'s plan)"
+    elif t.se is not None:
+        df = t.df or math.inf
+        shift = (nested.t_ppf(1 - alpha_look / 2, df) + nested.t_ppf(0.9, df)) * t.se
         detectable = max(math.expm1(shift), threshold)
-        power = f"could detect >= {detectable:.1%} (90% power)"
+        power = f"could detect >= {detectable:.1%} (the test's 90% power on {df:.1f} df, not the rule's)"
     else:
-        floor = 2 / 2**t.blocks if t.blocks else 1.0
-        detectable = None if floor >= alpha_look else threshold
-        power = (
-            f"needs >= {max(3, math.ceil(math.log2(2 / alpha_look)))} launches or a recorded launch variance"
-            if detectable is None
-            else f"could detect >= {threshold:.0%} if it is that far"
-        )
+        detectable = None
+        power = "needs more launches or a recorded launch variance: eagle-fix noise"
     detail = {
         "p": t.p,
         "ci": list(t.ci) if t.ci else None,

@@ -13,7 +13,7 @@ import pytest
 
 from conftest import ROOT
 from eagle_fix.engine.protocol import PointReply
-from eagle_fix.gate import ab, ab_result, components, sharing, verdict
+from eagle_fix.gate import ab, ab_result, components, sharing, simulate, verdict
 from eagle_fix.pairs import profiles as models
 
 
@@ -317,8 +317,9 @@ def _record_noise(tmp_path, monkeypatch, capsys, launch_sd=0.02, round_sd=0.03):
 
 def test_without_a_recorded_launch_variance_two_launches_settle_nothing(tmp_path, monkeypatch):
     """No `eagle-fix noise` on any machine: the old design (64 rounds in 2 launch pairs) is judged on its 2
-    launches alone, whose exact sign-flip test cannot go below p = 0.5: even a 20% slowdown in every round is
-    inconclusive, and the file and its table say why and what would settle it."""
+    launches alone, a t-test on 1 degree of freedom. The fake's launches are identical (a 20% slowdown in every
+    round), so their variance is 0 on 1 df, which says nothing of the spread: no test, inconclusive (before, p = 0
+    and a regression), and the file and its table say why and what would settle it."""
     a, result = _fake_run_ab(tmp_path, monkeypatch, factor=1.2)
     assert a.rounds is None and a.rounds_for("eager") == ab.DEFAULT_ROUNDS  # no --rounds: the mode's default
     assert (result["threshold"], result["alpha"], result["min_detectable"]) == (0.05, 0.01, 0.05)
@@ -330,8 +331,9 @@ def test_without_a_recorded_launch_variance_two_launches_settle_nothing(tmp_path
     assert "no plan recorded for cpu-quick-8192-eager-eagle3 on any machine" in point["launch_test"]["design_source"]
     assert point["gated_metric"] == "step_ms" and point["verdicts"]["tpot_ms"]["verdict"] == "not gated"
     tpot = point["verdicts"]["step_ms"]
-    assert tpot["verdict"] == "inconclusive" and tpot["p"] == 0.5 and tpot["change"] > 0.19
-    assert tpot["power"] == "needs >= 8 launches or a recorded launch variance"
+    assert tpot["verdict"] == "inconclusive" and tpot["p"] is None and tpot["change"] > 0.19
+    assert tpot["test"].startswith("no test: 2 launch(es), the launch means agree exactly (a variance of 0 on 1 df")
+    assert tpot["power"] == "needs more launches or a recorded launch variance: eagle-fix noise"
     assert len(point["launch_s"]) == ab.DEFAULT_BLOCKS and all(p["wall_s"] >= 0 for p in point["pairs"])
     assert set(point["pairs"][0]["base"]["load"]) == {"load_avg_mean", "load_avg_max", "other_busy_cores"}
     json.dumps(result)  # what --out writes
@@ -414,9 +416,12 @@ def test_noise_records_the_launch_variance_and_a_plan_that_ab_then_runs(tmp_path
 
 def test_a_machine_without_a_record_borrows_the_most_cautious_one_and_says_so(tmp_path, monkeypatch, capsys):
     """ab on a machine with no `eagle-fix noise` of its own runs the plan of another machine's record of the same
-    point kind, the one with the largest launch sd, and each point names where its plan came from."""
+    point kind, the one with the largest launch sd, and each point names where its plan came from. The test pools
+    that record's analysis of variance (its metric's dict, bound included). Its "could detect" is the rule's
+    operating curve for that plan where one was simulated (simulate.could_detect), else the test's, said so."""
     _record_noise(tmp_path, monkeypatch, capsys, launch_sd=0.01)
-    [rec_path] = (tmp_path / "gate").glob("*/cpu-quick-8192-eager-eagle3.json")
+    point_name = "cpu-quick-8192-eager-eagle3"
+    [rec_path] = (tmp_path / "gate").glob(f"*/{point_name}.json")
     other = json.loads(rec_path.read_text())
     cautious = json.loads(rec_path.read_text())
     for name, data, scale in (("elsewhere-a", other, 0.5), ("elsewhere-b", cautious, 3.0)):
@@ -426,10 +431,22 @@ def test_a_machine_without_a_record_borrows_the_most_cautious_one_and_says_so(tm
             m["sigma_launch_upper"] *= scale
         components.write(data, tmp_path / "gate")
     rec_path.unlink()
+    monkeypatch.setattr(simulate, "OUT", tmp_path / "simulation")  # no curve simulated yet
     _, result = _fake_run_ab(tmp_path, monkeypatch, factor=1.2)
     [point] = result["points"]
     assert "borrowed from elsewhere-b: none recorded for " in point["launch_test"]["source"]
-    assert point["launch_test"]["sigma"]["tpot_ms"] == cautious["metrics"]["step_ms"]["sigma_launch_upper"]
+    borrowed = point["launch_test"]["sigma"]["step_ms"]
+    assert borrowed == cautious["metrics"]["step_ms"]
+    assert borrowed["sigma_launch_upper"] == 6 * other["metrics"]["step_ms"]["sigma_launch_upper"]  # 3.0 / 0.5
+    assert point["launch_test"]["curve"] == {"machine": "elsewhere-b", "point": point_name, "detect_90": None}
+    assert point["verdicts"]["step_ms"]["power"].endswith(" df, not the rule's)")
+    curve = {"machine": "elsewhere-b", "point": point_name, "threshold": 0.05, "plan": {"alpha": 0.01}}
+    (tmp_path / "simulation").mkdir()
+    (tmp_path / "simulation" / simulate.CURVE_FILE).write_text(json.dumps({"curves": [{**curve, "detect_90": 0.061}]}))
+    _, result = _fake_run_ab(tmp_path, monkeypatch, factor=1.2)
+    [point] = result["points"]
+    want = "could detect >= 6.1% (the rule's operating curve, elsewhere-b's plan)"
+    assert point["verdicts"]["step_ms"]["power"] == want and point["verdicts"]["step_ms"]["detectable"] == 0.061
 
 
 def test_each_mode_gets_its_calibrated_rounds_unless_rounds_is_given(tmp_path, monkeypatch):
@@ -512,7 +529,7 @@ def test_a_comparison_that_cannot_see_the_minimum_says_so_in_one_line(tmp_path, 
     assert blind == [
         (
             "power: 1 of 1 speed rows could not detect a 5% slowdown, the gate's stated minimum: "
-            "1 could detect nothing (needs >= 8 launches or a recorded launch variance)"
+            "1 could detect nothing (needs more launches or a recorded launch variance: eagle-fix noise)"
         )
     ]
 
