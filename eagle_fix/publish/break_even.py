@@ -114,6 +114,10 @@ def table(paths: list[Path]) -> str:
     return points_table(points)
 
 
+def _order(p: dict[str, Any]) -> tuple:
+    return (str(p["profile"]), p["context_len"], p["mode"] != "eager", p["damage"], str(p["workload"]))
+
+
 def points_table(points: list[dict[str, Any]]) -> str:
     """The figures of `points` as a markdown table, one row each."""
     head = [
@@ -145,7 +149,7 @@ def points_table(points: list[dict[str, Any]]) -> str:
             _cell(p["measured"], p["measured_ci"]),
             {True: "yes", False: "**no**", None: "–"}[p["agree"]],
         ]
-        for p in points
+        for p in sorted(points, key=_order)
     ]
     return "\n".join(
         ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(r) + " |" for r in rows]
