@@ -171,12 +171,12 @@ def figure(group: dict[str, Any], path: Path) -> Path | None:
     contexts = sorted({p["context_len"] for p in pts})
     colors = {c: plt.get_cmap("viridis")(i / max(1, len(contexts) - 1) * 0.85) for i, c in enumerate(contexts)}
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
-    lines: dict[tuple[int, str], list[float]] = {}
+    # each line's tau*: the median of its undamaged points', else of its damaged ones
+    undamaged: dict[tuple[int, str], list[float]] = {}
+    damaged: dict[tuple[int, str], list[float]] = {}
     for p in pts:
-        if not p["damage"]:
-            lines.setdefault((p["context_len"], p["mode"]), []).append(p["tau_star"])
-    for p in pts:  # a context and mode measured only damaged still gets its line
-        lines.setdefault((p["context_len"], p["mode"]), []).append(p["tau_star"])
+        (damaged if p["damage"] else undamaged).setdefault((p["context_len"], p["mode"]), []).append(p["tau_star"])
+    lines = {**damaged, **undamaged}
     xs = [1.0, k + 1.0]
     for (c, mode), taus in sorted(lines.items()):
         t = sorted(taus)[len(taus) // 2]
