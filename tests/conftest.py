@@ -113,7 +113,9 @@ def launch_sd(tmp_path, monkeypatch):
     a scratch folder: `compare` judges one launch a side against it."""
     from eagle_fix.gate import components
 
-    def record(sigma=0.005, machine="m", profile="cpu-quick", arm="eagle3"):
+    def record(sigma=0.005, machine="m", profile="cpu-quick", arm="eagle3", sigma_round=0.02):
+        """`sigma`: the launch sd (and its bound); the analysis of variance a test pools is that of 20 launch
+        pairs of 5 rounds (compare's repeats): block_var = sigma^2 + sigma_round^2 / 5 on 19 df."""
         folder = tmp_path / "gate"
         data = {
             "schema": 1,
@@ -125,11 +127,15 @@ def launch_sd(tmp_path, monkeypatch):
                 "step_ms": {
                     "sigma_launch": sigma,
                     "sigma_launch_upper": sigma,
-                    "sigma_round": 0.1,
+                    "sigma_round": sigma_round,
                     "start_order": 0.0,
                     "trials": 10,
                     "blocks": 20,
-                    "rounds": 640,
+                    "rounds": 100,
+                    "block_var": sigma**2 + sigma_round**2 / 5,
+                    "df_launch": 19,
+                    "df_round": 80,
+                    "rounds_per_block": 5,
                 }
             },
         }

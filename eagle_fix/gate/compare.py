@@ -25,7 +25,7 @@ from pathlib import Path
 from eagle_fix.core import acceptance, metrics, record
 from eagle_fix.core.errors import EagleFixError
 from eagle_fix.engine.lifecycle import Interrupted
-from eagle_fix.gate import acceptance_power, components, verdict
+from eagle_fix.gate import acceptance_power, components, one_launch, verdict
 from eagle_fix.gate.verdict import DEFAULT_ALPHA, DEFAULT_THRESHOLD, FAILING, Verdict
 from eagle_fix.store.results import load_asv_commit, load_asv_file, load_jsonl
 
@@ -229,9 +229,10 @@ def _family(changes: list[Change], *, alpha: float, threshold: float) -> None:
                 c.evidence += f"; Holm over {len(rows)} points: {verdict.p_text(adj)}"
 
 
-def launch_variance(rec: dict, metric: str, folder: Path) -> tuple[float | None, str]:
-    """The launch sd `eagle-fix noise` recorded for the record's machine and point kind (the metric's own, else
-    the planned metric's), else another machine's of the kind; (None, why) when there is none."""
+def launch_variance(rec: dict, metric: str, folder: Path) -> tuple[dict | None, str]:
+    """The analysis of variance `eagle-fix noise` recorded for the record's machine and point kind (the metric's
+    own, else the planned metric's), else another machine's of the kind; (None, why) when there is none.
+    verdict.one_launch tests against it with its degrees of freedom, never a bare sd taken as known."""
     try:
         kind = components.PointKind.of(rec)
     except (KeyError, TypeError, ValueError):
@@ -241,11 +242,9 @@ def launch_variance(rec: dict, metric: str, folder: Path) -> tuple[float | None,
     if data is None:
         data = components.borrow(kind, folder)
         source = f"borrowed from {data['machine']}" if data else "none recorded"
-    sigma = components.launch_sigma(data, metric) if data else None
-    if sigma is None and data:
-        sigma = components.launch_sigma(data, components.PLANNED_METRIC)
+    if data and metric not in data.get("metrics", {}):
         source += f", {components.PLANNED_METRIC}'s"
-    return sigma, source
+    return components.calibration(data, metric), source
 
 
 def _judge_metric(
@@ -272,12 +271,12 @@ def _judge_metric(
     else:
         sb = (rb.get("samples") or {}).get(m.column) or []
         sn = (rn.get("samples") or {}).get(m.column) or []
-        sigma, source = launch_variance(rn, m.column, noise_folder)
-        v = verdict.one_launch(
+        cal, source = launch_variance(rn, m.column, noise_folder)
+        v = one_launch.one_launch(
             sb,
             sn,
             metric=m.column,
-            sigma_launch=sigma,
+            calibration=cal,
             source=source,
             threshold=threshold,
             alpha=alpha,

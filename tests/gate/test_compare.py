@@ -487,9 +487,9 @@ def test_one_launch_a_side_without_a_launch_variance_is_inconclusive(tmp_path, c
 def test_a_recorded_launch_variance_lets_one_launch_a_side_speak(tmp_path, capsys, launch_sd):
     """With the machine's launch sd recorded (1%), the same 21% slowdown is a regression of the gated speed metric
     (TPOT: the committed record has no step_ms); a 10% one is within noise there, whose repeats spread by 20%, and
-    TTFT, whose repeats are tight, shows it at p < 1e-12 without failing the gate (shown, not gated: one speed
-    question, one alpha); a launch sd of 15% leaves the 21% one within noise too. Each row says the test, the
-    launch sd it used and what it could have caught."""
+    TTFT, whose repeats are tight, shows it at p < 0.01 without failing the gate (shown, not gated: one speed
+    question, one alpha); a launch sd of 15% leaves the 21% one within noise too. Each row says the test (t on
+    the record's df plus the repeats' own), the launch sd it used and what it could have caught."""
     machine, profile = committed_point(5)["machine_name"], committed_point(5)["profile"]
     launch_sd(0.01, machine, profile)
     base = write(tmp_path, "base.jsonl", [committed_point(5)])
@@ -502,7 +502,8 @@ def test_a_recorded_launch_variance_lets_one_launch_a_side_speak(tmp_path, capsy
     assert cli.main(["compare", str(base), str(slight)]) == 0
     out = capsys.readouterr().out
     assert re.search(r"tpot_ms\s.*\+11.1%\s+p=\S+ .*within noise, could detect >= ", out)
-    assert re.search(r"ttft_s\s.*\+11.1%\s+p < 1e-12 .*shown, not gated", out)
+    ttft = re.search(r"ttft_s\s.*\+11.1%\s+p=(\S+) .*t on \S+ df, launch sd 1.00% .*shown, not gated", out)
+    assert float(ttft.group(1)) < 0.01  # significant against the record's variance (t on its df), yet not gated
     launch_sd(0.15, machine, profile)
     assert cli.main(["compare", str(base), str(new)]) == 0
     assert re.search(r"tpot_ms\s.*launch sd 15.00% .*within noise", capsys.readouterr().out)
@@ -524,15 +525,22 @@ def test_host_time_on_cuda_is_shown_never_gated(launch_sd):
         assert ("host clock, shown only" in row.evidence) == (clock == "host")
 
 
+# A recorded analysis of variance whose launch pair's mean has sd 0.02 at 5 rounds, on 19 df.
+_CALIBRATION = {"sigma_launch": 0.02, "sigma_launch_upper": 0.02, "sigma_round": 0.0, "block_var": 0.02**2}
+_CALIBRATION |= {"df_launch": 19, "df_round": 80, "rounds_per_block": 5, "start_order": 0, "trials": 1}
+_CALIBRATION |= {"blocks": 21, "rounds": 105}
+
+
 def _speed_point(context_len, step_ms):
-    """A point whose step_ms samples are constant: with launch sd s its p is exactly 2(1 - Phi(|log ratio| / s))."""
+    """A point whose step_ms samples are constant: against _CALIBRATION its p is exactly 2 P(T_19 > |log ratio| / s),
+    s = 0.02 (the one launch a side's t-test: the record's variance on its df, whatever the repeats)."""
     return point(context_len=context_len, step_ms=step_ms, samples={"step_ms": [step_ms] * 5})
 
 
-def _ratio_for(p, sigma=0.02):
-    from statistics import NormalDist
+def _ratio_for(p, sigma=0.02, df=19):
+    from scipy import stats
 
-    return math.exp(sigma * NormalDist().inv_cdf(1 - p / 2))
+    return math.exp(sigma * stats.t.ppf(1 - p / 2, df))
 
 
 def test_holm_over_the_points_of_a_run(monkeypatch):
@@ -541,7 +549,7 @@ def test_holm_over_the_points_of_a_run(monkeypatch):
     p = 0.008, each a regression alone, fail neither together (0.008 > 0.01 / 2)."""
     from eagle_fix.gate import compare
 
-    monkeypatch.setattr(compare, "launch_variance", lambda rec, metric, folder: (0.02, "test"))
+    monkeypatch.setattr(compare, "launch_variance", lambda rec, metric, folder: (_CALIBRATION, "test"))
     ps = (0.002, 0.004, 0.5)
     base = [_speed_point(c, 10.0) for c in (8192, 16384, 32768)]
     new = [_speed_point(c, 10.0 * _ratio_for(p)) for c, p in zip((8192, 16384, 32768), ps)]
@@ -593,3 +601,17 @@ def test_any_refusal_exits_2_never_1(monkeypatch, capsys):
     monkeypatch.setattr(compare, "load_side", refuse)
     assert cli.main(["compare", str(BASE), str(NEW)]) == 2
     assert capsys.readouterr().err.strip() == "eagle-fix compare: error: --something '-3' must be positive"
+
+
+def test_one_launch_a_side_is_a_t_test_on_the_records_degrees_of_freedom():
+    """compare's one launch a side takes no recorded sd as known: a record without an analysis of variance (a bare
+    launch sd) settles nothing, and one with it gives t on its degrees of freedom (19 here, constant repeats)."""
+    from eagle_fix.gate import one_launch
+
+    bare = {k: _CALIBRATION[k] for k in ("sigma_launch", "sigma_launch_upper", "sigma_round", "start_order")}
+    bare |= {"trials": 1, "blocks": 8, "rounds": 40}
+    v = one_launch.one_launch([10.0] * 5, [12.0] * 5, metric="step_ms", calibration=bare, source="recorded for m")
+    assert v.verdict == "inconclusive" and "the record recorded for m has no analysis of variance" in v.evidence
+    v = one_launch.one_launch([10.0] * 5, [12.0] * 5, metric="step_ms", calibration=_CALIBRATION, source="test")
+    assert v.verdict == "regression" and v.detail["df"] == pytest.approx(19) and "t on 19.0 df" in v.evidence
+    assert v.power.endswith("(the test's 90% power, not the rule's)")
