@@ -299,3 +299,17 @@ def test_launch_interval_is_a_t_interval_over_the_launch_means():
     assert m == pytest.approx(0.005)
     assert (lo, hi) == pytest.approx((0.005 - 3.18245 * sd / 2, 0.005 + 3.18245 * sd / 2), abs=1e-5)
     assert nested.launch_interval([0.1]) is None
+
+
+def test_two_identical_launches_are_no_test_and_two_apart_are_t_on_one_df():
+    """With no record, two launches leave 1 df: launches that agree exactly estimate a variance of 0, which says
+    nothing of the spread, so there is no test (never p = 0); launches 1% apart give Student t on 1 df."""
+    from scipy import stats as st
+
+    same = [nested.Block(i, (0.2,) * 32, i % 2 == 0) for i in range(2)]
+    t = nested.launch_test(same, None, alpha_look=0.01)
+    assert t.p is None and t.se is None and t.ci is None and "agree exactly" in t.test
+    apart = [nested.Block(i, (m,) * 32, i % 2 == 0) for i, m in enumerate((0.195, 0.205))]
+    t = nested.launch_test(apart, None, alpha_look=0.01)
+    assert t.df == 1 and t.se == pytest.approx(0.005)
+    assert t.p == pytest.approx(2 * st.t.sf(0.2 / 0.005, 1))
