@@ -284,7 +284,9 @@ def plan(
     shift = math.log1p(detect)
     best = None
     ratio = (launch_s / max(round_s, 1e-9)) * (c.sigma_round**2 / max(c.launch**2, 1e-12))
-    centre = max(2, round(math.sqrt(ratio)))
+    # a launch sd no data bound (one file of 2 launch pairs: no degree of freedom left after the start order) gives
+    # no power anywhere: the fallback below, whose detectable is NaN, says so instead of a made-up plan
+    centre = max(2, round(math.sqrt(ratio))) if math.isfinite(ratio) else 16
     tried = {max(2, int(centre * f)) for f in (0.25, 0.5, 0.75, 1, 1.5, 2, 3)} | {8, 16, 32, 64}
     for rounds in sorted({min(r, max_rounds) for r in tried}):
         for blocks in range(look_every, max_blocks + 1, look_every):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -206,15 +207,25 @@ def cli_main(args: argparse.Namespace) -> int:
         path = components.write(rec, folder)
         m = rec["metrics"][components.PLANNED_METRIC]
         plan = rec.get("plan")
+        catches = (plan or {}).get("detectable")
         print(
-            f"noise: {kind.name}: launch sd {m['sigma_launch']:.2%} (upper {m['sigma_launch_upper']:.2%}), round sd "
-            f"{m['sigma_round']:.2%}, start order {m['start_order']:+.2%}"
+            f"noise: {kind.name}: launch sd {_pct(m.get('sigma_launch'))} (upper {_pct(m.get('sigma_launch_upper'))}), "
+            f"round sd {_pct(m.get('sigma_round'))}, start order {_pct(m.get('start_order'), '+.2%')}"
             + (
                 f"; plan {plan['rounds']} rounds x up to {plan['max_blocks']} launches, catches "
-                f"{plan['detectable']:.1%}"
+                + (
+                    f"{catches:.1%}"
+                    if catches is not None and math.isfinite(catches)
+                    else "nothing it can state (too few launch pairs to bound the launch sd: measure more blocks)"
+                )
                 if plan
                 else "; no costs: no plan (give --launch-s and --round-s)"
             )
             + f" -> {path}"
         )
     return 0
+
+
+def _pct(value: float | None, spec: str = ".2%") -> str:
+    """A figure in percent, or 'not estimable' where the files leave it None or NaN (too few launch pairs)."""
+    return format(value, spec) if value is not None and math.isfinite(value) else "not estimable"

@@ -290,3 +290,15 @@ def test_the_committed_coverage_of_the_bound_is_at_least_93_percent():
     small = simulate.coverage([rec], n=20, seed=3)
     assert len(small["rows"]) == len(simulate.SHAPES) * len(simulate.LAUNCH_SDS)
     assert all(r["as_used_covers"] >= 0.8 for r in small["rows"])
+
+
+def test_one_file_of_two_launch_pairs_is_not_estimable_and_says_so(tmp_path, capsys):
+    """gpu-check's noise step measures 2 launch pairs: after the start order no degree of freedom bounds the launch
+    sd, so the record says 'not estimable' and the plan states nothing, instead of a crash (NaN rounds) or a number."""
+    one = CAL / "launch-cpu-intel-f6m167-2c-8d487f" / "0-01.json"
+    assert cli.main(["noise", "--from", str(one), "--folder", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "launch sd not estimable" in out and "catches nothing it can state" in out
+    (written,) = tmp_path.glob("*/*.json")
+    plan = json.loads(written.read_text())["plan"]
+    assert plan["detectable"] is None or plan["detectable"] != plan["detectable"]  # None or NaN, never a figure
