@@ -64,7 +64,7 @@ print(json.dumps({{n: diagnose(target=t, draft=d, max_model_len=n) for n in (102
     assert out.returncode == 0, out.stderr[-3000:]
     reports = {int(k): v for k, v in last_json(out.stdout).items()}
     by_runner = {n: {b["runner"]: b for b in r["by_runner"]} for n, r in reports.items()}
-    has_v1 = absent_in_release("v1", reports[1024]["vllm_version"]) is None  # V1 is gone from vLLM 0.34.0
+    has_v1 = absent_in_release("v1", reports[1024]["vllm_version"]) is None  # V1 is gone from the newest releases
     assert all(("v1" in b) == has_v1 for b in by_runner.values())
     if has_v1:
         assert {n: b["v1"]["verdict"] for n, b in by_runner.items()} == EXPECTED[mode]
@@ -144,7 +144,7 @@ print(json.dumps({{"report": r, "rule": hasattr(VllmConfig, "_limit_max_model_le
     assert rule == got["rule"]  # the registry says what the release's source has
     by_runner = {b["runner"]: b for b in r["by_runner"]}
     assert r["draft"]["rope_types"] == ["yarn"] and r["draft"]["rotary_cache_rows"] == 8192
-    if "v1" in by_runner:  # a release that still has V1 (not 0.34.0)
+    if "v1" in by_runner:  # a release that still has V1
         assert by_runner["v1"]["verdict"] == YARN_V1[mode]
     assert by_runner["v2"]["verdict"] == (YARN_V1 if rule else YARN_V2_WITHOUT_RULE)[mode]
     # V2's served length: the draft's where the rule lowers it (revert raised the draft's max_model_len)
