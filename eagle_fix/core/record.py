@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from eagle_fix.core import stats
+from eagle_fix.core import arms, stats
 from eagle_fix.core.errors import EagleFixError
 from eagle_fix.core.metrics import METRICS, ROOFLINE_SHARES
 
@@ -36,12 +36,9 @@ from eagle_fix.core.record_assembly import (  # noqa: F401 - re-exported
 SCHEMA_VERSION = 2
 
 ENGINE_MODES = ("eager", "compile")  # how the engine runs: enforce_eager, or torch.compile
-ARMS = ("eagle3", "baseline")
-FIX_ARMS = (
-    "on",
-    "off",
-    "upstream",
-)  # the fix A/B arms of the EAGLE3 arm (the plugin modes they map to: eagle_fix.engine.spec)
+# names only, for older callers: the registries (eagle_fix.core.arms) say what each name is
+ARMS = arms.DEFAULT_ARMS  # what a sweep runs unless told otherwise
+FIX_ARMS = tuple(arms.FIX_ARMS)  # the fix A/B arms of an arm that takes the fix (arms.FixArm: its plugin mode)
 
 # What makes two records the same point: matched by --resume, compare, ab, the report and asv.
 # `workload` and `temperature` make the regime (older records: the copy workload, greedy; see upgrade())

@@ -8,15 +8,14 @@ import json
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from eagle_fix.core.record import FIX_ARMS
+from eagle_fix.core.arms import FIX_ARMS
 from eagle_fix.engine.worker import WORKER_EXTENSION
 from eagle_fix.fix.plugin import MODE_ENV
 from eagle_fix.pairs.profiles import speculative_config
 
 # The fix arm of a run -> the plugin's mode (EAGLE_FIX_MODE) in the engine's processes: `on` adds what the
 # engine lacks (auto), `off` is the original bug on purpose (revert), `upstream` the engine as installed (off).
-PLUGIN_MODE_OF_ARM = {"on": "auto", "off": "revert", "upstream": "off"}
-assert set(PLUGIN_MODE_OF_ARM) == set(FIX_ARMS)
+PLUGIN_MODE_OF_ARM = {f.name: f.plugin_mode for f in FIX_ARMS.values()}
 # vLLM's names (CompilationMode, CUDAGraphMode): the grid's settings of a compiled engine. An eager
 # engine (enforce_eager) is NONE and NONE whatever is asked.
 COMPILATION_MODES = ("NONE", "STOCK_TORCH_COMPILE", "DYNAMO_TRACE_ONCE", "VLLM_COMPILE")

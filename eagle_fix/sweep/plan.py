@@ -10,8 +10,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from eagle_fix.core import arms
 from eagle_fix.core.errors import EagleFixError, parse_positive_int
-from eagle_fix.core.record import ARMS, ENGINE_MODES, FIX_ARMS
+from eagle_fix.core.record import ARMS, ENGINE_MODES
 from eagle_fix.core.settings import parse_number
 from eagle_fix.engine.protocol import PointCommand
 from eagle_fix.engine.spec import EngineSpec
@@ -183,12 +184,13 @@ def resolve(args: RunArgs) -> Resolved:
     """Validate everything before any engine starts; nothing already written is touched."""
     for name, values, allowed in (
         ("--modes", args.modes, ENGINE_MODES),
-        ("--arms", args.arms, ARMS),
-        ("--fix", args.fixes, FIX_ARMS),
+        ("--arms", args.arms, tuple(arms.ARMS)),
+        ("--fix", args.fixes, tuple(arms.FIX_ARMS)),
     ):
         bad = [v for v in values if v not in allowed]
         if bad or not values:
             raise EagleFixError(f"{name} {','.join(bad) or '(empty)'}: unknown; choose from {','.join(allowed)}")
+    check_arms_run(args.arms, args.profile)
     for flag, value in (("--repeats", args.repeats), ("--ttft-repeats", args.ttft_repeats)):
         if int(value) < 1:
             raise EagleFixError(f"{flag} {value}: must be at least 1")
@@ -233,6 +235,17 @@ def resolve(args: RunArgs) -> Resolved:
     log_dir = args.log_dir or ((out.parent / f"{out.stem}-logs") if out else Path("runs") / "logs")
     check_space(log_dir if log_dir.exists() else (out.parent if out else Path(".")), "--log-dir")
     return Resolved(args=args, profile=profile, contexts=contexts, output_len=output_len, out=out, log_dir=log_dir)
+
+
+def check_arms_run(names: tuple[str, ...], profile: str | None) -> None:
+    """A known arm the engine layer cannot run yet is refused in one line, before anything starts."""
+    cannot = [n for n in names if n not in arms.ENGINE_ARMS]
+    if cannot:
+        runs = ",".join(n for n in arms.ARMS if n in arms.ENGINE_ARMS)
+        raise EagleFixError(
+            f"--arms {','.join(cannot)}: profile {profile or 'default'} cannot run it yet "
+            f"({arms.arm(cannot[0]).label}); use --arms from {runs}"
+        )
 
 
 def check_compile_settings(compilation_mode: str | None, cudagraph_mode: str | None) -> None:
@@ -335,7 +348,7 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--draft", help="EAGLE3 draft folder")
     parser.add_argument("--contexts", help="comma-separated context lengths, e.g. 8192,16384 (default: the profile's)")
     parser.add_argument("--modes", default=",".join(ENGINE_MODES), help="eager,compile")
-    parser.add_argument("--arms", default=",".join(ARMS), help="eagle3,baseline")
+    parser.add_argument("--arms", default=",".join(ARMS), help=f"{','.join(arms.ARMS)} (default: %(default)s)")
     parser.add_argument("--fix", default="on", help="on,off,upstream: the fix A/B arms of the eagle3 arm")
     parser.add_argument("--batch-size", help="requests per step (default: the profile's)")
     parser.add_argument("--output-len", help="tokens generated per request (default: the profile's)")
