@@ -18,6 +18,7 @@ from typing import Any
 from eagle_fix.core import arms, stats
 from eagle_fix.core.errors import EagleFixError
 from eagle_fix.core.metrics import METRICS, ROOFLINE_SHARES
+from eagle_fix.core.point import Point
 
 # A point's record assembled from the engine's reply lives in record_assembly (this module stays under the
 # layering test's 500 lines); its names are re-exported here, so record.summarize etc. work as before.
@@ -74,6 +75,8 @@ FIELDS = (
     "accepted_per_position",
     "drafter_steps",
     "drafter_proposals",
+    # n-gram: proposer calls that drafted nothing (no match); None where a method's proposer always drafts
+    "drafter_empty_proposals",
     "max_seq_len_drafted",
     # drafter calls damaged by the acceptance gate's calibration knobs (eagle_fix.fix.damage); 0 without
     "drafter_calls_damaged",
@@ -245,9 +248,7 @@ def is_point(rec: dict[str, Any], *, context_len: int, mode: str, arm: str, fix:
 
 def describe(point_key: tuple) -> str:
     """A point's identity in words, for errors and tables."""
-    d = dict(zip(IDENTITY, point_key))
-    fix = f" fix {d['fix']}" if d.get("fix") else ""
-    return f"{d['profile']} {d['context_len']} {d['mode']} {d['arm']}{fix}"
+    return Point.of(dict(zip(IDENTITY, point_key)), profile=True).words()
 
 
 def environment(rec: dict[str, Any]) -> tuple:
@@ -291,6 +292,9 @@ def flags(rec: dict[str, Any]) -> list[str]:
     out = []
     if rec.get("num_drafts") and rec.get("drafter_coverage") == 0:
         out.append("zero_filled_drafts: the counters counted drafts but the drafter never ran")
+    proposals, empty = rec.get("drafter_proposals"), rec.get("drafter_empty_proposals")
+    if proposals and empty == proposals:
+        out.append(f"empty_drafts: the proposer ran {proposals} times and drafted nothing (no speculation happened)")
     rotary, reached = rec.get("draft_rotary_positions"), rec.get("max_seq_len_drafted")
     k = rec.get("num_speculative_tokens") or 0
     if rotary and reached and reached + k > rotary:

@@ -220,7 +220,7 @@ def run_ab(args: ABArgs) -> dict[str, Any]:
 
 def _start(spec, log_dir: Path, side: str, p, sides, suffix: str = "") -> Any:
     """One side's engine, or the EngineDied that says why it could not start."""
-    log = log_dir / f"{side}-{p.mode}-{p.arm}-{p.fix or 'none'}-{int(time.time())}{suffix}.log"
+    log = log_dir / f"{side}-{p.words('engine')}-{int(time.time())}{suffix}.log"
     try:
         return _engine(spec, log, sides[side])
     except EngineDied as exc:
@@ -318,8 +318,7 @@ def _measure(
             r += 1
         d = identity
         print(
-            f"[eagle-fix ab] {d['context_len']} {d['mode']} {d['arm']}: launch pair {block + 1} of at most "
-            f"{design.max_blocks} done, {r} rounds",
+            f"[eagle-fix ab] {point_words(d)}: launch pair {block + 1} of at most {design.max_blocks} done, {r} rounds",
             file=sys.stderr,
             flush=True,
         )
@@ -385,7 +384,7 @@ def _round(run, p, engines, entry, spec, log_dir, sides, *, r, block, fresh, alo
             res = engines[side].run_point(cmd, timeout_s=point_timeout(run, p))
         except EngineDied as exc:
             entry["status"][side], entry["error"][side] = "failed", str(exc).splitlines()[0][:500]
-            log = log_dir / f"{side}-{p.mode}-{p.arm}-{p.fix or 'none'}-{int(time.time())}-restart.log"
+            log = log_dir / f"{side}-{p.words('engine')}-{int(time.time())}-restart.log"
             try:  # the next point gets a fresh engine
                 engines[side] = _engine(spec, log, sides[side])
             except EngineDied as again:

@@ -13,6 +13,7 @@ from typing import Any
 
 from eagle_fix.core import acceptance, metrics, nested, record, stats
 from eagle_fix.core.errors import EagleFixError
+from eagle_fix.core.point import Point
 from eagle_fix.gate import acceptance_power, verdict
 
 # Metrics judged on the paired rounds: (record column, higher is better).
@@ -229,8 +230,8 @@ def _as_verdict(v: dict[str, Any]) -> verdict.Verdict:
 
 
 def point_words(d: dict[str, Any]) -> str:
-    """A point's identity in ab's words."""
-    return f"{d.get('context_len')} {d.get('mode')} {d.get('arm')}{' fix ' + d['fix'] if d.get('fix') else ''}"
+    """A point's identity in ab's words (eagle_fix.core.point)."""
+    return Point.of(d).words()
 
 
 def format_ab(result: dict[str, Any], *, strict: bool = False) -> str:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from eagle_fix.core import significance, stats
+from eagle_fix.core.point import Point
 from eagle_fix.fix.clock import INJECT_SLOWDOWN_ENV
 from eagle_fix.gate import verdict
 from eagle_fix.gate.ab_result import point_rounds, ratios_by_start_order, read_ab
@@ -252,10 +253,6 @@ def resampled(
     return out
 
 
-def _point(context: int, mode: str, arm: str) -> str:
-    return f"{context // 1024}K {mode} {'EAGLE3' if arm == 'eagle3' else arm}"
-
-
 def _tally() -> dict[str, Any]:
     """One point's trials on one machine: their folders, the alarms of each kind, other slowdowns."""
     return {"folders": [], "aa": [], "slow": [], "other": set()}
@@ -302,7 +299,7 @@ def coverage(folders) -> list[dict[str, Any]]:
             status = f"not yet: {max(GOAL_TRIALS - n_aa, 0)} A/A and {max(GOAL_TRIALS - n_slow, 0)} slowed trials to go"
         rows.append(
             {
-                "point": _point(ctx, mode, arm),
+                "point": Point(ctx, mode, arm).words("short"),
                 "profile": profile,
                 "context_len": ctx,
                 "mode": mode,

@@ -16,6 +16,7 @@ from typing import Any
 
 from eagle_fix.core import nested
 from eagle_fix.core.errors import EagleFixError
+from eagle_fix.core.point import Point
 from eagle_fix.gate import verdict
 from eagle_fix.gate.ab_result import read_ab
 
@@ -41,7 +42,7 @@ class PointKind:
 
     @property
     def name(self) -> str:
-        return f"{self.profile}-{self.context_len}-{self.mode}-{self.arm}"
+        return Point(self.context_len, self.mode, self.arm, profile=self.profile).words("file")
 
     @classmethod
     def of(cls, identity: dict[str, Any]) -> PointKind:
@@ -278,7 +279,7 @@ def find(machine_name: str, kind: PointKind, folder: Path | None = None) -> tupl
     launch's offset is a share of its speed, which the context moves less than the machine does), and among
     other machines' equals the most cautious (the largest launch sd). (None, "") when there is none."""
     found = []
-    for p in sorted((folder or FOLDER).glob(f"*/*-{kind.mode}-{kind.arm}.json")):
+    for p in sorted((folder or FOLDER).glob(f"*/*-{Point(None, kind.mode, kind.arm).words('file')}.json")):
         data = json.loads(p.read_text())
         if data.get("kind") != KIND:
             continue

@@ -10,6 +10,7 @@ from pathlib import Path
 from eagle_fix.core import acceptance, parity
 from eagle_fix.core.break_even import INTERVAL
 from eagle_fix.core.errors import EagleFixError
+from eagle_fix.core.point import Point
 from eagle_fix.gate import acceptance_power
 from eagle_fix.machine.fingerprint import fingerprint
 from eagle_fix.publish import answers
@@ -147,8 +148,7 @@ def _notes(df) -> list[str]:
 
 def _point(r: dict) -> str:
     """A row's point in a note: context, arm, fix arm where it has one, mode."""
-    fix = r.get("fix")
-    return f"{r['context_len']} {r['arm']}{f' {fix}' if isinstance(fix, str) and fix else ''} ({r['mode']})"
+    return Point.of(r).words("note")
 
 
 def _html(markdown: str) -> str:

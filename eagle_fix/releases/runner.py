@@ -14,6 +14,7 @@ from pathlib import Path
 
 from eagle_fix.core import record
 from eagle_fix.core.errors import EagleFixError
+from eagle_fix.core.point import Point
 from eagle_fix.engine.spec import PLUGIN_MODE_OF_ARM
 from eagle_fix.releases import registry
 from eagle_fix.releases.matrix import (
@@ -310,7 +311,7 @@ class Runner:
             err = f", {record.cause(x.get('error'), 160)}" if x.get("error") else ""
             self.say(
                 r,
-                f"fix A/B {x['context_len']} {x['mode']} fix {x['fix']}: {x['status']}, coverage "
+                f"fix A/B {Point.of(x).words()}: {x['status']}, coverage "
                 f"{x.get('drafter_coverage')}, acceptance {x.get('acceptance_length')}, flags {x.get('flags') or []}{err}",
             )
         on = [x for x in recs if x.get("fix") == "on"]

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from eagle_fix.core import metrics, record
 from eagle_fix.core.errors import EagleFixError
+from eagle_fix.core.point import Point
 from eagle_fix.core.settings import ASV_FIX_ENV, ASV_RECORDS_ENV, RUN_OUT_ENV
 from eagle_fix.machine.fingerprint import fingerprint, versions
 
@@ -78,7 +79,8 @@ def point_value(
             continue
         if rec.get("status") != "ok":
             raise PointFailed(
-                f"point {context_len} {mode} {arm} failed: {str(rec.get('error') or '').splitlines()[0][:300]}"
+                f"point {Point(context_len, mode, arm, fix).words()} failed: "
+                f"{str(rec.get('error') or '').splitlines()[0][:300]}"
             )
         value = rec.get(column)
         if position is not None:
@@ -93,9 +95,9 @@ def point_value(
         if value is None:
             if column == "peak_gpu_memory_bytes":
                 return float("nan")
-            raise PointFailed(f"point {context_len} {mode} {arm} ran but has no {column}")
+            raise PointFailed(f"point {Point(context_len, mode, arm, fix).words()} ran but has no {column}")
         return asv_value(column, float(value))
-    raise PointFailed(f"point {context_len} {mode} {arm} fix {fix} is not in the sweep's records")
+    raise PointFailed(f"point {Point(context_len, mode, arm, fix).words()} is not in the sweep's records")
 
 
 # Records of an `eagle-fix run` made earlier in the same environment, recorded by asv as they are

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from eagle_fix.core import record
+from eagle_fix.core.point import Point
 from eagle_fix.sweep.loop import run_sweep
 from eagle_fix.sweep.plan import RunArgs, add_cli_args  # noqa: F401  (cli.py reads add_cli_args here)
 
@@ -56,7 +57,7 @@ def cli_main(args: argparse.Namespace) -> int:
     if failed:
         for r in failed:
             print(
-                f"failed: {r['context_len']} {r['mode']} {r['arm']} {r.get('fix') or ''}: {record.cause(r.get('error'), 300)}",
+                f"failed: {Point.of(r).words('bare')}: {record.cause(r.get('error'), 300)}",
                 file=sys.stderr,
             )
         print(

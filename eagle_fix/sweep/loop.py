@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -63,8 +64,9 @@ def run_sweep(args: RunArgs) -> list[dict[str, Any]]:
             doctor, doctor_error = _fix_state(run, group[0])
             pending = list(group)
             while pending:
-                log = run.log_dir / f"{group[0].mode}-{group[0].arm}-{group[0].fix or 'none'}-{int(time.time())}.log"
-                progress.status(f"start {group[0].mode}/{group[0].arm}/{group[0].fix or '-'}")
+                engine_words = replace(group[0], context_len=None)
+                log = run.log_dir / f"{engine_words.words('engine')}-{int(time.time())}.log"
+                progress.status(f"start {engine_words.words()}")
                 sampler.reset_peaks()
                 fields = {"common": common, "doctor": doctor, "doctor_error": doctor_error, "log": log, "spec": spec}
                 try:
@@ -79,7 +81,7 @@ def run_sweep(args: RunArgs) -> list[dict[str, Any]]:
                 try:
                     while pending:
                         p = pending.pop(0)
-                        progress.status(f"{p.mode}/{p.arm}/{p.fix or '-'} @ {p.context_len}")
+                        progress.status(p.words())
                         sampler.reset_peaks()
                         load.start(engine.pid)
                         died = None

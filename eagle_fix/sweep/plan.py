@@ -12,6 +12,7 @@ from typing import Any
 
 from eagle_fix.core import arms
 from eagle_fix.core.errors import EagleFixError, parse_positive_int
+from eagle_fix.core.point import Point
 from eagle_fix.core.record import ARMS, ENGINE_MODES
 from eagle_fix.core.settings import parse_number
 from eagle_fix.engine.protocol import PointCommand
@@ -104,14 +105,6 @@ class RunArgs:
             compilation_mode=getattr(args, "compilation_mode", None),
             cudagraph_mode=getattr(args, "cudagraph_mode", None),
         )
-
-
-@dataclass(frozen=True)
-class Point:
-    context_len: int
-    mode: str
-    arm: str
-    fix: str | None
 
 
 @dataclass(frozen=True)

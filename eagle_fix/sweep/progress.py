@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 from eagle_fix.core import record
+from eagle_fix.core.point import Point
 from eagle_fix.core.settings import PROGRESS_ENV
 
 
@@ -33,7 +34,7 @@ class Progress:
     def point(self, rec: dict[str, Any]) -> None:
         decode = rec.get("decode_throughput_tok_s")
         line = (
-            f"[eagle-fix] {rec['context_len']} {rec['mode']} {rec['arm']}{' fix ' + rec['fix'] if rec.get('fix') else ''}: "
+            f"[eagle-fix] {Point.of(rec).words()}: "
             f"{rec['status']}, {time.monotonic() - self.start:.0f} s elapsed"
             + (f", decode {decode:.1f} tok/s" if decode else "")
             + (f", acceptance {rec['acceptance_length']:.2f}" if rec.get("acceptance_length") else "")
