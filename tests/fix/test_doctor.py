@@ -50,19 +50,43 @@ from eagle_fix.fix.hooks import absent_in_release
 from eagle_fix.releases.registry import by_version
 
 
-@pytest.mark.parametrize("mode", sorted(EXPECTED))
-def test_verdicts_for_the_original_report_pair(mode, shared_pair):
-    # One process per mode (plugins load once per process), all three lengths in it.
+@pytest.fixture(scope="module")
+def diagnosed(shared_pair, tmp_path_factory):
+    """One process per plugin mode (plugins load once per process, and each start imports vLLM): the
+    original report's pair at three lengths and the YaRN draft below at 16384, diagnosed in it."""
+    target, draft = shared_pair
+    cfg = json.loads((draft / "config.json").read_text())
+    cfg.update(
+        max_position_embeddings=8192,
+        rope_scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 2048},
+    )
+    yarn = tmp_path_factory.mktemp("yarn-draft")
+    (yarn / "config.json").write_text(json.dumps(cfg))
     code = f"""
 import json
 from pathlib import Path
+from vllm.config import VllmConfig
 from eagle_fix.fix.doctor import diagnose
-t, d = map(Path, {tuple(map(str, shared_pair))!r})
-print(json.dumps({{n: diagnose(target=t, draft=d, max_model_len=n) for n in (1024, 8192, 131072)}}))
+t, d, y = map(Path, {(str(target), str(draft), str(yarn))!r})
+pair = {{n: diagnose(target=t, draft=d, max_model_len=n) for n in (1024, 8192, 131072)}}
+yarn = diagnose(target=t, draft=y, max_model_len=16384)
+print(json.dumps({{"pair": pair, "yarn": {{"report": yarn, "rule": hasattr(VllmConfig, "_limit_max_model_len_to_draft")}}}}))
 """
-    out = run_py(code, mode=mode)
-    assert out.returncode == 0, out.stderr[-3000:]
-    reports = {int(k): v for k, v in last_json(out.stdout).items()}
+    runs: dict[str, dict] = {}
+
+    def get(mode: str) -> dict:
+        if mode not in runs:
+            out = run_py(code, mode=mode)
+            assert out.returncode == 0, out.stderr[-3000:]
+            runs[mode] = last_json(out.stdout)
+        return runs[mode]
+
+    return get
+
+
+@pytest.mark.parametrize("mode", sorted(EXPECTED))
+def test_verdicts_for_the_original_report_pair(mode, diagnosed):
+    reports = {int(k): v for k, v in diagnosed(mode)["pair"].items()}
     by_runner = {n: {b["runner"]: b for b in r["by_runner"]} for n, r in reports.items()}
     has_v1 = absent_in_release("v1", reports[1024]["vllm_version"]) is None  # V1 is gone from the newest releases
     assert all(("v1" in b) == has_v1 for b in by_runner.values())
@@ -117,27 +141,8 @@ YARN_V2_WITHOUT_RULE = {"auto": "broken", "off": "broken", "revert": "broken"}
 
 
 @pytest.mark.parametrize("mode", sorted(YARN_V1))
-def test_a_yarn_draft_per_runner_and_release(mode, shared_pair, tmp_path):
-    target, draft = shared_pair
-    cfg = json.loads((draft / "config.json").read_text())
-    cfg.update(
-        max_position_embeddings=8192,
-        rope_scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 2048},
-    )
-    yarn = tmp_path / "yarn-draft"
-    yarn.mkdir()
-    (yarn / "config.json").write_text(json.dumps(cfg))
-    code = f"""
-import json
-from pathlib import Path
-from vllm.config import VllmConfig
-from eagle_fix.fix.doctor import diagnose
-r = diagnose(target=Path({str(target)!r}), draft=Path({str(yarn)!r}), max_model_len=16384)
-print(json.dumps({{"report": r, "rule": hasattr(VllmConfig, "_limit_max_model_len_to_draft")}}))
-"""
-    out = run_py(code, mode=mode)
-    assert out.returncode == 0, out.stderr[-3000:]
-    got = last_json(out.stdout)
+def test_a_yarn_draft_per_runner_and_release(mode, diagnosed):
+    got = diagnosed(mode)["yarn"]
     r = got["report"]
     known = by_version(r["vllm_version"])
     rule = known.v2_length_rule if known is not None else got["rule"]
