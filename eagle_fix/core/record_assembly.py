@@ -101,6 +101,7 @@ ACCEPTANCE_COLUMNS = (
     "per_position_acceptance",
     "drafter_steps",
     "drafter_proposals",
+    "drafter_empty_proposals",
     "drafter_coverage",
     "max_seq_len_drafted",
     "drafter_calls_damaged",

@@ -327,6 +327,9 @@ def _acceptance(llm: Any, before: dict[str, Any]) -> dict[str, Any]:
         "per_position_acceptance": [x / drafts for x in per_pos] if drafts else None,
         "drafter_steps": stats.get("spec_steps"),
         "drafter_proposals": stats.get("proposals"),
+        # n-gram: proposer calls that found no match and drafted nothing, which vLLM's counters skip (None
+        # for a method whose proposer always drafts k tokens, and on V2, which pads a missing match)
+        "drafter_empty_proposals": stats.get("empty_proposals"),
         # unknown (None) where a counter's hook is missing in this engine: never a guessed 0; and on model
         # runner V2, which has no fits-gate, a step that may draft always calls the drafter, so the share
         # is 1 by construction there, not a measurement (its proposals and furthest position still are)

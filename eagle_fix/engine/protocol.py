@@ -62,6 +62,7 @@ class PointReply:
     per_position_acceptance: list[float] | None = None
     drafter_steps: int | None = None
     drafter_proposals: int | None = None
+    drafter_empty_proposals: int | None = None
     drafter_coverage: float | None = None
     max_seq_len_drafted: int | None = None
     drafter_calls_damaged: int | None = None

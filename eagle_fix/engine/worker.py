@@ -13,7 +13,7 @@ from eagle_fix.fix.plugin import MODE_ENV, DrafterStatsExtension
 # The one place naming the extension's import path (engines of this release load it from here).
 WORKER_EXTENSION = "eagle_fix.engine.worker.WorkerExtension"
 # The drafter counters every tensor-parallel rank keeps (each runs every step with its shard of the draft).
-RANK_COUNTERS = ("spec_steps", "fits_steps", "proposals", "max_seq_len_drafted", "damaged")
+RANK_COUNTERS = ("spec_steps", "fits_steps", "proposals", "empty_proposals", "max_seq_len_drafted", "damaged")
 # The rank whose counters and step clock a record's headline figures are: vLLM's driver worker, the
 # first reply of `collective_rpc`.
 HEADLINE_RANK = 0

@@ -48,6 +48,7 @@ class _Counters:
         self.spec_steps = 0  # steps where the runner decided whether to draft
         self.fits_steps = 0  # ... and the input fitted in the drafter (V2 has no such gate: every step)
         self.proposals = 0  # drafter forward passes actually run
+        self.empty_proposals = 0  # n-gram: proposer calls that drafted nothing (no match in the context)
         self.max_seq_len_drafted = 0
         self.damaged = 0  # drafter calls damaged by a calibration knob (eagle_fix.fix.damage)
 
@@ -66,6 +67,14 @@ class HookPoint(NamedTuple):
     params: tuple[str, ...]  # the parameters the wrapper reads, by these names (tests/fix/test_hooks.py)
     counts: str  # what goes uncounted without it
     wrap: str  # the wrapper (_WRAPPERS)
+    # the vLLM speculative methods whose engines call it (empty: every engine); a point of another method
+    # is neither expected nor missing in an engine (an n-gram engine never imports the EAGLE proposer)
+    methods: tuple[str, ...] = ()
+
+
+# vLLM's methods the EAGLE proposer serves (V1 EagleProposer, V2 EagleSpeculator)
+EAGLE_METHODS = ("eagle", "eagle3")
+NGRAM_METHODS = ("ngram",)
 
 
 # The single place naming the internals the plugin wraps, per model runner. vLLM picks the runner
@@ -89,6 +98,16 @@ HOOK_POINTS: dict[str, tuple[HookPoint, ...]] = {
             ("common_attn_metadata",),
             "drafter proposals",
             "v1_propose",
+            EAGLE_METHODS,
+        ),
+        # the n-gram (prompt lookup) proposer: one call per step, an empty list per request it found no match for
+        HookPoint(
+            "vllm.v1.spec_decode.ngram_proposer",
+            "NgramProposer.propose",
+            ("sampled_token_ids", "num_tokens_no_spec"),
+            "n-gram proposals",
+            "v1_ngram",
+            NGRAM_METHODS,
         ),
         # completes a step whose execute_model returned None: sampling and drafting
         HookPoint(
@@ -113,6 +132,17 @@ HOOK_POINTS: dict[str, tuple[HookPoint, ...]] = {
             ("input_batch", "dummy_run", "is_profile", "num_speculative_tokens"),
             "drafter proposals",
             "v2_propose",
+            EAGLE_METHODS,
+        ),
+        # V2's n-gram speculator fills a slot without a match with the last sampled token: its calls are
+        # counted, its empty drafts cannot be (unknown there, never 0)
+        HookPoint(
+            "vllm.v1.worker.gpu.spec_decode.ngram.speculator",
+            "NgramGPUSpeculator.propose",
+            ("input_batch", "dummy_run", "is_profile", "num_speculative_tokens"),
+            "n-gram proposals",
+            "v2_ngram",
+            NGRAM_METHODS,
         ),
     ),
 }
@@ -127,6 +157,8 @@ COUNTERS_OF = {
     "v2_step": ("spec_steps", "fits_steps", "step_times_ms", "step_cpu_ms", "step_prompt", "step_spun_ms"),
     "v1_propose": ("proposals", "max_seq_len_drafted", "damaged"),
     "v2_propose": ("proposals", "max_seq_len_drafted", "damaged"),
+    "v1_ngram": ("proposals", "empty_proposals", "max_seq_len_drafted"),
+    "v2_ngram": ("proposals", "max_seq_len_drafted"),
 }
 # The proposer's inputs the calibration knob EAGLE_FIX_INJECT_DRAFT_NOISE blurs, per runner: the first
 # one a call carries (V2: EAGLE3 drafts from the target's auxiliary layers, other EAGLE drafts from its last).
@@ -332,10 +364,55 @@ def _wrap_v2_step(sample_tokens: Callable[..., Any]) -> Callable[..., Any]:
     return sample_tokens_counted
 
 
-def _wrap_v2_propose(propose: Callable[..., Any]) -> Callable[..., Any]:
+def _wrap_v1_ngram(propose: Callable[..., Any]) -> Callable[..., Any]:
+    """V1's n-gram proposer: a call per step that may draft (a request without sampled tokens is skipped by
+    the proposer itself, so a call where none has any is no step: the start-up JIT warm-up), and the calls
+    that drafted nothing for any request, which vLLM's counters do not count at all (no draft, no count)."""
+    sampled_of, lens_of = argument_reader(propose, "sampled_token_ids"), argument_reader(propose, "num_tokens_no_spec")
+    _knobs_not_applied("n-gram proposals")
+
+    def propose_counted(self: Any, *args: Any, **kwargs: Any) -> Any:
+        drafts = propose(self, *args, **kwargs)
+        sampled = sampled_of(args, kwargs) or []
+        live = [i for i, ids in enumerate(sampled) if len(ids)]
+        if live:
+            COUNTERS.proposals += 1
+            COUNTERS.empty_proposals += not any(len(d) for d in drafts or [])
+            try:  # tokens each request holds before this step's drafts: the furthest position drafted from
+                lens = lens_of(args, kwargs)
+                COUNTERS.max_seq_len_drafted = max(COUNTERS.max_seq_len_drafted, max(int(lens[i]) for i in live))
+            except (TypeError, ValueError, IndexError):
+                pass
+        return drafts
+
+    return propose_counted
+
+
+def _knobs_not_applied(what: str) -> None:
+    """The draft-damage knobs act on a drafter model's inputs and token ids: said in one line where a
+    proposer takes neither, so a calibration run cannot believe it damaged what it did not."""
+    knobs = [
+        n
+        for n, v in ((INJECT_DRAFT_ERRORS_ENV, inject_draft_errors()), (INJECT_DRAFT_NOISE_ENV, inject_draft_noise()))
+        if v > 0
+    ]
+    if knobs:
+        message = f"{' and '.join(knobs)} not applied to {what} (EAGLE proposers only)"
+        ACTIONS.append(message)
+        logger.warning("eagle-fix: %s", message)
+
+
+def _wrap_v2_ngram(propose: Callable[..., Any]) -> Callable[..., Any]:
+    """V2's n-gram speculator: counted as V2's EAGLE speculator is (calls and furthest position); no
+    damage knob (it drafts no model)."""
+    _knobs_not_applied("n-gram proposals")
+    return _wrap_v2_propose(propose, damage=False)
+
+
+def _wrap_v2_propose(propose: Callable[..., Any], *, damage: bool = True) -> Callable[..., Any]:
     batch_of, dummy_of = argument_reader(propose, "input_batch"), argument_reader(propose, "dummy_run")
     profile_of, k_of = argument_reader(propose, "is_profile"), argument_reader(propose, "num_speculative_tokens")
-    damage = _damage(propose, "v2")
+    damage = _damage(propose, "v2") if damage else None
 
     def propose_counted(self: Any, *args: Any, **kwargs: Any) -> Any:
         # dummy and profile runs (start-up, data-parallel sync) draft nothing real; k = 0 (dynamic
@@ -412,7 +489,19 @@ _WRAPPERS: dict[str, Callable[[Callable[..., Any]], Callable[..., Any]]] = {
     "v1_propose": _wrap_v1_propose,
     "v2_step": _wrap_v2_step,
     "v2_propose": _wrap_v2_propose,
+    "v1_ngram": _wrap_v1_ngram,
+    "v2_ngram": _wrap_v2_ngram,
 }
+
+
+def applies(point: HookPoint, method: str | None) -> bool:
+    """Whether an engine of vLLM speculative `method` calls the point (None: not known, every point)."""
+    return method is None or not point.methods or method in point.methods
+
+
+def engine_method(model_runner: Any) -> str | None:
+    """The vLLM speculative method of a worker's model runner; None without speculation or where unreadable."""
+    return getattr(getattr(model_runner, "speculative_config", None), "method", None)
 
 
 def runner_of(model_runner: Any) -> str | None:
@@ -421,13 +510,14 @@ def runner_of(model_runner: Any) -> str | None:
     return next((r for r in HOOK_POINTS if runner_module(r) in modules), None)
 
 
-def missing_hooks(runner: str) -> list[str]:
-    """The one-line problems of the runner's hook points in this process. A point that was never
-    installed (its module never imported, e.g. another speculator class drafted) is one too: its
-    counters would otherwise read 0, which means "the drafter never ran"."""
+def missing_hooks(runner: str, method: str | None = None) -> list[str]:
+    """The one-line problems of the runner's hook points in this process, those of the engine's speculative
+    `method` (None: every point). A point that was never installed (its module never imported, e.g. another
+    speculator class drafted) is one too: its counters would otherwise read 0, which means "the drafter
+    never ran"."""
     out = []
     for point in HOOK_POINTS[runner]:
-        if (runner, point.qualname) in installed:
+        if (runner, point.qualname) in installed or not applies(point, method):
             continue
         if (runner, point.qualname) not in problems:
             _, _, problem = resolve_hook(point)

@@ -41,6 +41,8 @@ from eagle_fix.fix.hooks import (
     COUNTERS_OF,
     HOOK_POINTS,
     PATCHED_ATTR,
+    applies,
+    engine_method,
     install_runner_hooks,
     installed,
     missing_hooks,
@@ -253,12 +255,22 @@ class DrafterStatsExtension:
             "inject_draft_errors": inject_draft_errors(),
             "inject_draft_noise": inject_draft_noise(),
         }
-        missing = missing_hooks(runner) if runner is not None else []
+        method = engine_method(model_runner)
+        missing = missing_hooks(runner, method) if runner is not None else []
         if runner is not None:
+            # a counter is unknown (None) where a point feeding it is missing, or no point of the engine's
+            # method feeds it (an EAGLE proposer drafts k tokens every call: no empty proposals to count)
+            fed = set()
             for point in HOOK_POINTS[runner]:
+                if not applies(point, method):
+                    continue
+                fed.update(COUNTERS_OF.get(point.wrap, ()))
                 if (runner, point.qualname) not in installed:
                     for counter in COUNTERS_OF.get(point.wrap, ()):
                         stats[counter] = None
+            for point in HOOK_POINTS[runner]:
+                for counter in set(COUNTERS_OF.get(point.wrap, ())) - fed:
+                    stats[counter] = None
         return {
             **stats,
             "plugin_mode": _registered_mode,

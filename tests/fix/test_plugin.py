@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import types
 
 import pytest
 
@@ -205,6 +206,7 @@ def test_a_release_without_the_runner_hooks_is_named_in_one_line():
         runner = type("GPUModelRunner", (), {"__module__": "vllm.v1.worker.gpu.model_runner"})
         ext = plugin.DrafterStatsExtension()
         ext.model_runner = object.__new__(runner)
+        ext.model_runner.speculative_config = types.SimpleNamespace(method="eagle3")  # an EAGLE3 engine's
         stats = ext.eagle_fix_drafter_stats()
     finally:
         hooks.ACTIONS[:] = saved[0]
@@ -260,6 +262,62 @@ def test_a_release_without_the_runner_hooks_is_named_in_one_line():
         for f in record.flags({**rec, "drafter_steps": 31, "drafter_proposals": 31, "drafter_coverage": 1.0})
         if f.startswith("missing_hook")
     ]
+
+
+def test_the_ngram_proposer_is_counted_with_the_steps_that_drafted_nothing():
+    """vLLM's own n-gram proposer (V1, its numba kernel, no engine) under the plugin's wrapper: a step whose
+    context repeats drafts and is counted; a step without a match drafts nothing, which vLLM's counters skip
+    and the wrapper counts; the start-up warm-up (no request has sampled tokens) is no step. The worker of an
+    n-gram engine reports those counters and expects no EAGLE hook; an EAGLE3 engine's has no empty count."""
+    import numpy as np
+    from vllm.v1.spec_decode.ngram_proposer import NgramProposer
+
+    from eagle_fix.fix import hooks, plugin
+
+    proposer = object.__new__(NgramProposer)  # its __init__ reads a whole VllmConfig: the fields propose() uses
+    proposer.min_n, proposer.max_n, proposer.k, proposer.max_model_len = 2, 4, 3, 64
+    proposer.valid_ngram_draft, proposer.valid_ngram_num_drafts = np.zeros((2, 3), np.int32), np.zeros(2, np.int32)
+    proposer.num_tokens_threshold, proposer.num_numba_thread_available = 8192, 1
+    propose = hooks._wrap_v1_ngram(NgramProposer.propose)
+    tokens = np.zeros((2, 64), np.int32)
+    tokens[0, :10] = [1, 2, 3, 4, 5, 1, 2, 3, 4, 5]  # ends in 4, 5, seen before: drafts 1, 2, 3
+    tokens[1, :10] = np.arange(10, 20)  # no repeat: no draft
+    saved = hooks.COUNTERS.as_dict()
+    try:
+        hooks.COUNTERS.reset()
+        assert propose(proposer, 3, [[], []], np.array([10, 10], np.int32), tokens) == [[], []]  # warm-up
+        assert propose(proposer, 3, [[5], [19]], np.array([10, 10], np.int32), tokens) == [[1, 2, 3], []]
+        assert propose(proposer, 3, [[19]], np.array([10], np.int32), tokens[1:]) == [[]]
+        counted = hooks.COUNTERS.as_dict()
+    finally:
+        vars(hooks.COUNTERS).update(saved)
+    assert (counted["proposals"], counted["empty_proposals"], counted["max_seq_len_drafted"]) == (2, 1, 10)
+
+    ngram = next(p for p in hooks.HOOK_POINTS["v1"] if p.wrap == "v1_ngram")
+    eagle = next(p for p in hooks.HOOK_POINTS["v1"] if p.wrap == "v1_propose")
+    runner = type("GPUModelRunner", (), {"__module__": "vllm.v1.worker.gpu_model_runner"})
+    saved_installed, saved_problems, saved_actions = set(hooks.installed), dict(hooks.problems), list(hooks.ACTIONS)
+    seen = {}
+    try:
+        hooks.installed.clear()
+        hooks.installed.update(("v1", p.qualname) for p in hooks.HOOK_POINTS["v1"] if p is not eagle)
+        for method in ("ngram", "eagle3"):
+            ext = plugin.DrafterStatsExtension()
+            ext.model_runner = object.__new__(runner)
+            ext.model_runner.speculative_config = types.SimpleNamespace(method=method)
+            seen[method] = ext.eagle_fix_drafter_stats()
+    finally:
+        hooks.installed.clear()
+        hooks.installed.update(saved_installed)
+        hooks.problems.clear()
+        hooks.problems.update(saved_problems)
+        hooks.ACTIONS[:] = saved_actions
+    assert seen["ngram"]["missing_hooks"] == [] and seen["ngram"]["empty_proposals"] is not None
+    assert seen["ngram"]["damaged"] is None  # no draft model to damage
+    assert seen["eagle3"]["proposals"] is None and seen["eagle3"]["empty_proposals"] is None
+    assert [m for m in seen["eagle3"]["missing_hooks"] if "EagleProposer.propose" in m]
+    assert not [m for m in seen["eagle3"]["missing_hooks"] if "NgramProposer" in m]
+    assert ngram.methods == ("ngram",)
 
 
 V2_PROBE = """
@@ -319,10 +377,12 @@ def test_v2_runner_is_hooked_and_counted():
         "v1:GPUModelRunner.execute_model",
         "v1:GPUModelRunner._input_fits_in_drafter",
         "v1:EagleProposer.propose",
+        "v1:NgramProposer.propose",
         "v1:GPUModelRunner.sample_tokens",
         "v2:GPUModelRunner.execute_model",
         "v2:GPUModelRunner.sample_tokens",
         "v2:EagleSpeculator.propose",
+        "v2:NgramGPUSpeculator.propose",
     }
     assert got["delayed_s"] >= 0.3
     assert got["calls"] == ["sample", "propose", "sample", "propose", "propose"]  # every call passed through
