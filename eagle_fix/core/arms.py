@@ -23,6 +23,8 @@ class Arm:
     # checkpoint that may be shorter than the target's context (the EAGLE family)
     takes_fix: bool
     label: str  # human words
+    # drafts by prompt lookup (vLLM's n-gram proposer): the profile's window sizes go to speculative_config
+    prompt_lookup: bool = False
 
     @property
     def speculates(self) -> bool:
@@ -35,7 +37,7 @@ class Arm:
 
 BASELINE = Arm("baseline", None, needs_draft=False, takes_fix=False, label="no speculation")
 EAGLE3 = Arm("eagle3", "eagle3", needs_draft=True, takes_fix=True, label="EAGLE3 draft")
-NGRAM = Arm("ngram", "ngram", needs_draft=False, takes_fix=False, label="n-gram prompt lookup")
+NGRAM = Arm("ngram", "ngram", needs_draft=False, takes_fix=False, label="n-gram prompt lookup", prompt_lookup=True)
 # a full LM drafting: its own max_position_embeddings is sized for the target's family, no shared positions
 DRAFT_MODEL = Arm("draft_model", "draft_model", needs_draft=True, takes_fix=False, label="draft language model")
 MTP = Arm("mtp", "mtp", needs_draft=False, takes_fix=False, label="the target's MTP layers")
