@@ -46,7 +46,7 @@ ARMS: MappingProxyType[str, Arm] = MappingProxyType({a.name: a for a in (EAGLE3,
 # what a sweep runs unless told otherwise (record.ARMS, --arms' default)
 DEFAULT_ARMS: tuple[str, ...] = (EAGLE3.name, BASELINE.name)
 # the arms the engine layer can run today (eagle_fix.engine.spec); an arm is added here when it is wired
-ENGINE_ARMS: frozenset[str] = frozenset({EAGLE3.name, BASELINE.name})
+ENGINE_ARMS: frozenset[str] = frozenset({EAGLE3.name, BASELINE.name, NGRAM.name})
 
 
 def arm(name: str, flag: str = "--arms") -> Arm:

@@ -253,7 +253,7 @@ def measure_point(
     }
     result = PointReply(prompt_len=prompt_len, samples=samples)
     for i in range(repeats):
-        counted = spec.draft is not None and i == 0
+        counted = spec.speculates and i == 0
         if counted:
             before = spec_counters(llm)
         # the worker's counters and step times cover this decode run alone

@@ -62,7 +62,7 @@ class EngineProcess(ChildProcess):
         self.mark(f"engine ready (pid {self.pid}, start {self.ready.get('startup_s', 0):.1f} s)")
 
     def group_label(self) -> str:
-        return f"engine {self.spec.mode}/{'eagle3' if self.spec.draft else 'baseline'}"
+        return f"engine {self.spec.mode}/{self.spec.arm_entry.name}"
 
     def run_point(self, command: PointCommand, timeout_s: float) -> PointReply:
         lifecycle.check()

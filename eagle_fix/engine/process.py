@@ -53,7 +53,7 @@ class ChildProcess:
     # ------------------------------------------------------------------ what a subclass says
     def group_label(self) -> str:
         """The group's name for lifecycle's messages."""
-        return f"{type(self).__name__} {self.spec.mode}/{'eagle3' if self.spec.draft else 'baseline'}"
+        return f"{type(self).__name__} {self.spec.mode}/{self.spec.arm_entry.name}"
 
     def child_env(self) -> dict[str, str]:
         """Variables of this kind of child, before the caller's own (`env`)."""

@@ -8,7 +8,7 @@ import json
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from eagle_fix.core.arms import FIX_ARMS
+from eagle_fix.core.arms import BASELINE, EAGLE3, FIX_ARMS, Arm, arm
 from eagle_fix.engine.worker import WORKER_EXTENSION
 from eagle_fix.fix.plugin import MODE_ENV
 from eagle_fix.pairs.profiles import speculative_config
@@ -27,7 +27,7 @@ class EngineSpec:
     """Everything that fixes one engine; points at different contexts share it."""
 
     target: str
-    draft: str | None  # None: the baseline arm (no speculation)
+    draft: str | None  # None: an arm without a draft checkpoint (the baseline, n-gram)
     mode: str  # eager | compile
     fix: str | None  # on | off | upstream (None for baseline)
     max_model_len: int
@@ -48,6 +48,24 @@ class EngineSpec:
     distributed_executor_backend: str | None = None
     cpu_threads_bind: str | None = None  # CPU, TP > 1: VLLM_CPU_OMP_THREADS_BIND, one CPU list per rank
     workload: str = "copy"  # what the prompts are made of (eagle_fix.core.workload.WORKLOADS)
+    # the arm (eagle_fix.core.arms) the engine runs; None (a spec from an older parent): EAGLE3 with a
+    # draft, else the baseline
+    arm: str | None = None
+    # the n-gram arm's prompt-lookup windows (vLLM prompt_lookup_min / max; None on other arms)
+    prompt_lookup_min: int | None = None
+    prompt_lookup_max: int | None = None
+
+    @property
+    def arm_entry(self) -> Arm:
+        """The engine's arm from the registry."""
+        if self.arm is not None:
+            return arm(self.arm)
+        return EAGLE3 if self.draft is not None else BASELINE
+
+    @property
+    def speculates(self) -> bool:
+        """Whether the engine drafts (vLLM's spec-decode counters and the drafter's counters are read)."""
+        return self.arm_entry.speculates
 
     def llm_kwargs(self) -> dict[str, Any]:
         """Keyword arguments of vllm.LLM for this engine."""
@@ -83,9 +101,14 @@ class EngineSpec:
             kwargs["hf_overrides"] = dict(self.hf_overrides)
         # every engine, baseline too: the memory RPCs (and the drafter's counters) live in the worker
         kwargs["worker_extension_cls"] = WORKER_EXTENSION
-        if self.draft is not None:
+        if self.speculates:
+            lookup = (self.prompt_lookup_min, self.prompt_lookup_max)
             kwargs["speculative_config"] = speculative_config(
-                self.draft, self.num_speculative_tokens, self.synthetic_acceptance_length
+                self.draft,
+                self.num_speculative_tokens,
+                self.synthetic_acceptance_length,
+                method=self.arm_entry.method,
+                prompt_lookup=lookup if None not in lookup else None,
             )
         return kwargs
 

@@ -8,6 +8,7 @@ import functools
 import pathlib
 from typing import Any
 
+from eagle_fix.core.arms import EAGLE3
 from eagle_fix.core.errors import EagleFixError
 from eagle_fix.fix.checkpoint import read_config
 
@@ -80,6 +81,10 @@ class Profile:
     # What the prompts are made of: `copy` (the synthetic best case) or `chat` (held-out ShareGPT text, the
     # realistic regime; the target must ship a tokenizer.json). eagle_fix.core.workload.WORKLOADS
     workload: str = "copy"
+    # The n-gram arm's prompt-lookup windows (vLLM prompt_lookup_min / max): the shortest and longest
+    # suffix of the sequence it looks up earlier in the context to draft what followed it there.
+    ngram_lookup_min: int = 2
+    ngram_lookup_max: int = 4
 
     def speculative_config(self) -> dict:
         """The `speculative_config` dict for `vllm.LLM`."""
@@ -134,10 +139,22 @@ class Profile:
 
 
 def speculative_config(
-    draft: str | pathlib.Path, num_speculative_tokens: int, synthetic_acceptance_length: float | None = None
+    draft: str | pathlib.Path | None,
+    num_speculative_tokens: int,
+    synthetic_acceptance_length: float | None = None,
+    *,
+    method: str | None = None,
+    prompt_lookup: tuple[int, int] | None = None,
 ) -> dict:
-    """The `speculative_config` dict for `vllm.LLM`: one place for profiles and engine specs."""
-    cfg = {"method": "eagle3", "model": str(draft), "num_speculative_tokens": num_speculative_tokens}
+    """The `speculative_config` dict for `vllm.LLM`: one place for profiles and engine specs. `method`: vLLM's
+    (None: EAGLE3's); a method without a draft checkpoint (n-gram) passes no `model`; `prompt_lookup`: the
+    n-gram proposer's (min, max) windows."""
+    cfg: dict[str, Any] = {"method": method or EAGLE3.method}
+    if draft is not None:
+        cfg["model"] = str(draft)
+    cfg["num_speculative_tokens"] = num_speculative_tokens
+    if prompt_lookup is not None:
+        cfg["prompt_lookup_min"], cfg["prompt_lookup_max"] = prompt_lookup
     if synthetic_acceptance_length is not None:
         # Random (dummy) weights accept nothing: vLLM's synthetic rejection sampler fakes a rate.
         cfg["rejection_sample_method"] = "synthetic"

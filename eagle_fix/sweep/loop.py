@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from eagle_fix.core import metrics, parity, record
+from eagle_fix.core.arms import arm
 from eagle_fix.core.errors import EagleFixError
 from eagle_fix.engine import lifecycle
 from eagle_fix.engine.lifecycle import Interrupted
@@ -314,8 +315,9 @@ def groups(points: Iterable[Point]) -> list[list[Point]]:
 
 def _fix_state(run: Resolved, p: Point) -> tuple[dict[str, Any] | None, str | None]:
     """The doctor's report for this arm, from a child process (the plugin mode is per process), or
-    why it could not be had (recorded on the record: a doctor failure is not swallowed)."""
-    if p.arm == "baseline":
+    why it could not be had (recorded on the record: a doctor failure is not swallowed). Only an arm that
+    takes the fix has a fix state (the doctor reads the EAGLE draft)."""
+    if not arm(p.arm).takes_fix:
         return None, None
     env = {**os.environ, MODE_ENV: PLUGIN_MODE_OF_ARM[p.fix or "on"], "HF_HUB_OFFLINE": "1"}
     cmd = [

@@ -163,7 +163,7 @@ class Resolved:
             "fix": p.fix,
             "batch_size": self.args.batch_size,
             "output_len": self.output_len,
-            "num_speculative_tokens": self.args.num_speculative_tokens if p.arm == "eagle3" else None,
+            "num_speculative_tokens": self.args.num_speculative_tokens if arms.arm(p.arm).speculates else None,
             "workload": self.profile.workload,
             "temperature": float(self.args.temperature),
         }
@@ -249,12 +249,13 @@ def check_compile_settings(compilation_mode: str | None, cudagraph_mode: str | N
 
 
 def plan(run: Resolved) -> list[Point]:
-    """Baselines first, so each EAGLE3 point can carry its speedup when it is written."""
+    """Baselines first, so each speculative point can carry its speedup when it is written; only an arm that
+    takes the fix (EAGLE3) runs the fix arms, the others once with fix None."""
     points = []
-    arms = sorted(run.args.arms, key=lambda a: a != "baseline")
+    names = sorted(run.args.arms, key=lambda a: arms.arm(a).speculates)
     for mode in run.args.modes:
-        for arm in arms:
-            for fix in [None] if arm == "baseline" else run.args.fixes:
+        for arm in names:
+            for fix in run.args.fixes if arms.arm(arm).takes_fix else [None]:
                 points += [Point(c, mode, arm, fix) for c in sorted(run.contexts)]
     return points
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from eagle_fix.core.arms import arm as arm_of
 from eagle_fix.core.errors import EagleFixError
 from eagle_fix.engine.protocol import PointCommand
 from eagle_fix.engine.spec import COMPILATION_MODES, CUDAGRAPH_MODES, EngineSpec
@@ -49,7 +50,7 @@ def kv_budget(profile: Profile, *, arm: str, max_model_len: int, max_num_seqs: i
     (eagle_fix.machine.roofline.kv_budget_bytes), shared by the tensor-parallel ranks (each holds its KV heads)."""
     if profile.kv_cache_memory_bytes:
         return int(profile.kv_cache_memory_bytes)
-    draft = read_config(profile.draft, "draft") if arm == "eagle3" else None
+    draft = read_config(profile.draft, "draft") if arm_of(arm).needs_draft else None
     total = kv_budget_bytes(profile.target_config(), draft, max_model_len=max_model_len, max_num_seqs=max_num_seqs)
     return -(-total // profile.tensor_parallel_size)
 
@@ -114,18 +115,20 @@ def engine_spec(
     profile.check_runs_here()
     if profile.device == "cuda" and profile.tensor_parallel_size > 1:  # one GPU: check_runs_here found it
         check_devices(profile)
-    eagle3 = arm == "eagle3"
+    a = arm_of(arm)
     max_num_seqs = max(max_num_seqs, 1)
     comp, graphs = compile_settings(profile, compilation_mode, cudagraph_mode)
     return EngineSpec(
         target=str(Path(profile.target).resolve()),  # the engine runs in its log's folder
-        draft=str(Path(profile.draft).resolve()) if eagle3 else None,
+        draft=str(Path(profile.draft).resolve()) if a.needs_draft else None,
         mode=mode,
-        fix=fix if eagle3 else None,
+        fix=fix if a.takes_fix else None,
         max_model_len=max_model_len,
         num_speculative_tokens=num_speculative_tokens or profile.num_speculative_tokens,
         load_format=profile.load_format,
-        synthetic_acceptance_length=profile.synthetic_acceptance_length,
+        # the synthetic sampler stands in for a random-weight draft's acceptance; a method without a draft
+        # (n-gram) proposes from the sequence itself, measured as it is
+        synthetic_acceptance_length=profile.synthetic_acceptance_length if a.needs_draft else None,
         max_num_batched_tokens=profile.max_num_batched_tokens,
         kv_cache_gib=profile.kv_cache_gib if profile.device == "cpu" else None,
         max_num_seqs=max_num_seqs,
@@ -143,6 +146,9 @@ def engine_spec(
         if profile.device == "cpu" and profile.tensor_parallel_size > 1
         else None,
         workload=profile.workload,
+        arm=a.name,
+        prompt_lookup_min=profile.ngram_lookup_min if a.prompt_lookup else None,
+        prompt_lookup_max=profile.ngram_lookup_max if a.prompt_lookup else None,
     )
 
 

@@ -87,6 +87,55 @@ def test_identity_of_a_point_is_the_records_identity():
     assert record.baseline_key(run.identity(eagle)) == record.key(run.identity(base))
 
 
+def test_the_ngram_arm_is_vllms_prompt_lookup_without_a_draft_or_fix_arms():
+    """n-gram runs once per mode and context (no fix arms, fix None as the baseline) after the baseline, its
+    engine asks vLLM for prompt lookup with the profile's windows and no draft checkpoint, and its record's
+    identity is its own while its speedup divides by the baseline's."""
+    import dataclasses
+
+    from eagle_fix.core import record
+    from eagle_fix.engine.spec import EngineSpec
+
+    run = resolve(
+        RunArgs(
+            profile="cpu-quick",
+            contexts=(8192,),
+            modes=("eager",),
+            arms=("ngram", "eagle3", "baseline"),
+            fixes=("on", "off"),
+        )
+    )
+    assert plan(run) == [
+        Point(8192, "eager", "baseline", None),
+        Point(8192, "eager", "ngram", None),
+        Point(8192, "eager", "eagle3", "on"),
+        Point(8192, "eager", "eagle3", "off"),
+    ]
+    ngram, base = Point(8192, "eager", "ngram", None), Point(8192, "eager", "baseline", None)
+    spec = run.engine_spec(ngram)
+    kwargs = spec.llm_kwargs()
+    assert kwargs["speculative_config"] == {
+        "method": "ngram",
+        "num_speculative_tokens": 3,
+        "prompt_lookup_min": 2,
+        "prompt_lookup_max": 4,
+    }
+    assert spec.draft is None and spec.fix is None and spec.speculates
+    assert EngineSpec.from_json(spec.to_json()) == spec  # the child gets the same engine
+    assert "speculative_config" not in run.engine_spec(base).llm_kwargs()
+    assert (
+        run.engine_spec(Point(8192, "eager", "eagle3", "on")).llm_kwargs()["speculative_config"]["method"] == "eagle3"
+    )
+    ident = run.identity(ngram)
+    assert ident["arm"] == "ngram" and ident["fix"] is None and ident["num_speculative_tokens"] == 3
+    assert record.key(ident) != record.key(run.identity(base))
+    assert record.baseline_key(ident) == record.key(run.identity(base))
+    # the windows are the profile's
+    wide = dataclasses.replace(run, profile=dataclasses.replace(run.profile, ngram_lookup_min=3, ngram_lookup_max=6))
+    sc = wide.engine_spec(ngram).llm_kwargs()["speculative_config"]
+    assert (sc["prompt_lookup_min"], sc["prompt_lookup_max"]) == (3, 6)
+
+
 def test_the_regime_is_the_profiles_workload_at_the_runs_temperature():
     eagle = Point(8192, "eager", "eagle3", "on")
     run = resolve(RunArgs(profile="cpu-chat", contexts=(8192,), fixes=("on",), temperature=0.7))
