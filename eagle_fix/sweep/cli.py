@@ -11,6 +11,7 @@ from typing import Any
 
 from eagle_fix.core import record
 from eagle_fix.core.point import Point
+from eagle_fix.sweep import arms_cli
 from eagle_fix.sweep.loop import run_sweep
 from eagle_fix.sweep.plan import RunArgs, add_cli_args  # noqa: F401  (cli.py reads add_cli_args here)
 
@@ -44,7 +45,10 @@ def summary_table(records: list[dict[str, Any]]) -> str:
 
 
 def cli_main(args: argparse.Namespace) -> int:
-    """Exit 0 when every point is ok, 1 when any point failed (after every line and the summary)."""
+    """Exit 0 when every point is ok, 1 when any point failed (after every line and the summary). `--arms`
+    with no value lists the arms (eagle-fix arms) and runs nothing."""
+    if args.arms is None:
+        return arms_cli.cli_main(args)
     run_args = RunArgs.from_cli_args(args)
     if run_args.out is None:
         out = Path("runs") / f"{run_args.profile or 'default'}-{time.strftime('%Y%m%d-%H%M%S')}.jsonl"

@@ -342,7 +342,13 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--draft", help="EAGLE3 draft folder")
     parser.add_argument("--contexts", help="comma-separated context lengths, e.g. 8192,16384 (default: the profile's)")
     parser.add_argument("--modes", default=",".join(ENGINE_MODES), help="eager,compile")
-    parser.add_argument("--arms", default=",".join(ARMS), help=f"{','.join(arms.ARMS)} (default: %(default)s)")
+    parser.add_argument(
+        "--arms",
+        nargs="?",
+        const=None,  # --arms alone lists the arms (eagle-fix arms)
+        default=",".join(ARMS),
+        help=f"{','.join(arms.ARMS)} (default: %(default)s; --arms alone lists them)",
+    )
     parser.add_argument("--fix", default="on", help="on,off,upstream: the fix A/B arms of the eagle3 arm")
     parser.add_argument("--batch-size", help="requests per step (default: the profile's)")
     parser.add_argument("--output-len", help="tokens generated per request (default: the profile's)")

@@ -136,6 +136,22 @@ def test_the_ngram_arm_is_vllms_prompt_lookup_without_a_draft_or_fix_arms():
     assert (sc["prompt_lookup_min"], sc["prompt_lookup_max"]) == (3, 6)
 
 
+def test_arms_alone_lists_the_registry_and_runs_nothing(tmp_path):
+    """`eagle-fix run --arms` (and `eagle-fix arms`) print one row per registered arm with its method, draft,
+    fix arms and label; no engine starts, nothing is written."""
+    from eagle_fix.core import arms
+    from eagle_fix.sweep.arms_cli import arms_table
+
+    out = run_cli("--profile", "cpu-quick", "--out", str(tmp_path / "x.jsonl"), "--arms")
+    assert out.returncode == 0, out.stderr
+    assert arms_table() in out.stdout and not list(tmp_path.iterdir())
+    rows = {line.split()[0]: line.split() for line in arms_table().splitlines()[1:]}
+    assert set(rows) == set(arms.ARMS)
+    assert rows["ngram"][:5] == ["ngram", "ngram", "no", "no", "yes"]  # method, no draft, no fix arms, runs
+    assert rows["eagle3"][:5] == ["eagle3", "eagle3", "yes", "yes", "yes"]
+    assert rows["baseline"][1] == "-"
+
+
 def test_the_regime_is_the_profiles_workload_at_the_runs_temperature():
     eagle = Point(8192, "eager", "eagle3", "on")
     run = resolve(RunArgs(profile="cpu-chat", contexts=(8192,), fixes=("on",), temperature=0.7))
