@@ -47,6 +47,27 @@ def ratio(top: list[float], bottom: list[float]) -> tuple[float, tuple[float, fl
     return est, (float(res.confidence_interval.low), float(res.confidence_interval.high))
 
 
+def step_acceptance(rec: dict[str, Any]) -> tuple[float | None, tuple[float, float] | None]:
+    """Tokens a decode step yields (tau, with its interval): vLLM's acceptance length, which averages over the
+    steps that drafted. A proposer that may draft nothing (n-gram without a match: `drafter_empty_proposals`)
+    runs plain steps vLLM does not count, each yielding one token, so tau is taken over every step:
+    1 + accepted / (drafts + empty steps), the interval mapped the same way (exact at batch 1)."""
+    tau = rec.get("acceptance_length")
+    ci = ((rec.get("ci95") or {}) if isinstance(rec.get("ci95"), dict) else {}).get("acceptance_length")
+    tau_ci = (float(ci[0]), float(ci[1])) if ci and None not in ci[:2] else None
+    if tau is None:
+        return None, None
+    drafts, empty = rec.get("num_drafts"), rec.get("drafter_empty_proposals")
+    if not empty or not drafts:
+        return float(tau), tau_ci
+    share = drafts / (drafts + empty)  # of the steps, those that drafted
+
+    def scale(t: float) -> float:
+        return 1.0 + (t - 1.0) * share
+
+    return scale(float(tau)), (scale(tau_ci[0]), scale(tau_ci[1])) if tau_ci else None
+
+
 def twins(records: Iterable[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     """(drafted record, its baseline) for every ok drafted record with a baseline twin among `records` (one
     run file: same machine and engine, same profile, context, mode, batch, output length, workload and
@@ -72,9 +93,7 @@ def point(drafted: dict[str, Any], base: dict[str, Any]) -> dict[str, Any] | Non
         return None
     tau_star, tau_star_ci = ratio(spec, plain)
     measured, measured_ci = ratio(e_thr, b_thr)
-    tau = drafted.get("acceptance_length")
-    ci = ((drafted.get("ci95") or {}) if isinstance(drafted.get("ci95"), dict) else {}).get("acceptance_length")
-    tau_ci = (float(ci[0]), float(ci[1])) if ci and None not in ci[:2] else None
+    tau, tau_ci = step_acceptance(drafted)
     predicted = predicted_ci = None
     if tau is not None:
         predicted = float(tau) / tau_star

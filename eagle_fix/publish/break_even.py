@@ -62,22 +62,29 @@ def groups(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{"profile": k[0], "machine": k[1], "points": v} for k, v in sorted(by.items())]
 
 
+def several_arms(points: list[dict[str, Any]]) -> bool:
+    """Whether the points hold more than one speculative arm (EAGLE3 and n-gram): then each is named."""
+    return len({str(p["arm"]) for p in points}) > 1
+
+
 def needed_words(points: list[dict[str, Any]]) -> str:
-    """`8K eager 2.61 [2.23, 2.87] (accepts 2.57)` per context and mode (and workload) of the newest undamaged,
-    greedy, fix-on points."""
+    """`8K eager 2.61 [2.23, 2.87] (accepts 2.57)` per context and mode (and workload, and arm where there are
+    several) of the newest undamaged, greedy, fix-on points."""
     newest: dict[tuple, dict[str, Any]] = {}
     for p in points:
         if p["damage"] or (p["fix"] or "on") != "on" or p["temperature"]:
             continue
-        at = (p["context_len"], p["mode"] != "eager", str(p["workload"]))
+        at = (p["context_len"], p["mode"] != "eager", str(p["workload"]), str(p["arm"]))
         if at not in newest or p["timestamp"] > newest[at]["timestamp"]:
             newest[at] = p
-    several = len({w for _, _, w in newest}) > 1
+    several = len({w for _, _, w, _ in newest}) > 1
+    arms = several_arms(list(newest.values()))
     said = []
-    for (_, _, w), p in sorted(newest.items()):
+    for (_, _, w, a), p in sorted(newest.items()):
         acc = f" (accepts {p['acceptance']:.2f})" if p["acceptance"] is not None else ""
         said.append(
             (f"`{w}` " if several else "")
+            + (f"{a} " if arms else "")
             + f"{_k(p['context_len'])} {p['mode']} {p['tau_star']:.2f}{break_even.interval_words(p['tau_star_ci'])}{acc}"
         )
     return "; ".join(said)
@@ -115,13 +122,15 @@ def table(paths: list[Path]) -> str:
 
 
 def _order(p: dict[str, Any]) -> tuple:
-    return (str(p["profile"]), p["context_len"], p["mode"] != "eager", p["damage"], str(p["workload"]))
+    return (str(p["profile"]), p["context_len"], p["mode"] != "eager", p["damage"], str(p["workload"]), str(p["arm"]))
 
 
 def points_table(points: list[dict[str, Any]]) -> str:
-    """The figures of `points` as a markdown table, one row each."""
+    """The figures of `points` as a markdown table, one row each (an `arm` column where there are several)."""
+    arms = several_arms(points)
     head = [
         "profile",
+        *(["arm"] if arms else []),
         "context",
         "mode",
         "workload",
@@ -137,6 +146,7 @@ def points_table(points: list[dict[str, Any]]) -> str:
     rows = [
         [
             str(p["profile"]),
+            *([str(p["arm"])] if arms else []),
             _k(p["context_len"]),
             str(p["mode"]),
             str(p["workload"] or "copy"),
@@ -171,17 +181,23 @@ def figure(group: dict[str, Any], path: Path) -> Path | None:
     contexts = sorted({p["context_len"] for p in pts})
     colors = {c: plt.get_cmap("viridis")(i / max(1, len(contexts) - 1) * 0.85) for i, c in enumerate(contexts)}
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
-    # each line's tau*: the median of its undamaged points', else of its damaged ones
-    undamaged: dict[tuple[int, str], list[float]] = {}
-    damaged: dict[tuple[int, str], list[float]] = {}
+    # each line's tau*: the median of its undamaged points', else of its damaged ones; one line per arm where
+    # there are several (each method's speculative step costs its own)
+    arms = several_arms(pts)
+    undamaged: dict[tuple[int, str, str], list[float]] = {}
+    damaged: dict[tuple[int, str, str], list[float]] = {}
     for p in pts:
-        (damaged if p["damage"] else undamaged).setdefault((p["context_len"], p["mode"]), []).append(p["tau_star"])
+        at = (p["context_len"], p["mode"], str(p["arm"]) if arms else "")
+        (damaged if p["damage"] else undamaged).setdefault(at, []).append(p["tau_star"])
     lines = {**damaged, **undamaged}
     xs = [1.0, k + 1.0]
-    for (c, mode), taus in sorted(lines.items()):
+    first = min(a for _, _, a in lines)
+    for (c, mode, a), taus in sorted(lines.items()):
         t = sorted(taus)[len(taus) // 2]
-        style = "-" if mode == "eager" else "--"
-        ax.plot(xs, [x / t for x in xs], style, color=colors[c], linewidth=1, label=f"{_k(c)} {mode}: τ* {t:.2f}")
+        # eager solid, compiled dashed; a second arm's lines dotted / dash-dotted
+        style = ("-" if mode == "eager" else "--") if a == first else (":" if mode == "eager" else "-.")
+        label = f"{_k(c)} {mode}{' ' + a if a else ''}: τ* {t:.2f}"
+        ax.plot(xs, [x / t for x in xs], style, color=colors[c], linewidth=1, label=label)
         ax.plot([t], [1.0], "|", color=colors[c], markersize=12)
     for p in pts:
         marker = {"chat": "o", "copy": "s"}.get(str(p["workload"] or "copy"), "^")
@@ -206,6 +222,10 @@ def figure(group: dict[str, Any], path: Path) -> Path | None:
             capsize=2,
             markersize=5,
         )
+        if arms:
+            ax.annotate(
+                str(p["arm"]), (p["acceptance"], p["measured"]), fontsize=6, xytext=(3, 3), textcoords="offset points"
+            )
     ax.axhline(1.0, color="grey", linewidth=0.8)
     ax.set_xlim(0.9, k + 1.1)
     ax.set_ylim(bottom=0)

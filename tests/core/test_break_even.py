@@ -86,3 +86,28 @@ def test_damage_share_is_read_from_the_record_env_and_one_sample_gives_no_interv
     assert p["damage"] == 0.3 and p["tau_star"] == 2.5
     assert p["tau_star_ci"] is None and p["measured_ci"] is None and p["agree"] is None
     assert p["predicted_ci"] == (1.8 / 2.5, 2.2 / 2.5)
+
+
+def test_an_ngram_point_takes_tau_over_every_step_its_steps_that_drafted_nothing_included():
+    """vLLM's acceptance length averages over the steps that drafted; an n-gram step without a match is a
+    plain step (one token) vLLM does not count, so the prediction takes tau over every step. An EAGLE3 point
+    (no empty proposals counted) keeps vLLM's figure; both divide by the same baseline; the docs table then
+    names each row's arm."""
+    from eagle_fix.publish import break_even as shown
+
+    spec, thr = [5.0, 5.2, 4.9], [300.0, 305.0, 298.0]
+    ngram = rec("ngram", spec, thr, acceptance=4.0, num_drafts=13, drafter_empty_proposals=14, num_speculative_tokens=3)
+    eagle = rec("eagle3", [10.0, 10.4, 9.9], [220.0, 221.0, 219.0], acceptance=4.0)
+    base = rec("baseline", [4.0, 4.1, 3.9], [240.0, 238.0, 242.0])
+    by_arm = {p["arm"]: p for p in break_even.points([ngram, eagle, base])}
+    assert set(by_arm) == {"ngram", "eagle3"}
+    tau = 1 + 3.0 * 13 / 27  # 39 accepted over 13 + 14 steps: 2.44 tokens a step, not 4
+    assert abs(by_arm["ngram"]["acceptance"] - tau) < 1e-12
+    lo, hi = by_arm["ngram"]["acceptance_ci"]
+    assert abs(lo - (1 + 2.8 * 13 / 27)) < 1e-12 and abs(hi - (1 + 3.2 * 13 / 27)) < 1e-12
+    assert abs(by_arm["ngram"]["predicted"] - tau / by_arm["ngram"]["tau_star"]) < 1e-12
+    assert by_arm["eagle3"]["acceptance"] == 4.0
+    table = shown.points_table(list(by_arm.values()))
+    assert table.splitlines()[0].startswith("| profile | arm | context |")
+    assert {row.split(" | ")[1] for row in table.splitlines()[2:]} == {"ngram", "eagle3"}
+    assert "| arm |" not in shown.points_table([by_arm["eagle3"]])  # one arm: the table as before
