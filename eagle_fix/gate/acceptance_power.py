@@ -17,6 +17,7 @@ from typing import Any
 
 from eagle_fix.core import parity, record
 from eagle_fix.core.errors import EagleFixError
+from eagle_fix.core.paths import committed_results
 from eagle_fix.fix.damage import expected_acceptance
 from eagle_fix.gate import verdict
 from eagle_fix.pairs.profiles import PROFILES
@@ -26,7 +27,7 @@ GOAL_DETECTION, GOAL_TRIALS = 0.9, 10
 # The committed calibrations: the best case (scripts/calibrate_acceptance.sh's default folder, cpu-quick)
 # and the realistic regime (CALIBRATE_PROFILE=cpu-chat). A point takes the figure of the one that ran its
 # pair, workload and lengths.
-FOLDER = Path(__file__).resolve().parents[2] / "results" / "calibration" / "acceptance"
+FOLDER = committed_results("calibration", "acceptance")
 FOLDERS = (
     FOLDER,
     FOLDER.with_name("acceptance-chat"),

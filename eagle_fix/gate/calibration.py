@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from eagle_fix.core import significance, stats
+from eagle_fix.core.paths import results_dir
 from eagle_fix.core.point import Point
 from eagle_fix.fix.clock import INJECT_SLOWDOWN_ENV
 from eagle_fix.gate import verdict
@@ -21,7 +22,7 @@ from eagle_fix.gate.ab_result import point_rounds, ratios_by_start_order, read_a
 from eagle_fix.machine.fingerprint import fingerprint
 from eagle_fix.pairs.profiles import PROFILES
 
-GATE = Path("results") / "calibration" / "gate"
+GATE = results_dir("calibration", "gate")
 
 
 # What issue 22 asked a calibration to cover: the gate's defaults held to 0 false alarms on identical

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from eagle_fix.core import acceptance, metrics, record
 from eagle_fix.core.errors import EagleFixError
+from eagle_fix.core.paths import RESULTS
 from eagle_fix.engine.lifecycle import Interrupted
 from eagle_fix.gate import acceptance_power, components, one_launch, verdict
 from eagle_fix.gate.verdict import DEFAULT_ALPHA, DEFAULT_THRESHOLD, FAILING, Verdict
@@ -339,7 +340,7 @@ def format_comparison(
 # --------------------------------------------------------------------------- inputs
 
 
-def load_side(spec: str, *, results_dir: str | os.PathLike = "results", machine: str | None = None) -> list[dict]:
+def load_side(spec: str, *, results_dir: str | os.PathLike = RESULTS, machine: str | None = None) -> list[dict]:
     """Records of BASE or NEW: an `eagle-fix run` .jsonl, an asv results .json, or a commit in
     results_dir, as COMMIT or COMMIT:ENV (ENV: an asv environment name, or a part of one only it has;
     needed when the commit holds several, e.g. vLLM releases replayed at it or a fix arm)."""
@@ -406,7 +407,7 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
         help="compare records of different machine fingerprints (marked on every row)",
     )
     parser.add_argument("--all", action="store_true", help="also list the exact metrics that did not change")
-    parser.add_argument("--results-dir", default="results", help="results folder for commits (default %(default)s)")
+    parser.add_argument("--results-dir", default=RESULTS, help="results folder for commits (default %(default)s)")
     parser.add_argument("--machine", default=None, help="asv machine to read commits from (default: the only one)")
 
 

@@ -16,12 +16,13 @@ from typing import Any
 
 from eagle_fix.core import nested
 from eagle_fix.core.errors import EagleFixError
+from eagle_fix.core.paths import committed_results
 from eagle_fix.core.point import Point
 from eagle_fix.gate import verdict
 from eagle_fix.gate.ab_result import read_ab
 
 # Where the recorded components live (a folder per machine fingerprint name).
-FOLDER = Path(__file__).resolve().parents[2] / "results" / "gate"
+FOLDER = committed_results("gate")
 KIND = "eagle-fix noise"
 SCHEMA = 2  # 2: each metric carries its analysis of variance (block_var, df_launch, df_round, F, floor)
 # The metric a plan is made for: the model step timed in the engine's worker, the gate's least noisy speed.

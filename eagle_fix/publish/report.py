@@ -10,6 +10,7 @@ from pathlib import Path
 from eagle_fix.core import acceptance, parity
 from eagle_fix.core.break_even import INTERVAL
 from eagle_fix.core.errors import EagleFixError
+from eagle_fix.core.paths import results_dir
 from eagle_fix.core.point import Point
 from eagle_fix.gate import acceptance_power
 from eagle_fix.machine.fingerprint import fingerprint
@@ -276,7 +277,7 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
         "results",
         nargs="*",
         metavar="RESULTS",
-        default=["results"],
+        default=[str(results_dir())],
         help="`eagle-fix run` .jsonl files, asv results .json files, or folders (default: results/)",
     )
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output folder (default: %(default)s)")

@@ -7,7 +7,7 @@ import json
 import re
 from pathlib import Path
 
-from eagle_fix.core import record
+from eagle_fix.core import paths, record
 from eagle_fix.publish import answers
 from eagle_fix.publish import break_even as to_pay
 from eagle_fix.publish.labels import LABELLED, withheld, workload_label
@@ -472,7 +472,7 @@ def add_story(html_dir: Path, results_dir: Path, repo: Path) -> int:
     runs = story_runs(results_dir, repo)
     fleet = jobs(Path(results_dir).parent)  # results/fleet beside results/asv: a CI matrix's jobs, merged
     # the run files, maps and gate records beside results/asv, else the repository's committed ones
-    root = Path(results_dir).parent if (Path(results_dir).parent / "runs").is_dir() else Path(repo) / "results"
+    root = Path(results_dir).parent if (Path(results_dir).parent / "runs").is_dir() else paths.results_dir(root=repo)
     groups = [g for g in answers.regimes(root) if g["cells"][answers.REALISTIC]]
     if not runs and not fleet and not groups:
         return 0

@@ -31,12 +31,13 @@ from typing import Any
 
 from eagle_fix.core import record
 from eagle_fix.core.errors import EagleFixError, parse_positive_int
+from eagle_fix.core.paths import results_dir
 from eagle_fix.core.settings import INJECT_DRAFT_ERRORS_ENV
 from eagle_fix.machine.fingerprint import fingerprint
 from eagle_fix.pairs.profiles import cuda_available, real_shape_configs
 from eagle_fix.releases.gpu_claims import CHECKS, DAMAGE, DRAFT_POSITIONS, FAILED, NOT_RUN, PASSED, StepRun, judge
 
-SUMMARY_DIR = Path("results") / "gpu-check"
+SUMMARY_DIR = results_dir("gpu-check")
 WORK_DIR = Path(".gpu-check")  # step outputs (records, engine logs): ignored; the summary keeps the figures
 CONTEXT = 8192
 MODES = ("eager", "compile")

@@ -16,12 +16,12 @@ from typing import Any
 
 from eagle_fix.core import record
 from eagle_fix.core.errors import EagleFixError
+from eagle_fix.core.paths import committed_results
 from eagle_fix.fix.checkpoint import read_config
 from eagle_fix.machine.roofline import point_work
 from eagle_fix.pairs.profiles import get_profile
 
-ROOT = Path(__file__).resolve().parents[2]
-CPU_RECORDS = ROOT / "results" / "runs" / "cpu-8b"
+CPU_RECORDS = committed_results("runs", "cpu-8b")
 # H100 SXM datasheet: dense bf16 tensor-core peak and HBM3 bandwidth (not measured here)
 H100 = {"name": "H100 SXM (datasheet)", "peak_gflops": 989_000.0, "bandwidth_gbs": 3350.0}
 # Engine starts on one GPU, assumed (no CPU figure scales to them: Python, loading, torch.compile, CUDA-graph

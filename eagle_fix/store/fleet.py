@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from eagle_fix.core.errors import EagleFixError, OneLineParser
+from eagle_fix.core.paths import results_dir
 
 FLEET = "fleet"  # results/fleet/<kind>.json: one job's machine kind, runner, outcome
 BENCHMARKS = Path("asv") / "benchmarks.json"
@@ -26,7 +27,7 @@ STATUSES = ("success", "failure", "cancelled", "skipped", "missing")
 def tree_of(source: Path) -> Path:
     """The results tree in an uploaded artifact: its `results/` folder, or the folder itself."""
     source = Path(source)
-    return source / "results" if (source / "results").is_dir() else source
+    return results_dir(root=source) if results_dir(root=source).is_dir() else source
 
 
 def check_kind(kind: str) -> None:
@@ -127,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--into", type=Path, required=True, help="the merged tree (e.g. results)")
     m.add_argument("--expect", default="", help="comma-separated machine kinds the matrix ran: absent ones are missing")
     j = sub.add_parser("job", help="write one job's outcome into its tree")
-    j.add_argument("--tree", type=Path, default=Path("results"))
+    j.add_argument("--tree", type=Path, default=results_dir())
     j.add_argument("--kind", required=True, help="the runner's machine kind label")
     j.add_argument("--status", required=True, help=f"one of {', '.join(STATUSES)} (GitHub's job.status)")
     j.add_argument("--runner", default="")

@@ -12,6 +12,7 @@ from typing import Any
 
 from eagle_fix.core import arms
 from eagle_fix.core.errors import EagleFixError, parse_positive_int
+from eagle_fix.core.paths import committed_results
 from eagle_fix.core.point import Point
 from eagle_fix.core.record import ARMS, ENGINE_MODES
 from eagle_fix.core.settings import parse_number
@@ -26,7 +27,7 @@ from eagle_fix.sweep import road
 # Free space a sweep needs before it starts: engine logs (tens of MB each) and the result lines.
 MIN_FREE_BYTES = 64 * 2**20
 # Where committed results live: nothing measured with an injected delay or slowdown may land there.
-COMMITTED_RESULTS = Path(__file__).resolve().parents[2] / "results"
+COMMITTED_RESULTS = committed_results()
 
 
 MAX_TEMPERATURE = 2.0
