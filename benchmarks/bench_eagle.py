@@ -17,6 +17,7 @@ from .common import (
     VERSION,
     profile_contexts,
     profile_name,
+    sweep_arms,
     sweep_knobs,
 )
 
@@ -38,19 +39,26 @@ def _run_sweep():
     out.parent.mkdir(parents=True, exist_ok=True)
     if out.exists():  # same commit again (another vLLM, a retry): keep the earlier run's lines
         out.rename(out.with_name(f"{out.name}.{int(out.stat().st_mtime)}.old"))
+    arms = sweep_arms()
     records = run_sweep(
         RunArgs(
             profile=profile,
             contexts=profile_contexts(profile),
             modes=MODES,
-            arms=("eagle3", "baseline"),
+            arms=arms,
             fixes=(asv_fix(),),
             num_speculative_tokens=NUM_SPECULATIVE_TOKENS,
             out=out,
             **sweep_knobs(),
         )
     )
-    return {"profile": profile, "contexts": profile_contexts(profile), "records": records, "out": str(out)}
+    return {
+        "profile": profile,
+        "contexts": profile_contexts(profile),
+        "arms": arms,
+        "records": records,
+        "out": str(out),
+    }
 
 
 class _SweepBase:
@@ -67,6 +75,8 @@ class _SweepBase:
     setup_cache.timeout = SWEEP_TIMEOUT_S
 
     def setup(self, cache, context_len, mode, *position):
+        if cache.get("arms") is not None and self.arm not in cache["arms"]:
+            raise NotImplementedError(f"arm {self.arm} not in this run's arms ({','.join(cache['arms'])})")
         if context_len not in cache["contexts"]:
             limit = f" ({CONTEXTS_ENV}={os.environ[CONTEXTS_ENV]})" if os.environ.get(CONTEXTS_ENV) else ""
             raise NotImplementedError(
@@ -110,7 +120,7 @@ def _track(column, arm="eagle3"):
         return self._value(cache, column, context_len, mode)
 
     track.unit, track.version = metric.asv_unit, VERSION
-    who = "EAGLE3" if arm == "eagle3" else "no speculation"
+    who = {"eagle3": "EAGLE3", "ngram": "n-gram"}.get(arm, "no speculation")
     track.pretty_name = f"{who}: {metric.asv_title} [{metric.asv_unit}, lower is better]"
     track.__doc__ = track.pretty_source = f"{who}: {metric.asv_doc} Lower is better."
     return track
@@ -166,3 +176,16 @@ class PerPosition(_SweepBase):
     track_per_position_rejection.pretty_source = (
         "EAGLE3: 1 - vLLM's accepted_per_pos / drafts, per draft position 1..k. Lower is better."
     )
+
+
+class NgramSweep(_SweepBase):
+    """vLLM's n-gram (prompt lookup) proposer per context length x mode: no draft checkpoint, no fix arms. A
+    class of its own, so the EAGLE3 series keep their names and graph files; its points run where the sweep's
+    arms include it (EAGLE_FIX_ASV_ARMS=eagle3,baseline,ngram), else they are skipped."""
+
+    arm = "ngram"
+    track_tpot = _track("tpot_ms", "ngram")
+    track_e2e_ms_per_token = _track("output_throughput_tok_s", "ngram")
+    track_relative_decode_time = _track("speedup", "ngram")
+    track_target_passes_per_token = _track("acceptance_length", "ngram")
+    track_drafter_skipped_share = _track("drafter_coverage", "ngram")

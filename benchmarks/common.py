@@ -4,7 +4,14 @@ import os
 from pathlib import Path
 
 from eagle_fix.core.record import ENGINE_MODES as MODES  # noqa: F401 (the benchmarks' mode axis)
-from eagle_fix.core.settings import CONTEXTS_ENV, OUTPUT_LEN_ENV, PROFILE_ENV, REPEATS_ENV, TTFT_REPEATS_ENV
+from eagle_fix.core.settings import (
+    ASV_ARMS_ENV,
+    CONTEXTS_ENV,
+    OUTPUT_LEN_ENV,
+    PROFILE_ENV,
+    REPEATS_ENV,
+    TTFT_REPEATS_ENV,
+)
 from eagle_fix.pairs.profiles import PROFILES, default_profile  # light: no vLLM or torch
 
 # The profile, named as `eagle-fix run --profile` (cpu-quick | cpu | gpu-dummy | gpu), from PROFILE_ENV;
@@ -54,3 +61,15 @@ def sweep_knobs() -> dict:
         if os.environ.get(env):
             knobs[name] = int(os.environ[env])
     return knobs
+
+
+# The arms the sweep runs (EAGLE_FIX_ASV_ARMS, e.g. eagle3,baseline,ngram; `eagle-fix arms` lists them): the
+# sweep's default otherwise. A class whose arm the run left out is skipped (n/a), not failed.
+def sweep_arms() -> tuple:
+    from eagle_fix.core.arms import arm
+    from eagle_fix.core.record import ARMS
+
+    raw = os.environ.get(ASV_ARMS_ENV)
+    if not raw:
+        return tuple(ARMS)
+    return tuple(arm(a.strip(), ASV_ARMS_ENV).name for a in raw.split(",") if a.strip())

@@ -30,6 +30,7 @@ REPEATS_ENV = "EAGLE_FIX_REPEATS"
 TTFT_REPEATS_ENV = "EAGLE_FIX_TTFT_REPEATS"
 OUTPUT_LEN_ENV = "EAGLE_FIX_OUTPUT_LEN"
 ASV_FIX_ENV = "EAGLE_FIX_ASV_FIX"
+ASV_ARMS_ENV = "EAGLE_FIX_ASV_ARMS"
 ASV_RECORDS_ENV = "EAGLE_FIX_ASV_RECORDS"
 ASV_CONFIG_ENV = "EAGLE_FIX_ASV_CONFIG"
 COMMIT_ENV = "EAGLE_FIX_COMMIT"
@@ -75,6 +76,12 @@ SETTINGS: tuple[Setting, ...] = (
         "the fix arm the asv suite measures: on, off (the original bug) or upstream",
         "on",
         "benchmarks/, eagle-fix publish",
+    ),
+    _s(
+        ASV_ARMS_ENV,
+        "the arms the asv suite's sweep runs, comma-separated (`eagle-fix arms`): add ngram for its own series",
+        "eagle3,baseline",
+        "benchmarks/",
     ),
     _s(
         ASV_RECORDS_ENV,

@@ -14,6 +14,7 @@ from typing import Any
 from eagle_fix.core import metrics, record
 from eagle_fix.core.errors import EagleFixError
 from eagle_fix.store.asv import TRACKS, asv_value
+from eagle_fix.store.results import class_arm
 
 # The columns asv 0.6.6 writes per benchmark; labelled files carry all of them.
 RESULT_COLUMNS = [
@@ -165,7 +166,7 @@ def label_result(
     for bench, entry in data.get("results", {}).items():
         row = dict(zip(columns, entry)) if isinstance(entry, list) else {"result": entry}
         cls, track = bench.rsplit(".", 2)[-2:]
-        arm = "baseline" if cls == "Baseline" else "eagle3"
+        arm = class_arm(cls)
         column = TRACKS.get(track, (None,))[0]
         values, bparams = row.get("result"), row.get("params") or []
         n = len(_combos(bparams))

@@ -11,9 +11,19 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from eagle_fix.core import metrics, record
+from eagle_fix.core import arms, metrics, record
 from eagle_fix.core.errors import EagleFixError
 from eagle_fix.store.asv import FIX_ENV, LEGACY_TRACKS, TRACKS, asv_value
+
+# asv benchmark class (benchmarks/bench_eagle.py) -> the arm its tracks read; every other class reads EAGLE3's.
+# Another method has a class of its own, so the EAGLE3 series keep their names and history.
+CLASS_ARMS = {"Baseline": arms.BASELINE.name, "NgramSweep": arms.NGRAM.name}
+
+
+def class_arm(cls: str) -> str:
+    """The arm whose records an asv benchmark class tracks."""
+    return CLASS_ARMS.get(cls, arms.EAGLE3.name)
+
 
 # --------------------------------------------------------------------------- JSON lines
 
@@ -193,8 +203,8 @@ def load_asv_file(path: str | os.PathLike) -> list[dict]:
     started = []
     for name, entry in data["results"].items():
         bench, track = name.rsplit(".", 1)[0].rsplit(".", 1)[-1], name.rsplit(".", 1)[-1]
-        if bench == "Baseline":
-            continue  # the baseline arm's numbers live in the sweep's own records
+        if arms.arm(class_arm(bench)) is not arms.EAGLE3:
+            continue  # the other arms' numbers (baseline, n-gram) live in the sweep's own records
         if track in TRACKS:
             column, lower = TRACKS[track][0], True
         elif track in LEGACY_TRACKS:
