@@ -59,6 +59,35 @@ def arm(name: str, flag: str = "--arms") -> Arm:
         raise EagleFixError(f"{flag} {name!r}: unknown arm; choose from {','.join(ARMS)}") from None
 
 
+# What a record's, a row's or a table cell's arm is, asked of its name (None or NaN where a file holds none):
+# the questions every site outside core asks instead of comparing the name with a string.
+def known(name: object) -> Arm | None:
+    """The arm called NAME, or None for a name that is no arm (None, NaN, a stranger's record)."""
+    return name if isinstance(name, Arm) else ARMS.get(name) if isinstance(name, str) else None
+
+
+def speculates(name: object) -> bool:
+    """Whether the arm drafts (has acceptance, drafter counters, k, a speedup over the baseline)."""
+    a = known(name)
+    return a is not None and a.speculates
+
+
+def takes_fix(name: object) -> bool:
+    """Whether the arm runs the fix A/B (its records carry a fix arm; older ones none, read as `on`)."""
+    a = known(name)
+    return a is not None and a.takes_fix
+
+
+def is_baseline(name: object) -> bool:
+    """Whether the arm is the plain decode every speculative arm is measured against."""
+    return known(name) is BASELINE
+
+
+def is_eagle3(name: object) -> bool:
+    """Whether the arm is EAGLE3 itself (the EAGLE3-only series: asv tracks, the fix A/B, its draft's config)."""
+    return known(name) is EAGLE3
+
+
 @dataclass(frozen=True)
 class FixArm:
     """One arm of the fix A/B of an arm that takes the fix, in the three vocabularies that name it."""
@@ -89,3 +118,16 @@ def fix_arm(name: str, flag: str = "--fix") -> FixArm:
         return FIX_ARMS[name]
     except (KeyError, TypeError):
         raise EagleFixError(f"{flag} {name!r}: unknown fix arm; choose from {','.join(FIX_ARMS)}") from None
+
+
+def fix_of(name: object) -> FixArm | None:
+    """A record's fix arm as written (None, NaN or a stranger's word: None); a record of an arm that takes
+    the fix and names none ran before the fix A/B, with the fix: `record.fix_arm` reads it as `on`."""
+    return name if isinstance(name, FixArm) else FIX_ARMS.get(name) if isinstance(name, str) else None
+
+
+def is_fix_on(name: object, *, unnamed_is_on: bool = False) -> bool:
+    """Whether the fix arm is `on`; `unnamed_is_on`: a record that names none ran before the fix A/B, fixed."""
+    if unnamed_is_on and not (isinstance(name, str) and name):
+        return True
+    return fix_of(name) is FIX_ON

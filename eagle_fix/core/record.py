@@ -234,13 +234,13 @@ def key(rec: dict[str, Any]) -> tuple:
 def fix_arm(rec: dict[str, Any]) -> str | None:
     """A record's fix arm: the EAGLE3 arm's (`on` for a record made before the fix A/B, which ran with the
     fix and says nothing), None on the baseline, which has none."""
-    return (rec.get("fix") or "on") if rec.get("arm") == "eagle3" else None
+    return (rec.get("fix") or arms.FIX_ON.name) if arms.takes_fix(rec.get("arm")) else None
 
 
 def is_point(rec: dict[str, Any], *, context_len: int, mode: str, arm: str, fix: str | None = None) -> bool:
     """Whether `rec` is the point (context, mode, arm) and, on the EAGLE3 arm, of fix arm `fix` (None:
     `on`). The one matcher of a point to its record for asv, the dashboard and the report."""
-    want = (fix or "on") if arm == "eagle3" else None
+    want = (fix or arms.FIX_ON.name) if arms.takes_fix(arm) else None
     return (plain(rec.get("context_len")), rec.get("mode"), rec.get("arm")) == (context_len, mode, arm) and fix_arm(
         rec
     ) == want

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from eagle_fix.core.arms import EAGLE3
 from eagle_fix.core.errors import EagleFixError
 
 # Draft architectures vLLM serves as EAGLE / EAGLE3 drafts (plus the speculators format,
@@ -57,7 +58,7 @@ def draft_method(config: dict[str, Any]) -> str | None:
     fmt = draft_format(config)
     if fmt == "speculators":
         smt = str(config.get("speculators_model_type", "")).lower()
-        return smt if smt in ("eagle", "eagle3") else None
+        return smt if smt in ("eagle", EAGLE3.method) else None
     return fmt
 
 

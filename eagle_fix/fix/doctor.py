@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from eagle_fix.core.arms import DRAFT_MODEL
 from eagle_fix.core.errors import EagleFixError, parse_positive_int
 from eagle_fix.fix import plugin, sampling
 from eagle_fix.fix import positions as fix
@@ -323,7 +324,7 @@ def _judge(
     """The verdict from the numbers the engine will use. Draft positions reach `served` - 1, the length the
     runner serves (V2 may lower the target's)."""
     if method not in fix.SHARED_POSITION_METHODS:
-        return "ok", [] if method == "draft_model" else [f"method {method}: positions not analysed"]
+        return "ok", [] if method == DRAFT_MODEL.method else [f"method {method}: positions not analysed"]
     problems: list[str] = []
     if ckpt_mpe is None or ckpt_mpe >= target_len:
         return "ok", problems

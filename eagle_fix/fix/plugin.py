@@ -32,6 +32,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from eagle_fix.core.arms import FIX_OFF, FIX_ON, FIX_UPSTREAM
 from eagle_fix.core.settings import MODE_ENV
 from eagle_fix.fix.clock import STEPS, inject_slowdown
 from eagle_fix.fix.damage import inject_draft_errors, inject_draft_noise
@@ -59,8 +60,9 @@ from eagle_fix.fix.sampling import SAMPLER_MODULE, install_repair
 
 logger = logging.getLogger("vllm.eagle_fix")
 
-# The values of EAGLE_FIX_MODE (the fix arms of a run map onto them: eagle_fix.engine.spec.PLUGIN_MODE_OF_ARM).
-PLUGIN_MODES = ("auto", "off", "revert")
+# The values of EAGLE_FIX_MODE: the fix arms' plugin modes (eagle_fix.core.arms.FixArm.plugin_mode), in the
+# order users read them: auto, off, revert.
+PLUGIN_MODES = (FIX_ON.plugin_mode, FIX_UPSTREAM.plugin_mode, FIX_OFF.plugin_mode)
 
 _lock = threading.Lock()
 _registered_mode: str | None = None
@@ -84,7 +86,7 @@ def register() -> None:
                 logger.warning("eagle-fix plugin already registered in mode %s; ignoring %s", _registered_mode, mode)
             return
         _registered_mode = mode
-        if mode == "off":
+        if mode == FIX_UPSTREAM.plugin_mode:  # the engine as installed
             ACTIONS.append("engine config left as installed")
         else:
             _patch_speculative_config(mode)

@@ -15,7 +15,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from eagle_fix.core import parity, record
+from eagle_fix.core import arms, parity, record
 from eagle_fix.core.errors import EagleFixError
 from eagle_fix.core.paths import committed_results
 from eagle_fix.fix.damage import expected_acceptance
@@ -50,7 +50,7 @@ def _trials(folder: Path) -> dict[float, list[tuple[str, list[dict[str, Any]]]]]
             key = float(share)
         except ValueError:
             raise EagleFixError(f"{f}: not a <share>-<trial>.jsonl name (e.g. 0.02-01.jsonl)", exit_code=2) from None
-        recs = [r for r in record.read(f) if r["status"] == "ok" and r["arm"] == "eagle3" and r["num_drafts"]]
+        recs = [r for r in record.read(f) if r["status"] == "ok" and arms.speculates(r["arm"]) and r["num_drafts"]]
         out.setdefault(key, []).append((name, recs))
     if 0.0 not in out:
         raise EagleFixError(f"{folder}: no undamaged run (0-01.jsonl), the base every trial is judged against")

@@ -22,7 +22,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from eagle_fix.core import acceptance, metrics, record
+from eagle_fix.core import acceptance, arms, metrics, record
 from eagle_fix.core.errors import EagleFixError
 from eagle_fix.core.paths import RESULTS
 from eagle_fix.engine.lifecycle import Interrupted
@@ -124,15 +124,15 @@ def compare_records(
     base = [record.upgrade(r) for r in base]
     new = [record.upgrade(r) for r in new]
     cross, unknown = check_machines(base, new, allow_cross_machine=allow_cross_machine)
-    fixes_b = {r.get("fix") for r in base if r.get("arm") == "eagle3"}
-    fixes_n = {r.get("fix") for r in new if r.get("arm") == "eagle3"}
+    fixes_b = {r.get("fix") for r in base if arms.takes_fix(r.get("arm"))}
+    fixes_n = {r.get("fix") for r in new if arms.takes_fix(r.get("arm"))}
     fix_ab = None
     if len(fixes_b) == 1 and len(fixes_n) == 1 and fixes_b != fixes_n:
         # One fix arm per side (an asv run with EAGLE_FIX_ASV_FIX=off against a normal one): the fix
         # is the change under test, so its points are matched across it.
         fix_ab = f"BASE fix {fixes_b.pop()}, NEW fix {fixes_n.pop()}"
-        base = [{**r, "fix": None} if r.get("arm") == "eagle3" else r for r in base]
-        new = [{**r, "fix": None} if r.get("arm") == "eagle3" else r for r in new]
+        base = [{**r, "fix": None} if arms.takes_fix(r.get("arm")) else r for r in base]
+        new = [{**r, "fix": None} if arms.takes_fix(r.get("arm")) else r for r in new]
     b, n = record.index(base), record.index(new)
     result = Comparison(
         only_new=sorted(set(n) - set(b), key=str),

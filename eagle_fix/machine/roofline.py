@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from eagle_fix.core.arms import EAGLE3
 from eagle_fix.core.errors import EagleFixError
 from eagle_fix.core.record import roofline_share
 
@@ -46,7 +47,7 @@ def model_shape(config: dict) -> dict[str, Any]:
             **{k: v for k, v in config.items() if k != "transformer_layer_config"},
         }
     archs = set(config.get("architectures") or [])
-    eagle3 = bool(archs & _EAGLE3_ARCHS) or str(config.get("speculators_model_type", "")).lower() == "eagle3"
+    eagle3 = bool(archs & _EAGLE3_ARCHS) or str(config.get("speculators_model_type", "")).lower() == EAGLE3.method
     try:
         layers = int(config["num_hidden_layers"])
         hidden = int(config["hidden_size"])

@@ -7,6 +7,7 @@ import json
 import pathlib
 import struct
 
+from eagle_fix.core.arms import EAGLE3
 from eagle_fix.core.errors import EagleFixError
 from eagle_fix.fix.checkpoint import draft_method, read_config
 
@@ -136,7 +137,7 @@ def validate_pair(target_dir, draft_dir, *, load_format: str = "auto") -> None:
     dheads = inner.get("num_attention_heads", dcfg.get("num_attention_heads", heads))
     dhd = inner.get("head_dim", dcfg.get("head_dim")) or dH // dheads
     tH = dcfg.get("target_hidden_size", H)
-    if kind == "eagle3":
+    if kind == EAGLE3.method:
         eagle = dcfg.get("eagle_config") or {}
         ids = eagle.get("eagle_aux_hidden_state_layer_ids") or dcfg.get("eagle_aux_hidden_state_layer_ids")
         n_aux = len(ids) if ids else 3

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from eagle_fix.core import acceptance, record
+from eagle_fix.core.arms import FIX_ON, is_baseline, is_eagle3, is_fix_on, takes_fix
 from eagle_fix.core.errors import EagleFixError
 from eagle_fix.gate import components
 from eagle_fix.pairs import profiles
@@ -102,14 +103,14 @@ def regimes(results: Path) -> list[dict[str, Any]]:
     output length and k, greedy, fix on, one device; and the files behind them. Machines that measured only
     the best case come after, with their best case alone."""
     rows = _rows(results)
-    base = {(record.baseline_key(r), record.environment(r)): r for r in rows if r["arm"] == "baseline"}
+    base = {(record.baseline_key(r), record.environment(r)): r for r in rows if is_baseline(r["arm"])}
     groups: dict[tuple[str, str], dict[str, Any]] = {}
     for r in rows:
         if (
-            r["arm"] != "eagle3"
+            not is_eagle3(r["arm"])
             or r.get("workload") not in (REALISTIC, CEILING)
             or _pair(r.get("profile")) != r.get("workload")
-            or (r.get("fix") or "on") != "on"
+            or not is_fix_on(r.get("fix"), unnamed_is_on=True)
             or not _greedy(r)
             or (r.get("tensor_parallel_size") or 1) > 1
         ):
@@ -284,11 +285,13 @@ def md_table(head: list[str], rows: list[list[str]]) -> str:
 def fix_ab(results: Path) -> dict[str, Any] | None:
     """The newest fix A/B (a run with a fix arm other than `on`) among the committed run files: per fix arm
     and mode, what happened past the draft's 2048 positions, with the failures' causes; None without one."""
-    rows = [r for r in _rows(results) if r["arm"] == "eagle3" and r.get("workload") in (None, CEILING, REALISTIC)]
+    rows = [r for r in _rows(results) if takes_fix(r["arm"]) and r.get("workload") in (None, CEILING, REALISTIC)]
     by_file: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
         by_file.setdefault(str(r.get("origin")), []).append(r)
-    ab = {f: rs for f, rs in by_file.items() if {r.get("fix") or "on" for r in rs} - {"on"} and len(rs) > 2}
+    ab = {
+        f: rs for f, rs in by_file.items() if {r.get("fix") or FIX_ON.name for r in rs} - {FIX_ON.name} and len(rs) > 2
+    }
     if not ab:
         return None
     newest = max(ab, key=lambda f: max(str(r.get("timestamp") or "") for r in ab[f]))
@@ -363,7 +366,9 @@ def served(results: Path) -> list[dict[str, Any]]:
                 what = f"never clearly loses ({grid}; estimate below 1 from {e['ratio']})"
             else:
                 what = f"pays or ties at every concurrency ({grid})"
-            said.append(f"{_k(int(context))} {mode}{'' if fix in (None, 'on') else f' fix {fix}'}: {what}")
+            said.append(
+                f"{_k(int(context))} {mode}{'' if is_fix_on(fix, unnamed_is_on=True) else f' fix {fix}'}: {what}"
+            )
         out.append({"machine": machine, "workload": workload, "file": f, "line": "; ".join(said)})
     return out
 

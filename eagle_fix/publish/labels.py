@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from eagle_fix.core import metrics, record
+from eagle_fix.core import arms, metrics, record
 from eagle_fix.core.errors import EagleFixError
 from eagle_fix.store.asv import TRACKS, asv_value
 from eagle_fix.store.results import class_arm
@@ -53,7 +53,7 @@ def workload_label(records: list[dict]) -> str:
     """Profile, output length, k and (above 1) the tensor-parallel size: two workloads never share a line
     on the dashboard; and where vLLM's synthetic sampler set acceptance, that it did (its acceptance
     graphs show a setting)."""
-    eagle = [r for r in records if r.get("arm") == "eagle3"] or records
+    eagle = [r for r in records if arms.speculates(r.get("arm"))] or records
     profiles = sorted({str(r.get("profile")) for r in records})
     outs = sorted({r.get("output_len") for r in records if r.get("output_len")})
     ks = sorted({r.get("num_speculative_tokens") for r in eagle if r.get("num_speculative_tokens")})
@@ -89,7 +89,7 @@ def env_name(engine: str, fix: str, workload: str, source: str) -> str:
     other than `on` is its own environment (a series apart from the default, green one), and so is a
     replayed release (releases side by side at one commit need one file each)."""
     name = f"{LABELLED}{_slug(workload.split(',')[0])}"
-    if fix != "on":
+    if not arms.is_fix_on(fix):
         name += f"_fix-{fix}"
     if source != "measured":
         name += f"_{_slug(engine)}_{source}"

@@ -6,6 +6,7 @@ import math
 from pathlib import Path
 
 from eagle_fix.core import record
+from eagle_fix.core.arms import speculates
 from eagle_fix.publish.frame import GIB, with_machines
 from eagle_fix.served.summary import parse_load, summarize
 
@@ -115,7 +116,7 @@ def _facets(series) -> list[str]:
         if max(panels.values(), default=0) <= MAX_SERIES:
             break
         dims += [
-            d for d in facet if len({s[d] for s in series if d != "num_speculative_tokens" or s["arm"] == "eagle3"}) > 1
+            d for d in facet if len({s[d] for s in series if d != "num_speculative_tokens" or speculates(s["arm"])}) > 1
         ]
     return dims
 
@@ -159,7 +160,7 @@ def plot_figure(df, title: str, ylabel: str, columns, arms):
     dims = [*SERIES, *(["column"] if len(columns) > 1 else [])]
 
     def values(d):  # k is the EAGLE3 arm's; the baseline's None is no second value
-        return {s.get(d) for s in series if d != "num_speculative_tokens" or s["arm"] == "eagle3"}
+        return {s.get(d) for s in series if d != "num_speculative_tokens" or speculates(s["arm"])}
 
     varying = [d for d in dims if d not in facet and len(values(d)) > 1]
     shared = [d for d in dims if d not in facet and d not in varying]

@@ -7,7 +7,7 @@ import html
 import re
 from pathlib import Path
 
-from eagle_fix.core import acceptance, parity
+from eagle_fix.core import acceptance, arms, parity
 from eagle_fix.core.break_even import INTERVAL
 from eagle_fix.core.errors import EagleFixError
 from eagle_fix.core.paths import results_dir
@@ -122,7 +122,7 @@ def _notes(df) -> list[str]:
         # sampled twins: judged here with their calibrated launch spread (the sweep could not)
         said += [found] if (found := acceptance_power.sampled_parity(r, rows)) else []
         notes += [f"Parity, {_point(r)}: {x}." for x in said]
-    drafted = [r for r in rows if acceptance.output_diversity(r) is not None and r["arm"] == "eagle3"]
+    drafted = [r for r in rows if acceptance.output_diversity(r) is not None and arms.speculates(r["arm"])]
     loops = [r for r in drafted if acceptance.drafts_a_loop(r)]  # drafts of a loop: not acceptance on varied text
     if loops:
         shares = [acceptance.output_diversity(r) for r in loops]

@@ -7,7 +7,7 @@ import json
 import re
 from pathlib import Path
 
-from eagle_fix.core import paths, record
+from eagle_fix.core import arms, paths, record
 from eagle_fix.publish import answers
 from eagle_fix.publish import break_even as to_pay
 from eagle_fix.publish.labels import LABELLED, withheld, workload_label
@@ -61,12 +61,12 @@ def _story_candidates(results_dir: Path, root: Path) -> dict[str, list[dict]]:
 
 
 def _fixes(run: dict) -> list[str]:
-    return sorted({r.get("fix") or "on" for r in run["records"] if r.get("arm") == "eagle3"})
+    return sorted({r.get("fix") or "on" for r in run["records"] if arms.takes_fix(r.get("arm"))})
 
 
 def _is_fix_ab(run: dict) -> bool:
     """A run that measured the bug: a fix arm other than `on` (alone or beside `on`)."""
-    return any(f != "on" for f in _fixes(run))
+    return any(not arms.is_fix_on(f) for f in _fixes(run))
 
 
 def _contexts(run: dict) -> int:
@@ -137,7 +137,7 @@ def constant_panels(runs: list[dict]) -> dict[str, str]:
             fmt.format(r[column])
             for run in runs
             for r in run["records"]
-            if r.get("arm") == "eagle3"
+            if arms.is_eagle3(r.get("arm"))
             and r.get("status") == "ok"
             and r.get(column) is not None
             and not withheld(r, column)
@@ -187,11 +187,11 @@ def story_figure(runs: list[dict], path: Path) -> list[str]:
                 continue
             series: dict[tuple, list] = {}
             for r in recs:
-                if column != "tpot_ms" and r.get("arm") != "eagle3":
+                if column != "tpot_ms" and not arms.is_eagle3(r.get("arm")):
                     continue
                 label = (
                     ("no speculation", None)
-                    if r.get("arm") == "baseline"
+                    if arms.is_baseline(r.get("arm"))
                     else (f"EAGLE3 fix {r.get('fix') or 'on'}", r.get("fix") or "on")
                 )
                 series.setdefault((label, r.get("mode")), []).append(r)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from eagle_fix.core import acceptance, record, settings, stats
+from eagle_fix.core import acceptance, arms, record, settings, stats
 from eagle_fix.publish.frame import GIB, sort_rows, with_machines, workload_columns
 
 TABLE_COLUMNS = (
@@ -63,7 +63,7 @@ def markdown_table(df) -> str:
 def fix_ab_table(df) -> str | None:
     """The fix A/B at a glance: acceptance length / drafter coverage per machine x fix arm x mode x
     context, or the failure's cause. None when the rows hold a single fix arm."""
-    ab = with_machines(df[(df["arm"] == "eagle3") & df["fix"].notna()])
+    ab = with_machines(df[df["arm"].map(arms.takes_fix).astype(bool) & df["fix"].notna()])
     if ab["fix"].nunique() < 2:
         return None
 
@@ -163,7 +163,7 @@ def summary_table(df) -> str:
                 f"{r['context_len']:.0f}",
                 r["mode"],
                 r["arm"]
-                + (f" ({r['fix']})" if r.get("fix") not in (None, "on") and isinstance(r.get("fix"), str) else ""),
+                + (f" ({r['fix']})" if isinstance(r.get("fix"), str) and not arms.is_fix_on(r.get("fix")) else ""),
                 _ci(r, "decode_throughput_tok_s", "{:.1f}"),
                 _ci(r, "acceptance_length", "{:.2f}"),
                 format_cell(r.get("drafter_coverage"), "{:.0%}", "drafter_coverage"),
@@ -199,7 +199,7 @@ def summary_table(df) -> str:
 def acceptance_table(df) -> str:
     """vLLM's counts behind acceptance: drafts, accepted tokens, the interval (drafts as the unit), and
     how far the point's output is from a loop (eagle_fix.core.acceptance.output_diversity)."""
-    df = with_machines(df[df["arm"] == "eagle3"])
+    df = with_machines(df[df["arm"].map(arms.speculates).astype(bool)])
     rows = []
     for _, r in df.iterrows():
         r = r.to_dict()
@@ -245,7 +245,9 @@ def roofline_table(df) -> str:
     for _, r in df.iterrows():
         r = r.to_dict()
         lim = r.get("limits") if isinstance(r.get("limits"), dict) else {}
-        sol = r.get("sol_decode_tok_s_eagle3") if r["arm"] == "eagle3" else r.get("sol_decode_tok_s_baseline")
+        # the roofline holds EAGLE3's speculative step and the plain one; another method has neither
+        sol = r.get("sol_decode_tok_s_eagle3") if arms.is_eagle3(r["arm"]) else None
+        sol = r.get("sol_decode_tok_s_baseline") if arms.is_baseline(r["arm"]) else sol
         rows.append(
             [
                 *_lead(df, r),

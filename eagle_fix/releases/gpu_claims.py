@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from eagle_fix.core import parity, record
+from eagle_fix.core import arms, parity, record
 from eagle_fix.core.settings import INJECT_DRAFT_ERRORS_ENV
 
 DRAFT_POSITIONS = 2048  # the yuhuili draft's (and the tiny draft's) max_position_embeddings
@@ -46,7 +46,9 @@ class Check:
 def _eagle3(runs: dict[str, StepRun], step: str, **match: Any) -> list[dict[str, Any]]:
     """The step's EAGLE3 records that match (fix=..., mode=..., status=...)."""
     return [
-        r for r in runs[step].records or [] if r.get("arm") == "eagle3" and all(r.get(k) == v for k, v in match.items())
+        r
+        for r in runs[step].records or []
+        if arms.is_eagle3(r.get("arm")) and all(r.get(k) == v for k, v in match.items())
     ]
 
 

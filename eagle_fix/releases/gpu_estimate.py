@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from eagle_fix.core import record
+from eagle_fix.core import arms, record
 from eagle_fix.core.errors import EagleFixError
 from eagle_fix.core.paths import committed_results
 from eagle_fix.fix.checkpoint import read_config
@@ -27,7 +27,7 @@ H100 = {"name": "H100 SXM (datasheet)", "peak_gflops": 989_000.0, "bandwidth_gbs
 # Engine starts on one GPU, assumed (no CPU figure scales to them: Python, loading, torch.compile, CUDA-graph
 # capture): an eager 8B-shape engine with dummy weights, and a compiled one with cold inductor caches.
 START_S = {"eager": 60.0, "compile": 150.0}
-ARMS = ("eagle3", "baseline")
+ARMS = arms.DEFAULT_ARMS
 MODES = ("eager", "compile")
 REPEATS, TTFT_REPEATS = 5, 1  # the asv suite's samples per point (eagle-fix run's defaults)
 
@@ -57,9 +57,9 @@ def estimate(name: str = "gpu-quick", *, shares: dict[str, float] | None = None)
     compute = 0.0
     for arm in ARMS:
         for ctx in prof.contexts:
-            w = point_work(tcfg, dcfg if arm == "eagle3" else None, context_len=ctx, k=prof.num_speculative_tokens)
+            w = point_work(tcfg, dcfg if arms.is_eagle3(arm) else None, context_len=ctx, k=prof.num_speculative_tokens)
             prefill = w["prefill_flops"] / flops * (TTFT_REPEATS + REPEATS)  # each decode run prefills too
-            if arm == "eagle3":
+            if arms.is_eagle3(arm):
                 acc = prof.synthetic_acceptance_length or 1.0
                 step = w["eagle3_bytes_per_verified_step"] / bw * prof.output_len / acc
             else:

@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from eagle_fix.core import record
+from eagle_fix.core import arms, record
 from eagle_fix.core.errors import EagleFixError
 from eagle_fix.core.point import Point
 from eagle_fix.engine.spec import PLUGIN_MODE_OF_ARM
@@ -152,7 +152,7 @@ class Runner:
             return False
         bad = 0
         for x in recs:
-            if x.get("arm") != "eagle3" or x.get("fix") != "on":
+            if not arms.takes_fix(x.get("arm")) or not arms.is_fix_on(x.get("fix")):
                 continue
             ok = drafter_ran(x)
             bad += not ok
@@ -314,7 +314,7 @@ class Runner:
                 f"fix A/B {Point.of(x).words()}: {x['status']}, coverage "
                 f"{x.get('drafter_coverage')}, acceptance {x.get('acceptance_length')}, flags {x.get('flags') or []}{err}",
             )
-        on = [x for x in recs if x.get("fix") == "on"]
+        on = [x for x in recs if arms.is_fix_on(x.get("fix"))]
         return bool(on) and all(drafter_ran(x) for x in on)
 
     def ab(self, step: Step) -> bool:

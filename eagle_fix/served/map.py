@@ -36,7 +36,7 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-from eagle_fix.core import record
+from eagle_fix.core import arms, record
 from eagle_fix.core.errors import EagleFixError
 from eagle_fix.core.workload import workload_prompts
 from eagle_fix.engine import lifecycle
@@ -204,8 +204,9 @@ def resolve(args: MapArgs) -> Grid:
         if f not in record.FIX_ARMS:
             raise EagleFixError(f"--fix {f!r}: choose from {', '.join(record.FIX_ARMS)}", exit_code=2)
     for a in args.arms:
-        if a not in record.ARMS:
-            raise EagleFixError(f"--arms {a!r}: choose from {', '.join(record.ARMS)}", exit_code=2)
+        if not (arms.is_eagle3(a) or arms.is_baseline(a)):  # the served map runs EAGLE3 against the baseline
+            also = "" if arms.known(a) is None else " (the served map runs no other arm yet)"
+            raise EagleFixError(f"--arms {a!r}: choose from {', '.join(record.ARMS)}{also}", exit_code=2)
     output_len = args.output_len or mp.output_len
     k = prof.num_speculative_tokens
     short = [c for c in contexts if c - output_len - k - 1 < 16]
@@ -287,7 +288,7 @@ class Servers:
 
     def get(self, arm: str, fix: str | None):
         """The arm's server, resumed and healthy, the others paused; raises ServerDied when it cannot start."""
-        key = (arm, fix if arm == "eagle3" else None)
+        key = (arm, fix if arms.takes_fix(arm) else None)
         for other, srv in self.up.items():
             if other != key:
                 srv.pause()
@@ -349,12 +350,12 @@ def measure(
         "load": cell["load"],
         "arm": arm,
         "mode": cell["mode"],
-        "fix": fix if arm == "eagle3" else None,
+        "fix": fix if arms.takes_fix(arm) else None,
         "launch": servers.launch,
         "round": round_,
         "position": position,
         "output_len": grid.output_len,
-        "num_speculative_tokens": grid.sweep_profile.num_speculative_tokens if arm == "eagle3" else None,
+        "num_speculative_tokens": grid.sweep_profile.num_speculative_tokens if arms.speculates(arm) else None,
         "prefix_caching": grid.prefix_caching,
         "workload": grid.sweep_profile.workload,
         "temperature": client.TEMPERATURE,
@@ -395,7 +396,7 @@ def measure(
         seed=seed,
     )
     rec["bench_command"] = client.bench_command(argv)
-    counter_error = srv.reset_drafter_stats() if arm == "eagle3" else None
+    counter_error = srv.reset_drafter_stats() if arms.speculates(arm) else None
     srv.mark(f"point {json.dumps({k: rec[k] for k in ('context_len', 'load', 'arm', 'fix', 'round')})}")
     before = srv.metrics()
     sampler = LoadSampler()
@@ -430,7 +431,7 @@ def measure(
         rec.update(status="failed", error=client_error)
         return rec
     rec["status"] = "ok"
-    if arm == "eagle3":
+    if arms.speculates(arm):
         counters, why = srv.drafter_stats()
         if counters is not None:
             steps, proposals = counters.get("spec_steps"), counters.get("proposals")
@@ -473,8 +474,9 @@ def run_map(args: MapArgs, *, emit=None) -> list[dict[str, Any]]:
         "git_commit": fingerprint.git_commit(),
         "env": injected() or None,
     }
-    eagle_arms = [("eagle3", f) for f in grid.fixes] if "eagle3" in grid.arms else []
-    arms = eagle_arms + ([("baseline", None)] if "baseline" in grid.arms else [])
+    # speculative arms first, each with its fix arms where it takes the fix, then the baseline
+    served = sorted((arms.arm(a) for a in grid.arms), key=lambda a: not a.speculates)
+    sides = [(a.name, f) for a in served for f in (grid.fixes if a.takes_fix else [None])]
     records = []
     for mode, launch in ((m, n) for m in grid.modes for n in range(grid.launches)):
         # every launch starts its servers afresh; ABBA (ab.round_order, the baseline as "base") within
@@ -483,7 +485,7 @@ def run_map(args: MapArgs, *, emit=None) -> list[dict[str, Any]]:
         try:
             for cell in (c for c in grid.cells() if c["mode"] == mode):
                 for r in range(grid.rounds):
-                    order = arms[::-1] if round_order(r + launch)[0] == "base" else arms
+                    order = sides[::-1] if round_order(r + launch)[0] == "base" else sides
                     for position, (arm, fix) in enumerate(order):
                         rec = measure(grid, servers, cell, arm, fix, r, position, common, args)
                         rec["timestamp"] = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")

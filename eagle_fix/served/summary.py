@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from eagle_fix.core import nested, record, stats
+from eagle_fix.core import arms, nested, record, stats
 from eagle_fix.core.errors import EagleFixError
 
 # Written by eagle-fix map on every record (eagle_fix.served.map).
@@ -109,11 +109,11 @@ def summarize(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     base = {
         (r["profile"], r["context_len"], r["load"], r["mode"], r.get("launch", 0), r["round"]): r
         for r in recs
-        if r["arm"] == "baseline"
+        if arms.is_baseline(r["arm"])
     }
     cells: dict[tuple, dict[str, Any]] = {}
     for r in recs:
-        if r["arm"] != "eagle3":
+        if not arms.is_eagle3(r["arm"]):  # a cell's key has no arm: the map is EAGLE3's against the baseline
             continue
         key = (r["profile"], r["context_len"], r["load"], r["mode"], r.get("fix"))
         c = cells.setdefault(

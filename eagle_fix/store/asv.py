@@ -11,7 +11,7 @@ import socket
 import subprocess
 from pathlib import Path
 
-from eagle_fix.core import metrics, record
+from eagle_fix.core import arms, metrics, record
 from eagle_fix.core.errors import EagleFixError
 from eagle_fix.core.paths import results_dir
 from eagle_fix.core.point import Point
@@ -74,7 +74,7 @@ def point_value(
     """The asv value of one record's number. Raises PointFailed when the point failed, is missing from
     the sweep, or has no such number though it ran; returns NaN only for a number the point cannot
     have (GPU memory without a GPU) or may not publish (a %-of-roofline share withheld as above 100%)."""
-    fix = (fix or asv_fix()) if arm == "eagle3" else None
+    fix = (fix or asv_fix()) if arms.takes_fix(arm) else None
     for rec in records:
         if not record.is_point(rec, context_len=context_len, mode=mode, arm=arm, fix=fix):
             continue
@@ -143,7 +143,7 @@ def replay_records(path: str | os.PathLike, *, profile: str) -> dict:
 
 def in_records(records: list[dict], *, context_len: int, mode: str, arm: str) -> bool:
     """Whether the records hold the point at all (a replay of a partial grid skips the rest)."""
-    fix = asv_fix() if arm == "eagle3" else None
+    fix = asv_fix() if arms.takes_fix(arm) else None
     return any(record.is_point(r, context_len=context_len, mode=mode, arm=arm, fix=fix) for r in records)
 
 
@@ -155,7 +155,7 @@ def run_out_path(profile: str, *, conf_dir: str | os.PathLike | None = None) -> 
     conf_dir = Path(conf_dir or os.environ.get("ASV_CONF_DIR") or os.getcwd())
     commit = os.environ.get("ASV_COMMIT") or _git_head(conf_dir) or "nocommit"
     fix = asv_fix()
-    suffix = "" if fix == "on" else f"-fix-{fix}"
+    suffix = "" if arms.is_fix_on(fix) else f"-fix-{fix}"
     return conf_dir / RUNS / f"{asv_machine_name()}-{commit[:8]}-{profile}{suffix}.jsonl"
 
 

@@ -146,7 +146,7 @@ def _behind(
 
     def fits(r):
         return (
-            r.get("arm") == "eagle3"
+            arms.is_eagle3(r.get("arm"))  # asv's labelled series are EAGLE3's
             and (r.get("context_len"), r.get("mode")) == (ctx, mode)
             and (fix is None or (r.get("fix") or "on") == fix)
             and (release is None or str(r.get("vllm_version")) == release)
@@ -155,7 +155,7 @@ def _behind(
     found = [r for r in named if fits(r) and _same_numbers(row, r)[1] == 0]
     if found:
         # a file that does not name its fix arm is the fix-on run unless its sweep ran another arm only
-        found = [r for r in found if r.get("fix") == "on"] or found if fix is None else found
+        found = [r for r in found if arms.is_fix_on(r.get("fix"))] or found if fix is None else found
         return found[-1]  # a re-run point later in the file replaces the earlier one
     if release is None:
         return {}

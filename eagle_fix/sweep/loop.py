@@ -19,7 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from eagle_fix.core import metrics, parity, record
+from eagle_fix.core import arms, metrics, parity, record
 from eagle_fix.core.arms import arm
 from eagle_fix.core.errors import EagleFixError
 from eagle_fix.engine import lifecycle
@@ -52,7 +52,7 @@ def run_sweep(args: RunArgs) -> list[dict[str, Any]]:
     ident = {p: record.key(run.identity(p)) for p in points}
     todo = [p for p in points if ident[p] not in done]
     records: list[dict[str, Any]] = [done[ident[p]] for p in points if ident[p] in done]
-    baselines = {record.key(r): r for r in records if r.get("arm") == "baseline" and r.get("status") == "ok"}
+    baselines = {record.key(r): r for r in records if arms.is_baseline(r.get("arm")) and r.get("status") == "ok"}
     _check_before_measuring(run, todo)
     check_resumed_settings(run, [done[ident[p]] for p in points if ident[p] in done])
     common = _common_fields(run)
@@ -115,7 +115,7 @@ def run_sweep(args: RunArgs) -> list[dict[str, Any]]:
                             memory=sampler.peaks(),
                             load=during,
                         )
-                        if p.arm == "baseline":
+                        if arms.is_baseline(p.arm):
                             baselines[record.key(rec)] = rec
                         else:
                             rec["speedup"] = record.speedup(rec, baselines.get(record.baseline_key(rec)))
@@ -214,7 +214,7 @@ def _record(
         rec["output_logprob_margins"] = result.output_logprob_margins
         _roofline(rec, run)
     doctor = fields.get("doctor")
-    if p.arm == "eagle3":
+    if arms.takes_fix(p.arm):  # the doctor judges the draft of an arm that takes the fix
         rec["doctor_error"] = fields.get("doctor_error")
         if doctor:
             rec["fix_state"] = doctor.get("verdict")
@@ -280,7 +280,7 @@ def _roofline(rec: dict[str, Any], run: Resolved) -> None:
         return
     work = point_work(
         run.profile.target_config(),  # the profile's hf_overrides applied (reduced depth)
-        read_config(run.profile.draft, "draft") if rec["arm"] == "eagle3" else None,
+        read_config(run.profile.draft, "draft") if arms.is_eagle3(rec["arm"]) else None,  # the work model is EAGLE3's
         context_len=rec["context_len"],
         batch_size=rec["batch_size"],
         k=rec["num_speculative_tokens"] or run.args.num_speculative_tokens,
@@ -290,7 +290,7 @@ def _roofline(rec: dict[str, Any], run: Resolved) -> None:
         rec["limits"],
         ttft_s=rec.get("ttft_s"),
         decode_tok_s=rec.get("decode_throughput_tok_s"),
-        acceptance_length=rec.get("acceptance_length") if rec["arm"] == "eagle3" else None,
+        acceptance_length=rec.get("acceptance_length") if arms.is_eagle3(rec["arm"]) else None,
         batch_size=rec["batch_size"],
     )
     for k in (
