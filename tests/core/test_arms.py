@@ -49,3 +49,19 @@ def test_the_sweep_refuses_an_arm_the_engine_cannot_run_yet_before_anything_star
     with pytest.raises(EagleFixError, match="unknown; choose from eagle3,baseline,ngram,draft_model,mtp"):
         resolve(RunArgs(profile="cpu-quick", contexts=(8192,), arms=("medusa",), out=out))
     assert not out.exists()
+
+
+def test_what_a_records_arm_is_asked_of_its_name_even_where_a_file_holds_none():
+    assert arms.speculates("ngram") and not arms.speculates("baseline") and not arms.speculates(None)
+    assert arms.takes_fix("eagle3") and not arms.takes_fix("ngram") and not arms.takes_fix(float("nan"))
+    assert arms.is_baseline("baseline") and not arms.is_baseline("eagle3") and not arms.is_baseline(None)
+    assert arms.is_eagle3(EAGLE3) and not arms.is_eagle3("draft_model") and arms.known("medusa") is None
+    # a record of the fix arm `on`, or one from before the fix A/B that names none
+    assert arms.is_fix_on("on") and not arms.is_fix_on("upstream") and not arms.is_fix_on(None)
+    assert arms.is_fix_on(None, unnamed_is_on=True) and arms.is_fix_on(float("nan"), unnamed_is_on=True)
+    assert not arms.is_fix_on("off", unnamed_is_on=True)
+    # old records (no fix key) still read as the fix-on EAGLE3 point, the baseline as no fix arm
+    assert record.fix_arm({"arm": "eagle3"}) == "on" and record.fix_arm({"arm": "baseline", "fix": None}) is None
+    assert record.is_point(
+        {"arm": "eagle3", "context_len": 8192, "mode": "eager"}, context_len=8192, mode="eager", arm="eagle3"
+    )
