@@ -45,11 +45,8 @@ class Check:
 
 def _eagle3(runs: dict[str, StepRun], step: str, **match: Any) -> list[dict[str, Any]]:
     """The step's EAGLE3 records that match (fix=..., mode=..., status=...)."""
-    return [
-        r
-        for r in runs[step].records or []
-        if arms.is_eagle3(r.get("arm")) and all(r.get(k) == v for k, v in match.items())
-    ]
+    eagle3 = [r for r in runs[step].records or [] if arms.is_eagle3(r.get("arm"))]
+    return [r for r in eagle3 if all(r.get(k) == v for k, v in match.items())]
 
 
 def _past(runs: dict[str, StepRun], step: str, **match: Any) -> list[dict[str, Any]]:

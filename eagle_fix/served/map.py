@@ -205,8 +205,7 @@ def resolve(args: MapArgs) -> Grid:
             raise EagleFixError(f"--fix {f!r}: choose from {', '.join(record.FIX_ARMS)}", exit_code=2)
     for a in args.arms:
         if not (arms.is_eagle3(a) or arms.is_baseline(a)):  # the served map runs EAGLE3 against the baseline
-            also = "" if arms.known(a) is None else " (the served map runs no other arm yet)"
-            raise EagleFixError(f"--arms {a!r}: choose from {', '.join(record.ARMS)}{also}", exit_code=2)
+            raise EagleFixError(f"--arms {a!r}: choose from {', '.join(record.ARMS)} (served)", exit_code=2)
     output_len = args.output_len or mp.output_len
     k = prof.num_speculative_tokens
     short = [c for c in contexts if c - output_len - k - 1 < 16]
@@ -474,8 +473,7 @@ def run_map(args: MapArgs, *, emit=None) -> list[dict[str, Any]]:
         "git_commit": fingerprint.git_commit(),
         "env": injected() or None,
     }
-    # speculative arms first, each with its fix arms where it takes the fix, then the baseline
-    served = sorted((arms.arm(a) for a in grid.arms), key=lambda a: not a.speculates)
+    served = sorted((arms.arm(a) for a in grid.arms), key=lambda a: not a.speculates)  # the baseline last
     sides = [(a.name, f) for a in served for f in (grid.fixes if a.takes_fix else [None])]
     records = []
     for mode, launch in ((m, n) for m in grid.modes for n in range(grid.launches)):
