@@ -3,7 +3,8 @@
 The fix itself is `eagle_fix.fix.positions` (vLLM PR #49343 as a library); `eagle_fix.fix.plugin` backports
 it into an engine. The stages, in the order data flows (a stage imports only earlier ones):
 
-  core      the error type, the settings, a point's record, statistics, the seeded workload
+  core      the error type, the settings, the arm and fix-arm registries, a point and its words, where results/
+            is, a point's record, statistics, the seeded workload
   fix       the fix, the vLLM plugin (its hooks, the drafter's counters, the step clock), the doctor
   pairs     which target/draft pair a run uses: profiles, their checks, the tiny pair's training
   machine   the machine a number was measured on: fingerprint, measured limits, roofline, pinning, NVML
