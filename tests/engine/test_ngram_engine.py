@@ -1,0 +1,46 @@
+"""The n-gram arm on the real engine (vLLM's prompt-lookup proposer, no draft checkpoint): its record carries
+vLLM's spec-decode counters and the plugin's own count of the proposer's work, steps that drafted nothing
+included, and greedy speculation emits the baseline's tokens. Slow (an engine of its own, skipped in CI:
+`-m slow` runs it); CI's non-engine twin is tests/sweep/test_plan.py's n-gram plan and engine-spec test."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import eagle_fix_run
+
+pytestmark = [pytest.mark.engine, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def ngram(tmp_path_factory) -> dict[str, dict]:
+    from eagle_fix.core import record
+
+    out = tmp_path_factory.mktemp("ngram") / "ngram.jsonl"
+    proc = eagle_fix_run(
+        "--profile", "cpu-quick", "--contexts", "2048", "--modes", "eager", "--arms", "ngram,baseline",
+        "--output-len", "64", "--repeats", "2", "--out", str(out),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return {r["arm"]: r for r in record.read(out)}
+
+
+def test_the_ngram_record_carries_vllms_counters_and_the_proposers_own(ngram):
+    rec = ngram["ngram"]
+    assert rec["status"] == "ok", rec["error"]
+    assert rec["fix"] is None and rec["num_speculative_tokens"] == 3 and rec["model_runner"] == "v1"
+    assert rec["num_drafts"] > 0 and rec["num_draft_tokens"] >= rec["num_drafts"]
+    assert rec["acceptance_length"] == 1 + rec["num_accepted_tokens"] / rec["num_drafts"]
+    # the proposer ran at every step that may draft; the steps it found no match at are counted, not guessed
+    assert rec["drafter_proposals"] == rec["drafter_steps"] > 0 and rec["drafter_coverage"] == 1.0
+    assert 0 <= rec["drafter_empty_proposals"] < rec["drafter_proposals"]
+    assert rec["num_drafts"] <= rec["drafter_proposals"] - rec["drafter_empty_proposals"]
+    assert rec["max_seq_len_drafted"] > 2048 - 64 - 4
+    assert rec["drafter_calls_damaged"] is None  # no draft model to damage
+    assert not [f for f in rec["flags"] if f.startswith(("missing_hook", "empty_drafts", "zero_filled"))], rec["flags"]
+    assert rec["speedup"] is not None  # divided by the baseline beside it
+
+
+def test_greedy_ngram_speculation_emits_the_baselines_tokens(ngram):
+    assert ngram["baseline"]["num_drafts"] is None and ngram["baseline"]["drafter_empty_proposals"] is None
+    assert ngram["ngram"]["output_token_ids"] == ngram["baseline"]["output_token_ids"]
