@@ -188,6 +188,8 @@ def _record(
         )
         rec["gpu_memory_utilization"] = spec.gpu_memory_utilization
         rec["tensor_parallel_size"] = spec.tensor_parallel_size
+        # the synthetic sampler stands in for a random-weight draft only (eagle_fix.sweep.road): n-gram's is real
+        rec["synthetic_acceptance"] = spec.synthetic_acceptance_length is not None
     if ready:
         for k in (
             "startup_s",
