@@ -20,7 +20,7 @@ from eagle_fix.pairs.profiles import PROFILES, default_profile  # light: no vLLM
 # them, eagle_fix.pairs.profiles). Combinations the chosen profile does not run are skipped
 # (NotImplementedError in setup), not failed.
 
-ALL_CONTEXTS = tuple(sorted({c for p in PROFILES.values() for c in p.contexts}))
+ALL_CONTEXTS = tuple(sorted({c for p in PROFILES.values() if p.in_asv_grid for c in p.contexts}))
 NUM_SPECULATIVE_TOKENS = max(p.num_speculative_tokens for p in PROFILES.values())
 POSITIONS = tuple(range(1, NUM_SPECULATIVE_TOKENS + 1))
 

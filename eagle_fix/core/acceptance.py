@@ -24,6 +24,20 @@ def distinct_ngrams(ids: list[int], n: int = 4) -> float:
     return len(set(grams)) / len(grams) if grams else 1.0
 
 
+def before_eos(ids: list[int] | None, eos_ids: tuple[int, ...] | list[int]) -> dict[str, float | int | None]:
+    """Output realism of a run that ignores end-of-sequence (every point decodes the same tokens): distinct
+    4-grams of the text before the first EOS token, and that token's index (`eos_at`, None where none came).
+    What the model says after its answer ends is not its answer, so its loops do not count. The score is None
+    where fewer than 4 tokens came before the EOS (no 4-gram to count) or there are no ids."""
+    if not isinstance(ids, list):
+        return {"output_distinct_4grams_before_eos": None, "eos_at": None}
+    eos = set(eos_ids)
+    at = next((i for i, t in enumerate(ids) if t in eos), None)
+    head = ids if at is None else ids[:at]
+    score = round(distinct_ngrams(head, 4), 4) if len(head) >= 4 else None
+    return {"output_distinct_4grams_before_eos": score, "eos_at": at}
+
+
 def output_diversity(rec: dict) -> float | None:
     """Distinct 4-grams of a point's first output (the record's `output_token_ids`); None without them or
     when shorter than LOOP_MIN_TOKENS."""

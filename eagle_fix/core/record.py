@@ -90,6 +90,10 @@ FIELDS = (
     "output_token_ids",
     # and per token the margin of its top two logprobs (nats): where a flip is a near-tie (eagle_fix.core.parity)
     "output_logprob_margins",
+    # profiles that score output realism before end-of-sequence (decode ignores it): distinct 4-grams of the
+    # first output before its first EOS token, and that token's index (None: none came, or not scored)
+    "output_distinct_4grams_before_eos",
+    "eos_at",
     # set where the eager and compiled twins' outputs differ only from a near-tie on (shown, not a flag)
     "parity_near_tie",
     "samples",

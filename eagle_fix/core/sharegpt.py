@@ -134,3 +134,51 @@ def make_chat_prompts(context_len: int, batch_size: int, *, tokenizer: Any, seed
         assert len(prompt) == context_len
         prompts.append(prompt)
     return prompts
+
+
+# the chat template's roles of ShareGPT's speakers (the real target's own template: role and content)
+TEMPLATE_ROLES = {"User": "user", "Assistant": "assistant"}
+
+
+def held_out_messages() -> tuple[tuple[dict[str, str], ...], ...]:
+    """Each held-out conversation as chat-template messages (role, content), in file order."""
+    convs = conversations()
+    held = {r[2] for r in _held_out_rows()}
+    out = []
+    for i, conv in enumerate(convs):
+        if i % HELD_OUT_EVERY or conversation_text(conv) not in held:
+            continue
+        out.append(tuple({"role": TEMPLATE_ROLES[r], "content": t} for r, t in turns(conv) if t))
+    return tuple(out)
+
+
+def make_template_prompts(context_len: int, batch_size: int, *, tokenizer: Any, seed: int = 0) -> list[list[int]]:
+    """`batch_size` prompts of exactly `context_len` token ids in the target's own chat template
+    (`tokenizer`: a transformers tokenizer with a chat_template): held-out conversations in a seeded order as
+    earlier turns, then a held-out question, ending where the assistant answers. A history longer than the
+    context loses its oldest turns: the template's first block (its system prompt) is kept, then the tail."""
+    if context_len < 1 or batch_size < 1:
+        raise ValueError(f"context_len and batch_size must be >= 1, got {context_len}, {batch_size}")
+    pool, asks = held_out_messages(), questions()
+    prompts = []
+    for b in range(batch_size):
+        rng = np.random.default_rng([seed, b, context_len, 17])
+        ask_ids = tokenizer.encode(asks[int(rng.integers(len(asks)))], add_special_tokens=False)
+        ask = tokenizer.decode(ask_ids[:MAX_QUESTION_TOKENS])
+        history: list[dict[str, str]] = []
+        order, k, approx = rng.permutation(len(pool)), 0, 0
+        while approx < context_len + 64:  # enough text; the render below counts exactly
+            conv = pool[int(order[k % len(order)])]
+            history += conv
+            approx += sum(len(tokenizer.encode(m["content"], add_special_tokens=False)) + 4 for m in conv)
+            k += 1
+        msgs = [*history, {"role": "user", "content": ask}]
+        ids = list(tokenizer.apply_chat_template(msgs, tokenize=True, add_generation_prompt=True, return_dict=False))
+        eos = tokenizer.eos_token_id
+        head = ids[: ids.index(eos) + 1] if eos in ids else []  # the system block the template opens with
+        if len(head) >= context_len // 4:
+            head = []
+        prompt = head + ids[len(ids) - (context_len - len(head)) :]
+        assert len(prompt) == context_len
+        prompts.append(prompt)
+    return prompts

@@ -11,7 +11,8 @@ import numpy as np
 from eagle_fix.core import sharegpt
 
 # A profile's workload: what its prompts are made of (and so part of what a point means)
-WORKLOADS = ("copy", "chat")
+# `chat-real`: held-out ShareGPT in the target's own chat template (a transformers tokenizer folder)
+WORKLOADS = ("copy", "chat", "chat-real")
 
 # The "language": a fixed lexicon of common ids (same for every seed, so a draft's reduced
 # vocabulary trained on it fits every prompt) plus rare ids drawn from the whole vocabulary.
@@ -125,13 +126,35 @@ def _read_tokenizer(path: str):
     return Tokenizer.from_file(path)
 
 
+def template_tokenizer(target: str | None):
+    """The target folder's transformers tokenizer with its chat template (no remote code, no network), read
+    once per process; a folder without a chat template is a one-line error."""
+    folder = Path(target or "")
+    if not (folder / "tokenizer_config.json").is_file():
+        raise ValueError(f"the chat-real workload needs the target's tokenizer_config.json: {folder} has none")
+    tok = _read_template_tokenizer(str(folder.resolve()))
+    if not tok.chat_template:
+        raise ValueError(f"the chat-real workload needs the target's chat template: {folder} has none")
+    return tok
+
+
+@functools.lru_cache(maxsize=2)
+def _read_template_tokenizer(path: str):
+    from transformers import AutoTokenizer  # lazy: only the chat-real workload renders a template
+
+    return AutoTokenizer.from_pretrained(path, local_files_only=True, trust_remote_code=False)
+
+
 def workload_prompts(
     workload: str, context_len: int, batch_size: int = 1, *, vocab_size: int, seed: int = 0, target: str | None = None
 ) -> list[list[int]]:
     """The prompts of one point: `copy` from make_prompts; `chat` from held-out ShareGPT text through the
-    target's own tokenizer.json (the chat pair ships one)."""
+    target's own tokenizer.json (the chat pair ships one); `chat-real` from held-out ShareGPT conversations in
+    the target's own chat template, ending where the assistant answers."""
     if workload == "copy":
         return make_prompts(context_len, batch_size, vocab_size=vocab_size, seed=seed)
+    if workload == "chat-real":
+        return sharegpt.make_template_prompts(context_len, batch_size, tokenizer=template_tokenizer(target), seed=seed)
     if workload != "chat":
         raise ValueError(f"unknown workload {workload!r}: one of {', '.join(WORKLOADS)}")
     return sharegpt.make_chat_prompts(context_len, batch_size, tokenizer=target_tokenizer(target), seed=seed)

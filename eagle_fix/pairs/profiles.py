@@ -8,14 +8,18 @@ import functools
 import pathlib
 from typing import Any
 
-from eagle_fix.core.arms import EAGLE3
+from eagle_fix.core.arms import ARMS, EAGLE3, ENGINE_ARMS
 from eagle_fix.core.errors import EagleFixError
 from eagle_fix.fix.checkpoint import read_config
+from eagle_fix.pairs import smollm
 
 DATA = pathlib.Path(__file__).resolve().parents[1] / "data"
 TINY = DATA / "tiny"
 CHAT = DATA / "chat"
 CONFIGS = DATA / "configs"
+
+# where the real target is converted on first use (ignored by git)
+REAL_TARGET = smollm.DEFAULT_OUT
 
 FULL_SWEEP = (8192, 16384, 32768, 65536, 131072)
 
@@ -85,6 +89,35 @@ class Profile:
     # suffix of the sequence it looks up earlier in the context to draft what followed it there.
     ngram_lookup_min: int = 2
     ngram_lookup_max: int = 4
+    # arms the profile refuses, each with why: (arm name, reason), e.g. a draft not trained yet
+    refused_arms: tuple[tuple[str, str], ...] = ()
+    # the target is converted on first use (eagle_fix.pairs.smollm.ensure) before the sweep reads it
+    converts_target: bool = False
+    # output realism (distinct 4-grams) is scored on the text before the first end-of-sequence; decode still
+    # ignores it, so every point decodes output_len tokens
+    score_before_eos: bool = False
+    # whether its contexts join the asv grid (benchmarks/common.py): a new context changes every graph file
+    in_asv_grid: bool = True
+
+    def check_arms(self, names: tuple[str, ...] | list[str]) -> None:
+        """One-line EagleFixError for an arm this profile refuses (its reason), naming the arms it runs."""
+        refused = dict(self.refused_arms)
+        bad = [n for n in names if n in refused]
+        if bad:
+            runs = ",".join(n for n in ARMS if n in ENGINE_ARMS and n not in refused)
+            raise EagleFixError(
+                f"--arms {bad[0]}: profile {self.name!r} refuses it: {refused[bad[0]]}; use --arms {runs}"
+            )
+
+    def prepare(self) -> None:
+        """Convert the target on first use (a missing package is one line naming the fix)."""
+        if self.converts_target and self.target is not None:
+            smollm.ensure(self.target, say=lambda _line: None)
+
+    def eos_token_ids(self) -> tuple[int, ...]:
+        """The target's end-of-sequence ids (config.json's eos_token_id, an int or a list)."""
+        eos = read_config(self.target, "target").get("eos_token_id") if self.target is not None else None
+        return tuple(int(e) for e in (eos if isinstance(eos, list) else [] if eos is None else [eos]))
 
     def speculative_config(self) -> dict:
         """The `speculative_config` dict for `vllm.LLM`."""
@@ -263,6 +296,25 @@ def _profiles() -> dict[str, Profile]:
         "gpu-chat": Profile(
             "gpu-chat", *chat_pair(), "auto", FULL_SWEEP, None, "cuda", gpu_memory_utilization=0.5, workload="chat"
         ),
+        # The real target (issue 55): SmolLM2-135M-Instruct converted on first use, on held-out ShareGPT chat in
+        # its own chat template, within its 8192 trained positions (16K/32K would need a RoPE scaling: not here).
+        # Its EAGLE3 draft is not trained yet: baseline and n-gram run. KV: 23 KiB/token (30 x 3 x 64 x K,V x bf16).
+        "cpu-real": Profile(
+            "cpu-real",
+            REAL_TARGET,
+            None,
+            "auto",
+            (2048, 4096, 8192),
+            None,
+            "cpu",
+            output_len=256,
+            kv_cache_gib=1.0,
+            workload="chat-real",
+            refused_arms=((EAGLE3.name, "its EAGLE3 draft is not trained yet (issue #55 item 2)"),),
+            converts_target=True,
+            score_before_eos=True,
+            in_asv_grid=False,
+        ),
         # gpu-dummy's quick grid (as cpu-quick is to cpu): scripts/bench.sh's default on CUDA, sized for a first
         # GPU visit (eagle_fix.releases.gpu_estimate: about 9 min on one H100, unverified until a GPU runs it)
         "gpu-quick": Profile(
@@ -287,6 +339,7 @@ def get_profile(name: str, *, target=None, draft=None) -> Profile:
     changes = {}
     if target is not None:
         changes["target"] = pathlib.Path(target)
+        changes["converts_target"] = False  # the user's folder is read as it is
     if draft is not None:
         changes["draft"] = pathlib.Path(draft)
     return dataclasses.replace(prof, **changes) if changes else prof

@@ -19,7 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from eagle_fix.core import arms, metrics, parity, record
+from eagle_fix.core import acceptance, arms, metrics, parity, record
 from eagle_fix.core.arms import arm
 from eagle_fix.core.errors import EagleFixError
 from eagle_fix.engine import lifecycle
@@ -214,6 +214,8 @@ def _record(
         record.summarize(rec, result.samples, result.acceptance())
         rec["output_token_ids"] = result.output_token_ids
         rec["output_logprob_margins"] = result.output_logprob_margins
+        if run.profile.score_before_eos:  # realism before the answer ends; speed still over every token
+            rec.update(acceptance.before_eos(result.output_token_ids, run.profile.eos_token_ids()))
         _roofline(rec, run)
     doctor = fields.get("doctor")
     if arms.takes_fix(p.arm):  # the doctor judges the draft of an arm that takes the fix

