@@ -779,3 +779,23 @@ def test_a_grid_runs_each_point_at_its_share_and_records_the_family(tmp_path, mo
         assert point["verdicts"]["tpot_ms"]["verdict"] == "not gated"
         if point["verdicts"]["step_ms"].get("p") is not None:
             assert point["verdicts"]["step_ms"]["family"]["tests"] == 2
+
+
+def test_holm_is_statsmodels_without_its_full_collection(monkeypatch):
+    """family.holm gives statsmodels' Holm (rejections and adjusted p-values) without the gc.collect() its Holm
+    branch runs (seconds a verdict in a process holding vLLM's heap), and leaves gc.collect as it was."""
+    import gc
+
+    from statsmodels.stats.multitest import multipletests
+
+    from eagle_fix.gate import family
+
+    calls = []
+    real = gc.collect
+    monkeypatch.setattr(gc, "collect", lambda *a: calls.append(a) or real(*a))
+    ps = [0.004, 0.03, 0.0001, 0.2, 0.012]
+    reject, adjusted = family.holm(ps, 0.05)
+    assert calls == [] and gc.collect is not real  # our spy is back in place, untouched
+    want_reject, want_adjusted, _, _ = multipletests(ps, alpha=0.05, method="holm")
+    assert reject == list(want_reject) and adjusted == pytest.approx(list(want_adjusted))
+    assert len(calls) == 1  # statsmodels' own call does collect
