@@ -20,8 +20,13 @@ from conftest import ROOT, git
 
 pytestmark = pytest.mark.engine
 
-# A test module reads what the first command changes when it names the results folder, the docs or the README.
-READS_RESULTS = re.compile(r'ROOT / "results"|"results" /|results/|ROOT / "docs"|README')
+# A test module reads what the first command changes (its asv result under results/asv/, its sweep's records under
+# results/runs/, and what the docs and README generate from them) when it names those folders, the docs, the
+# README, or the functions that find results/ (eagle_fix.core.paths). Other results/ subfolders (calibration,
+# gate, releases, ...) the main job never writes.
+READS_RESULTS = re.compile(
+    r'results/asv|results/runs|"asv"|"runs"|ROOT / "docs"|README|committed_results\(|results_dir\('
+)
 
 
 def checkout_copy(dest: Path) -> Path:

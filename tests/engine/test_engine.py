@@ -335,18 +335,20 @@ GPU_CHECK_PASSED = {
     "step-clock",
     "limits-on-device",
     "damage",
-    "noise",
 }
 GPU_CHECK_CUDA_ONLY = {"v2-coverage", "memory-nvml", "cuda-graphs", "fingerprint-gpu", "nvml-struct", "host-clock"}
+# Left out of CI's rehearsal (four engine starts): the gate's noise step; `ab`'s launch pairs are run on the real
+# engine by tests/gate/test_ab.py, the noise estimates from their files by tests/gate/test_noise.py.
+GPU_CHECK_LEFT_OUT = {"noise"}
 
 
 def test_the_gpu_check_rehearsed_on_this_sweep(ab_run, tmp_path):
     """The GPU script's every line that is not CUDA-only, on this machine: its hook test, doctor, damaged
-    drafter, gate noise (two short launch pairs), machine and probe run at CI's context past 2048; its fix A/B
+    drafter, machine and probe run at CI's context past 2048 (the gate's noise step is left out: see above); its fix A/B
     and gpu-dummy judgements read this module's sweep instead of starting those engines again."""
     _, out = ab_run
     summary = tmp_path / "gpu-check.json"
-    argv = ["--rehearse", "--context", str(PAST[0]), "--only", "hooks,doctor,damage,noise,machine,probe"]
+    argv = ["--rehearse", "--context", str(PAST[0]), "--only", "hooks,doctor,damage,machine,probe"]
     argv += ["--records", f"fix-ab={out}", "--records", f"dummy={out}", "--out", str(summary)]
     proc = subprocess.run(
         ["bash", "scripts/gpu-check.sh", *argv, "--work", str(tmp_path / "work")],
@@ -360,7 +362,7 @@ def test_the_gpu_check_rehearsed_on_this_sweep(ab_run, tmp_path):
     got = json.loads(summary.read_text())
     status = {c["check"]: c["status"] for c in got["checks"]}
     assert {k for k, v in status.items() if v == "passed"} == GPU_CHECK_PASSED, got["checks"]
-    assert {k for k, v in status.items() if v == "not run"} == GPU_CHECK_CUDA_ONLY
+    assert {k for k, v in status.items() if v == "not run"} == GPU_CHECK_CUDA_ONLY | GPU_CHECK_LEFT_OUT
     assert got["kind"] == "rehearsal" and got["steps"]["fix-ab"]["from_records"] == [str(out)]
     fix_ab = got["steps"]["fix-ab"]["records"]
     compiled_off = [r for r in fix_ab if (r["mode"], r["fix"], r["status"]) == ("compile", "off", "failed")]
@@ -368,4 +370,4 @@ def test_the_gpu_check_rehearsed_on_this_sweep(ab_run, tmp_path):
     damaged = got["steps"]["damage"]["records"][0]
     assert damaged["context_len"] == PAST[0] and damaged["drafter_calls_damaged"] > 0
     assert got["steps"]["probe"]["report"]["cuda_available"] is False
-    assert "gpu-check: 12 passed, 0 failed, 6 not run" in proc.stderr
+    assert "gpu-check: 11 passed, 0 failed, 7 not run" in proc.stderr
