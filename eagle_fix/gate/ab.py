@@ -16,7 +16,8 @@ or no change of the threshold), else at the plan's last block; --rounds/--blocks
 at its end. Each sample decodes at most `verdict.DEFAULT_SAMPLE_TOKENS` tokens unless --output-len says
 otherwise. The side not being measured is paused (SIGSTOP of its process group): an idle vLLM worker
 busy-polls after each step, which on a few cores lands on the other side's measurement. The load over each
-side's measurement is recorded per pair. Acceptance is judged on counts, coverage and status exactly. Exit
+side's measurement is recorded per pair. Greedy acceptance is judged over several prompts (the prompt as the
+unit), coverage and status exactly. Exit
 codes as `eagle-fix compare`.
 
 How the two sides share the machine is decided before any engine starts (eagle_fix.gate.sharing) and
@@ -97,7 +98,12 @@ from eagle_fix.sweep.plan import plan, point_timeout, resolve
 # Bonferroni share (`family_sizes`), then Holm over the run (`family` for the file, `family` per row); the speed
 # rows' `base_mean` / `new_mean` are the launch test's estimator (geometric means over the launches), whose
 # ratio is the row's `change`. Files of schema 6 and before gated every paired metric, each at alpha.
-SCHEMA = 7
+# 8: a drafted greedy point decodes --acceptance-prompts seeded prompts a side (`acceptance_prompts`: the
+# prompts after the speed rounds' own, each with its `seed`), and its acceptance row is judged over them, the
+# prompt as the unit (verdict.acceptance_over_prompts: `prompts`, `df`, `threshold`, `change`); the acceptance
+# row carries its `change`, so Holm's threshold applies to it. Files of schema 7 and before judged the first
+# round's drafts on vLLM's counts, and their acceptance rows had no `change` (Holm left them within noise).
+SCHEMA = 8
 # The order of the two sides in round r: base first in even rounds, new first in odd ones.
 ORDER = "abba"
 # Which side's engine starts first in a group's first block (both stay up, paused in turn); each later
@@ -339,6 +345,10 @@ def _measure(
                         f"{m} {v}" for m, v in speed.items()
                     )
                 break
+    if greedy_prompts(run, args, p, synthetic) > 1 and not any(
+        entry["status"].get(side) == "failed" for side in ("base", "new")
+    ):
+        _acceptance_prompts(run, p, engines, entry, spec, log_dir, sides, args, alone=alone, unusable=unusable)
     for side in ("base", "new"):
         entry["status"].setdefault(side, "ok")
     entry["rounds"], entry["blocks"] = r, len({pp["block"] for pp in entry["pairs"]})
@@ -362,8 +372,11 @@ def _measure(
     return entry
 
 
-def _round(run, p, engines, entry, spec, log_dir, sides, *, r, block, fresh, alone, unusable) -> dict[str, Any]:
-    """One round: each side measured once, in round_order(r), the other side paused; the load over each."""
+def _round(
+    run, p, engines, entry, spec, log_dir, sides, *, r, block, fresh, alone, unusable, seed: int | None = None
+) -> dict[str, Any]:
+    """One round: each side measured once, in round_order(r), the other side paused; the load over each.
+    `seed`: another prompt than the run's (an acceptance prompt, decoded once with its prefill)."""
     order = round_order(r)
     pair: dict[str, Any] = {"round": r, "order": list(order), "block": block}
     t0 = time.monotonic()
@@ -376,7 +389,7 @@ def _round(run, p, engines, entry, spec, log_dir, sides, *, r, block, fresh, alo
                 unusable(side)
                 continue
         # a fresh engine has no cached prompt: it pays its prefill in a TTFT run first
-        cmd = run.command(p, repeats=1, ttft_repeats=1 if fresh else 0)
+        cmd = run.command(p, repeats=1, ttft_repeats=1 if fresh and seed is None else 0, seed=seed)
         measure_alone(engines, side)
         sampler = LoadSampler()
         sampler.start(getattr(engines[side], "pid", None))
@@ -395,6 +408,53 @@ def _round(run, p, engines, entry, spec, log_dir, sides, *, r, block, fresh, alo
         pair[side] = {**_pair_numbers(res), "load": load}
     pair["wall_s"] = round(time.monotonic() - t0, 3)
     return pair
+
+
+def greedy_prompts(run, args: ABArgs, p, synthetic: bool) -> int:
+    """How many prompts a point's acceptance is judged over: --acceptance-prompts for a drafted greedy point
+    whose acceptance is the draft's own; 1 (the speed rounds' prompt) otherwise (sampled points are judged by
+    the launch spread of their calibration, eagle_fix.gate.acceptance_power)."""
+    drafted = run.identity(p).get("num_speculative_tokens")
+    if not drafted or synthetic or float(run.args.temperature) != 0.0:
+        return 1
+    return args.acceptance_prompts
+
+
+def _acceptance_prompts(run, p, engines, entry, spec, log_dir, sides, args: ABArgs, *, alone, unusable) -> None:
+    """Greedy acceptance over prompts (verdict.acceptance_over_prompts): after the speed rounds, each side
+    decodes --acceptance-prompts - 1 more seeded prompts of the point (seeds after the run's, each with its
+    prefill, ABBA), so the verdict's unit is the prompt. Their times are not speed samples: they stay out of
+    `pairs`. Recorded as `acceptance_prompts`, each with its `seed`."""
+    n = greedy_prompts(run, args, p, False)
+    started = time.monotonic()
+    prompts = entry.setdefault("acceptance_prompts", [])
+    for j in range(1, n):
+        seed = int(run.args.seed) + j
+        pair = _round(
+            run,
+            p,
+            engines,
+            entry,
+            spec,
+            log_dir,
+            sides,
+            r=j,
+            block=-1,
+            fresh=False,
+            alone=alone,
+            unusable=unusable,
+            seed=seed,
+        )
+        pair["seed"] = seed
+        prompts.append(pair)
+        if any(entry["status"].get(side) == "failed" for side in ("base", "new")):
+            break
+    print(
+        f"[eagle-fix ab] {point_words(entry['identity'])}: acceptance over {len(prompts) + 1} prompts "
+        f"({time.monotonic() - started:.0f} s)",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def _pair_numbers(res: PointReply) -> dict[str, Any]:

@@ -40,6 +40,8 @@ class ABArgs:
     alpha: float = DEFAULT_ALPHA
     strict: bool = False
     out: Path | None = None
+    # greedy acceptance's prompts a drafted point decodes per side (verdict.acceptance_over_prompts)
+    acceptance_prompts: int = verdict.ACCEPTANCE_PROMPTS
 
     def rounds_for(self, mode: str) -> int:
         """The paired rounds a point in MODE gets without a plan: --rounds, else the mode's old default."""
@@ -87,6 +89,9 @@ class ABArgs:
             threshold=args.threshold,
             strict=args.strict,
             out=out,
+            acceptance_prompts=parse_positive_int(args.acceptance_prompts, "--acceptance-prompts")
+            if getattr(args, "acceptance_prompts", None) is not None
+            else verdict.ACCEPTANCE_PROMPTS,
         )
 
 
@@ -184,6 +189,12 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=DEFAULT_THRESHOLD,
         help=f"relative change that can fail (default {DEFAULT_THRESHOLD * 100:g}%%, from the calibration)",
+    )
+    parser.add_argument(
+        "--acceptance-prompts",
+        default=None,
+        help="greedy acceptance is judged over this many seeded prompts a drafted point, the prompt as the unit: "
+        f"the speed rounds' own and N - 1 more, each one prefill a side (default {verdict.ACCEPTANCE_PROMPTS})",
     )
     parser.add_argument("--strict", action="store_true", help="an inconclusive metric fails too")
     parser.add_argument("--out", help="write the whole result (every pair) as JSON here")

@@ -102,12 +102,24 @@ def verdicts(
         }
     elif fb.get("num_drafts") and fn.get("num_drafts"):
         a = alpha if acceptance_alpha is None else acceptance_alpha
-        v = acceptance_power.judged(fb, fn, entry.get("identity") or {}, k=k or 1, alpha=a)  # as compare
+        prompts = [first, *(entry.get("acceptance_prompts") or [])]
+        if len(prompts) > 1:  # greedy: the prompt is the unit (schema 8)
+            b = [(q.get("base") or {}).get("acceptance_length") for q in prompts]
+            n = [(q.get("new") or {}).get("acceptance_length") for q in prompts]
+            v = verdict.acceptance_over_prompts(b, n, alpha=a)
+            bn = [(x, y) for x, y in zip(b, n) if x and y]
+            base_len = statistics.geometric_mean([x for x, _ in bn]) if bn else fb["acceptance_length"]
+            new_len = statistics.geometric_mean([y for _, y in bn]) if bn else fn["acceptance_length"]
+        else:  # one prompt a side (files before schema 8, sampled points): vLLM's counts
+            v = acceptance_power.judged(fb, fn, entry.get("identity") or {}, k=k or 1, alpha=a)  # as compare
+            base_len, new_len = fb["acceptance_length"], fn["acceptance_length"]
         out["acceptance_length"] = {
+            **{key: v.detail[key] for key in ("prompts", "df", "threshold", "ci95") if key in v.detail},
             "verdict": v.verdict,
             "p": v.detail.get("p"),
-            "base": fb["acceptance_length"],
-            "new": fn["acceptance_length"],
+            "change": v.change,
+            "base": base_len,
+            "new": new_len,
             "evidence": v.evidence,
             "power": v.power,
         }
@@ -181,7 +193,7 @@ def apply_family(result: dict[str, Any]) -> dict[str, Any]:
                 v["verdict"],
                 reject=r,
                 change=v.get("change"),
-                threshold=threshold if question == "speed" else 0.0,
+                threshold=threshold if question == "speed" else v.get("threshold", 0.0),
                 higher_is_better=higher_is_better,
             )
             v["family"] = {"question": question, "tests": len(items), "p_looks": p, "p_holm": adj, "rejected": r}

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
+
+from scipy import stats as sps
 
 from eagle_fix.core import acceptance as counts
 from eagle_fix.core import metrics, nested, significance, stats
@@ -168,6 +171,60 @@ def acceptance(
         f"{p_text(p)} (counts)" if p is not None else "",
         power,
         detail={"p": p, "alpha": alpha, "detectable_drop": drop},
+    )
+
+
+# Greedy acceptance, judged over prompts (`eagle-fix ab`): each side decodes ACCEPTANCE_PROMPTS seeded prompts of the
+# point (the speed rounds' own first, then seeds after it), so one prompt whose greedy path parts at a near-tie
+# (the committed 32K eager and compiled twins parted at token 4 and accepted 1.82 and 3.43) is one unit of eight,
+# not the whole verdict. A drop is called where the prompts' mean log ratio is significant and the change is
+# beyond ACCEPTANCE_THRESHOLD: the damage calibration's smallest drops caught by the old counts test were 15-24%
+# (docs/statistics.md), and a tenth of acceptance length moves a point's speedup by about a tenth.
+ACCEPTANCE_PROMPTS = 8
+ACCEPTANCE_THRESHOLD = 0.10
+
+
+def acceptance_over_prompts(
+    base: list[float], new: list[float], *, alpha: float = DEFAULT_ALPHA, threshold: float = ACCEPTANCE_THRESHOLD
+) -> Verdict:
+    """Greedy acceptance length with the prompt as the unit: log(new / base) per prompt, a one-sample t-test
+    on its n - 1 degrees of freedom (scipy.stats); the verdict as the speed rows' (beyond the threshold and
+    p < alpha; Holm over a run's points applies the threshold again). Identical lengths on every prompt:
+    "same" (greedy decoding is exact, so identical sides give identical counts)."""
+    both = [(b, n) for b, n in zip(base, new) if b and n and b > 0 and n > 0]
+    detail: dict[str, Any] = {"alpha": alpha, "threshold": threshold, "prompts": len(both), "unit": "prompt"}
+    if not both:
+        return Verdict("inconclusive", None, "no prompt measured on both sides", "could detect no drop", detail=detail)
+    logs = [math.log(n / b) for b, n in both]
+    mean = sum(logs) / len(logs)
+    change = math.expm1(mean)  # the ratio of the two sides' geometric means: the base and new columns agree
+    detail.update(base_lengths=[b for b, _ in both], new_lengths=[n for _, n in both], log_ratios=logs)
+    if all(x == 0.0 for x in logs):
+        return Verdict("same", 0.0, f"exact on {len(both)} prompts (greedy)", "sees any change", detail=detail)
+    if len(both) < 2:
+        return Verdict("inconclusive", change, "1 prompt: no spread over prompts", "needs >= 2 prompts", detail=detail)
+    df = len(both) - 1
+    sd = statistics.stdev(logs)
+    if sd == 0.0:  # every prompt moved by the same factor: no spread to doubt it
+        p, lo, hi = 0.0, mean, mean
+    else:
+        res = sps.ttest_1samp(logs, 0.0)
+        p = float(res.pvalue)
+        ci = res.confidence_interval(CONFIDENCE)
+        lo, hi = float(ci.low), float(ci.high)
+    se = sd / math.sqrt(len(both))
+    # the drop the rule calls in 90% of runs: beyond the threshold and significant (t on df, normal-free)
+    needed = max(threshold, float(sps.t.ppf(1 - alpha / 2, df) + sps.t.ppf(0.9, df)) * se) if sd else threshold
+    call = "within noise"
+    if p < alpha and abs(change) > threshold:
+        call = "improved" if change > 0 else "regression"
+    detail.update(p=p, df=df, ci95=[math.expm1(lo), math.expm1(hi)], detectable_drop=needed)
+    return Verdict(
+        call,
+        change,
+        f"{p_text(p)} [{math.expm1(lo):+.1%}, {math.expm1(hi):+.1%}] (t over {len(both)} prompts, df {df})",
+        f"could detect a drop >= {needed:.0%} (t on df {df}, threshold {threshold:.0%})",
+        detail=detail,
     )
 
 

@@ -141,14 +141,17 @@ class Resolved:
             cudagraph_mode=self.args.cudagraph_mode,
         )
 
-    def command(self, p: Point, *, repeats: int | None = None, ttft_repeats: int | None = None) -> PointCommand:
-        """What the engine measures at the point: the run's repeats unless told otherwise (eagle-fix ab)."""
+    def command(
+        self, p: Point, *, repeats: int | None = None, ttft_repeats: int | None = None, seed: int | None = None
+    ) -> PointCommand:
+        """What the engine measures at the point: the run's repeats and prompts (its seed) unless told otherwise
+        (eagle-fix ab: fewer repeats; other seeds for the acceptance prompts)."""
         return road.point_command(
             p.context_len,
             output_len=self.output_len,
             num_speculative_tokens=self.args.num_speculative_tokens,
             batch_size=self.args.batch_size,
-            seed=self.args.seed,
+            seed=self.args.seed if seed is None else seed,
             temperature=self.args.temperature,
             repeats=self.args.repeats if repeats is None else repeats,
             ttft_repeats=self.args.ttft_repeats if ttft_repeats is None else ttft_repeats,

@@ -250,11 +250,14 @@ def _fake_ab_args(tmp_path, monkeypatch, fake_engine, rounds, blocks=None, modes
     return ab.ABArgs.from_cli_args(args)
 
 
-def _fake_engine(factor=1.0, second_penalty=0.0, log=None, started=None, launch_sd=0.0, round_sd=0.0, seed=0):
+def _fake_engine(
+    factor=1.0, second_penalty=0.0, log=None, started=None, launch_sd=0.0, round_sd=0.0, seed=0, accepts=None
+):
     """A fake engine class: base decodes at 10 ms a token, new at factor x that; each engine instance (a launch)
     runs exp(N(0, launch_sd)) slower for its life and each measurement exp(N(0, round_sd)) (seeded); the second
     measurement of a round is `second_penalty` slower (an order effect); `log` collects the sides in the order
-    they were measured, `started` the order their engines started."""
+    they were measured, `started` the order their engines started; `accepts(side, prompt seed)`: the acceptance
+    length it reports (default 4.0, every draft accepted)."""
     import random
 
     rng = random.Random(seed)
@@ -274,6 +277,7 @@ def _fake_engine(factor=1.0, second_penalty=0.0, log=None, started=None, launch_
             second = len(measured) % 2 == 0  # both sides are measured once per round
             tpot = 10.0 * self.slow * (1 + 0.01 * (self.calls % 3)) * (1 + second_penalty * second)
             tpot *= math.exp(rng.gauss(0, round_sd))
+            length = 4.0 if accepts is None else accepts(self.side, cmd.seed)
             return PointReply(
                 prompt_len=cmd.prompt_len,
                 samples={
@@ -284,8 +288,8 @@ def _fake_engine(factor=1.0, second_penalty=0.0, log=None, started=None, launch_
                     "ttft_s": [1.0],
                 },
                 num_drafts=128,
-                num_accepted_tokens=384,
-                acceptance_length=4.0,
+                num_accepted_tokens=round(128 * (length - 1)),
+                acceptance_length=length,
                 drafter_coverage=1.0,
             )
 
@@ -323,7 +327,7 @@ def test_without_a_recorded_launch_variance_two_launches_settle_nothing(tmp_path
     a, result = _fake_run_ab(tmp_path, monkeypatch, factor=1.2)
     assert a.rounds is None and a.rounds_for("eager") == ab.DEFAULT_ROUNDS  # no --rounds: the mode's default
     assert (result["threshold"], result["alpha"], result["min_detectable"]) == (0.05, 0.01, 0.05)
-    assert result["schema"] == ab.SCHEMA == 7 and result["order"] == "abba" and result["rounds"] is None
+    assert result["schema"] == ab.SCHEMA == 8 and result["order"] == "abba" and result["rounds"] is None
     assert result["output_len"] == min(models.PROFILES["cpu-quick"].output_len, ab.DEFAULT_SAMPLE_TOKENS or 10**9)
     assert result["start_order"] == ["base", "new"]
     [point] = result["points"]
@@ -501,7 +505,10 @@ def test_rounds_alternate_order_and_record_it(tmp_path, monkeypatch):
     _, result = _fake_run_ab(tmp_path, monkeypatch, factor=1.0, log=log)
     [point] = result["points"]
     assert [p["order"] for p in point["pairs"]] == [list(ab.round_order(r)) for r in range(ab.DEFAULT_ROUNDS)]
-    assert log == [side for r in range(ab.DEFAULT_ROUNDS) for side in ab.round_order(r)]
+    rounds = [side for r in range(ab.DEFAULT_ROUNDS) for side in ab.round_order(r)]
+    # then greedy acceptance's other prompts, ABBA too
+    prompts = [side for j in range(1, verdict.ACCEPTANCE_PROMPTS) for side in ab.round_order(j)]
+    assert log == rounds + prompts
     # whichever side went first, the pair holds base and new by side and its ratio is new / base
     for pair in point["pairs"]:
         assert pair["base"]["tpot_ms"] < 10.5 and pair["new"]["tpot_ms"] < 10.5
@@ -547,6 +554,8 @@ AB_ENGINE_ARGS = [
     "eagle3",
     "--rounds",
     "16",
+    "--acceptance-prompts",  # CI's cost: 2 more prompts a side (the default 8 is the fake-engine tests')
+    "3",
 ]
 
 
@@ -574,9 +583,14 @@ def test_an_injected_slowdown_is_caught_across_restarts_in_both_orders(tmp_path)
     assert "loop: 8192 eager eagle3" in slow.stdout, slow.stdout[-2000:]
     assert any("step_ms: regression" in f for f in result["summary"]["failing"])
     # one gated speed metric: TPOT and decode throughput slowed as much, shown, never failing
-    assert point["gated_metric"] == "step_ms" and result["schema"] == ab.SCHEMA == 7
+    assert point["gated_metric"] == "step_ms" and result["schema"] == ab.SCHEMA == 8
     assert {point["verdicts"][m]["verdict"] for m in ("tpot_ms", "decode_throughput_tok_s")} == {"not gated"}
     assert not any(m in f for f in result["summary"]["failing"] for m in ("tpot_ms", "decode_throughput"))
+    # greedy acceptance over 3 prompts (seeds 0, 1, 2): a slower step decodes the same tokens
+    assert [q["seed"] for q in point["acceptance_prompts"]] == [1, 2]
+    assert all(q[side]["num_drafts"] > 0 for q in point["acceptance_prompts"] for side in ("base", "new"))
+    row = point["verdicts"]["acceptance_length"]
+    assert row["prompts"] == 3 and row["verdict"] in ("same", "within noise"), row
 
 
 @pytest.mark.slow
@@ -654,7 +668,9 @@ def test_two_engines_that_fit_split_the_gpu(tmp_path, monkeypatch):
     assert [e[1] for e in starts] == ["base", "new", "new", "base"]
     assert all(e[2] == sharing.SPLIT_UTILIZATION and e[3] for e in starts)
     # a fresh block's engines pay their prefill before they decode, the others do not
-    assert [e[2] for e in events if e[0] == "point"] == [1, 1, 0, 0, 1, 1, 0, 0]
+    # then greedy acceptance's 7 other prompts a side, each decoded with its own prefill
+    extra = 2 * (verdict.ACCEPTANCE_PROMPTS - 1)
+    assert [e[2] for e in events if e[0] == "point"] == [1, 1, 0, 0, 1, 1, 0, 0] + [0] * extra
     assert result["points"][0]["status"] == {"base": "ok", "new": "ok"}
 
 
@@ -663,8 +679,9 @@ def test_one_at_a_time_when_two_cannot_be_shown_to_fit(tmp_path, monkeypatch):
     assert result["sharing"] == "one-at-a-time" and result["idle_side"] == "stopped"
     assert "NVML init failed" in result["sharing_reason"]
     points = [e for e in events if e[0] == "point"]
-    assert len(points) == 8 and all(e[3] == {e[1]} for e in points)  # only the measured side's engine is up
-    assert all(e[2] == 1 for e in points)  # every fresh engine pays its prefill before the decode
+    extra = 2 * (verdict.ACCEPTANCE_PROMPTS - 1)  # greedy acceptance's other prompts, each with its prefill
+    assert len(points) == 8 + extra and all(e[3] == {e[1]} for e in points)  # only the measured side's engine is up
+    assert all(e[2] == 1 for e in points[:8])  # every fresh engine pays its prefill before the decode
     assert result["points"][0]["status"] == {"base": "ok", "new": "ok"} and len(result["points"][0]["pairs"]) == 4
 
 
@@ -766,12 +783,64 @@ def test_a_p_value_below_what_prints_is_a_bound():
     assert verdict.p_text(1.9e-12) == "p=1.9e-12" and verdict.p_text(0.0213) == "p=0.0213"
 
 
+def test_greedy_acceptance_is_judged_over_prompts_with_a_threshold():
+    """The prompt is the unit: identical greedy sides are exact; one prompt whose path parted (a near-tie) is
+    within noise on 8 prompts; a drop on every prompt beyond the threshold is a regression; a drop within the
+    threshold is not, however significant; t on n - 1 df, scipy's."""
+    from scipy import stats as sps
+
+    base = [4.0, 3.5, 3.9, 4.0, 3.2, 3.8, 3.6, 4.0]
+    same = verdict.acceptance_over_prompts(base, list(base))
+    assert same.verdict == "same" and same.detail["prompts"] == 8
+    parted = verdict.acceptance_over_prompts(base, [*base[:7], 1.8])
+    assert parted.verdict == "within noise" and parted.change < -0.09 and parted.detail["df"] == 7
+    drop = [b * 0.8 * (1 + 0.01 * i) for i, b in enumerate(base)]
+    v = verdict.acceptance_over_prompts(base, drop, alpha=0.01)
+    logs = [math.log(n / b) for b, n in zip(base, drop)]
+    assert v.verdict == "regression" and v.detail["p"] == pytest.approx(sps.ttest_1samp(logs, 0).pvalue)
+    assert "t over 8 prompts, df 7" in v.evidence and "threshold 10%" in v.power
+    small = verdict.acceptance_over_prompts(base, [b * 0.95 * (1 + 0.001 * i) for i, b in enumerate(base)])
+    assert small.detail["p"] < 0.01 and small.verdict == "within noise"  # significant, not beyond 10%
+    one = verdict.acceptance_over_prompts([4.0], [3.0])
+    assert one.verdict == "inconclusive" and one.power == "needs >= 2 prompts"
+
+
+@pytest.mark.parametrize("drop_on", ["every prompt", "one prompt"])
+def test_ab_judges_greedy_acceptance_over_its_prompts(tmp_path, monkeypatch, drop_on):
+    """`ab` decodes --acceptance-prompts seeded prompts a side for a drafted greedy point (the speed rounds' own
+    and 7 more, each recorded with its seed, none among the speed pairs): a drafter that loses a quarter on every
+    prompt fails the run through Holm (the row carries its change); one prompt's lower acceptance does not."""
+
+    def accepts(side, seed):
+        if side == "base" or (drop_on == "one prompt" and seed != 3):
+            return 4.0
+        return 3.0
+
+    a = _fake_ab_args(tmp_path, monkeypatch, _fake_engine(1.0, accepts=accepts), 8, "2")
+    assert a.acceptance_prompts == verdict.ACCEPTANCE_PROMPTS == 8
+    result = ab.run_ab(a)
+    [point] = result["points"]
+    assert [q["seed"] for q in point["acceptance_prompts"]] == list(range(1, 8)) and len(point["pairs"]) == 8
+    row = point["verdicts"]["acceptance_length"]
+    assert row["prompts"] == 8 and row["df"] == 7 and row["threshold"] == verdict.ACCEPTANCE_THRESHOLD
+    if drop_on == "every prompt":
+        assert (
+            row["verdict"] == "regression"
+            and row["change"] == pytest.approx(-0.25)
+            and row["new"] == pytest.approx(3.0)
+        )
+        assert result["summary"]["exit_code"] == 1
+    else:
+        assert row["verdict"] == "within noise" and result["summary"]["exit_code"] == 0
+    assert "t over 8 prompts" in ab_result.format_ab(result)
+
+
 def test_a_grid_runs_each_point_at_its_share_and_records_the_family(tmp_path, monkeypatch):
     """Two points (eager and compiled): each is judged at alpha / 2 while it runs (the plan's alpha, split
     again over its looks), the file records the family sizes and rule, each gated row its family, and only
     step_ms is gated (TPOT and decode throughput shown)."""
     _, result = _fake_run_ab(tmp_path, monkeypatch, factor=1.0, rounds=8, blocks="2", modes="eager,compile")
-    assert result["schema"] == 7 and result["family_sizes"] == {"speed": 2, "acceptance": 2}
+    assert result["schema"] == 8 and result["family_sizes"] == {"speed": 2, "acceptance": 2}
     assert result["family"]["speed"]["rule"] == "holm" and result["family"]["speed"]["alpha"] == 0.01
     for point in result["points"]:
         assert point["gated_metric"] == "step_ms" and point["design"]["alpha"] == pytest.approx(0.005)
