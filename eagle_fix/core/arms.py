@@ -25,6 +25,9 @@ class Arm:
     label: str  # human words
     # drafts by prompt lookup (vLLM's n-gram proposer): the profile's window sizes go to speculative_config
     prompt_lookup: bool = False
+    # the profile field naming its draft checkpoint (needs_draft): `draft` (an EAGLE head) or `draft_lm` (a
+    # language model of the target's tokenizer); a profile without one refuses the arm in one line
+    draft_field: str = "draft"
 
     @property
     def speculates(self) -> bool:
@@ -39,14 +42,21 @@ BASELINE = Arm("baseline", None, needs_draft=False, takes_fix=False, label="no s
 EAGLE3 = Arm("eagle3", "eagle3", needs_draft=True, takes_fix=True, label="EAGLE3 draft")
 NGRAM = Arm("ngram", "ngram", needs_draft=False, takes_fix=False, label="n-gram prompt lookup", prompt_lookup=True)
 # a full LM drafting: its own max_position_embeddings is sized for the target's family, no shared positions
-DRAFT_MODEL = Arm("draft_model", "draft_model", needs_draft=True, takes_fix=False, label="draft language model")
+DRAFT_MODEL = Arm(
+    "draft_model",
+    "draft_model",
+    needs_draft=True,
+    takes_fix=False,
+    label="draft language model",
+    draft_field="draft_lm",
+)
 MTP = Arm("mtp", "mtp", needs_draft=False, takes_fix=False, label="the target's MTP layers")
 
 ARMS: MappingProxyType[str, Arm] = MappingProxyType({a.name: a for a in (EAGLE3, BASELINE, NGRAM, DRAFT_MODEL, MTP)})
 # what a sweep runs unless told otherwise (record.ARMS, --arms' default)
 DEFAULT_ARMS: tuple[str, ...] = (EAGLE3.name, BASELINE.name)
 # the arms the engine layer can run today (eagle_fix.engine.spec); an arm is added here when it is wired
-ENGINE_ARMS: frozenset[str] = frozenset({EAGLE3.name, BASELINE.name, NGRAM.name})
+ENGINE_ARMS: frozenset[str] = frozenset({EAGLE3.name, BASELINE.name, NGRAM.name, DRAFT_MODEL.name})
 
 
 def arm(name: str, flag: str = "--arms") -> Arm:

@@ -59,6 +59,7 @@ class HookPoint(NamedTuple):
 # vLLM's methods the EAGLE proposer serves (V1 EagleProposer, V2 EagleSpeculator)
 EAGLE_METHODS = ("eagle", "eagle3")
 NGRAM_METHODS = ("ngram",)
+DRAFT_MODEL_METHODS = ("draft_model",)
 
 
 # The single place naming the internals the plugin wraps, per model runner. vLLM picks the runner
@@ -83,6 +84,16 @@ HOOK_POINTS: dict[str, tuple[HookPoint, ...]] = {
             "drafter proposals",
             "v1_propose",
             EAGLE_METHODS,
+        ),
+        # a draft language model: V1's proposer shares EAGLE's base class (SpecDecodeBaseProposer.propose), its
+        # fits-gate and its counters; the wrapper is set on its own class, so an EAGLE engine's stays apart
+        HookPoint(
+            "vllm.v1.spec_decode.draft_model",
+            "DraftModelProposer.propose",
+            ("common_attn_metadata",),
+            "drafter proposals",
+            "v1_propose",
+            DRAFT_MODEL_METHODS,
         ),
         # the n-gram (prompt lookup) proposer: one call per step, an empty list per request it found no match for
         HookPoint(

@@ -79,16 +79,10 @@ from eagle_fix.sweep.load import LoadSampler
 from eagle_fix.sweep.loop import groups
 from eagle_fix.sweep.plan import plan, point_timeout, resolve
 
-# 2: the verdicts follow eagle_fix.gate.verdict (sign test at alpha, power per row); `alpha` and
-# `min_detectable` recorded. Files of schema 1 kept the verdicts of a 95%-interval rule.
-# 3: the order within a round alternates (ABBA), recorded per pair (`order`) and for the file
-# (`order`: "abba"); files of schema 1 and 2 measured base first in every round.
-# 4: a point's rounds run in `blocks`, each with freshly started engines, the start order alternating
-# (per pair: `block`, `start_order`); files of schema 3 and before kept one pair of engines per group,
-# started in the file's `start_order`.
-# 5: each point records its own `rounds` and `blocks` (the default rounds depend on the mode:
-# verdict.default_rounds); the file's `rounds` is the --rounds given, or null for the defaults.
-# Files of schema 4 and before ran every point with the file's `rounds`.
+# 2: verdicts of eagle_fix.gate.verdict, `alpha` and `min_detectable` recorded (1: a 95%-interval rule).
+# 3: ABBA within a round (`order` per pair and file; before: base first). 4: rounds in `blocks` of fresh
+# engines, start order alternating (`block`, `start_order` per pair). 5: each point's own `rounds`/`blocks`
+# (the file's `rounds`: --rounds or null).
 # 6: the launch is the unit (eagle_fix.core.nested): each point records its `design` (rounds per launch pair,
 # launch pairs at most, looks), its `launch_test` settings, its `looks` and why it `stopped`, the seconds each
 # launch pair took (`launch_s`) and each round (`wall_s` per pair), and the load over each side's measurement

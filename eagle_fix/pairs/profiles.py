@@ -98,10 +98,33 @@ class Profile:
     score_before_eos: bool = False
     # whether its contexts join the asv grid (benchmarks/common.py): a new context changes every graph file
     in_asv_grid: bool = True
+    # the draft_model arm's draft: a language model of the target's tokenizer (None: the arm is refused), and
+    # what it is in words where a reader could mistake it (the target drafting for itself accepts everything)
+    draft_lm: pathlib.Path | None = None
+    draft_lm_note: str = ""
+
+    def draft_of(self, name: str) -> pathlib.Path | None:
+        """The draft checkpoint the arm NAME runs with (its registry entry's `draft_field`), None without one."""
+        a = ARMS[name]
+        return getattr(self, a.draft_field) if a.needs_draft else None
+
+    def arm_note(self, name: str) -> str:
+        """What the arm NAME's draft is here, where a reader could mistake it (the draft_model arm's note)."""
+        a = ARMS.get(name)
+        return self.draft_lm_note if a is not None and a.needs_draft and a.draft_field == "draft_lm" else ""
+
+    def refusals(self) -> dict[str, str]:
+        """Arms this profile refuses, each with why: its own list, and every arm whose draft it names none of."""
+        lacking = {
+            a.name: f"it names no {'draft language model (draft_lm)' if a.draft_field == 'draft_lm' else 'draft'}"
+            for a in ARMS.values()
+            if a.needs_draft and getattr(self, a.draft_field) is None
+        }
+        return {**lacking, **dict(self.refused_arms)}
 
     def check_arms(self, names: tuple[str, ...] | list[str]) -> None:
         """One-line EagleFixError for an arm this profile refuses (its reason), naming the arms it runs."""
-        refused = dict(self.refused_arms)
+        refused = self.refusals()
         bad = [n for n in names if n in refused]
         if bad:
             runs = ",".join(n for n in ARMS if n in ENGINE_ARMS and n not in refused)
@@ -230,13 +253,21 @@ CPU_8B_CONTEXTS = (3072, 4096)
 CPU_8B_REDUCED_LAYERS = 8
 
 
+# The draft_model arm on CPU: no small language model of the tiny targets' tokenizers exists, so the target drafts
+# for itself, which runs vLLM's draft-model path end to end and accepts every draft; labelled so wherever shown.
+SELF_DRAFT = (
+    "the target drafting for itself: accepts every draft by construction (the code path, not a method's figure)"
+)
+
+
 def _profiles() -> dict[str, Profile]:
     t, d = tiny_pair()
     rt, rd = real_shape_configs()
+    me = {"draft_lm_note": SELF_DRAFT}
     return {
-        "cpu-quick": Profile("cpu-quick", t, d, "auto", (8192,), None, "cpu", kv_cache_gib=1.0),
+        "cpu-quick": Profile("cpu-quick", t, d, "auto", (8192,), None, "cpu", kv_cache_gib=1.0, draft_lm=t, **me),
         # 131072 tokens of the tiny pair's KV are ~0.6 GiB (target 4 KiB/token + draft 1 KiB).
-        "cpu": Profile("cpu", t, d, "auto", FULL_SWEEP, None, "cpu", kv_cache_gib=2.0),
+        "cpu": Profile("cpu", t, d, "auto", FULL_SWEEP, None, "cpu", kv_cache_gib=2.0, draft_lm=t, **me),
         # The CPU twin of a tensor-parallel GPU profile: the shipped pair over two CPU workers (one core
         # each), so the TP paths (the plugin in every rank, per-rank counters, the fix A/B) run here. A
         # KV budget per rank is needed: without one each rank claims ~21 GiB and the kernel kills one.
@@ -291,7 +322,16 @@ def _profiles() -> dict[str, Profile]:
         ),
         # The realistic regime: the chat pair on held-out ShareGPT chat (acceptance below its ceiling)
         "cpu-chat": Profile(
-            "cpu-chat", *chat_pair(), "auto", FULL_SWEEP, None, "cpu", kv_cache_gib=2.0, workload="chat"
+            "cpu-chat",
+            *chat_pair(),
+            "auto",
+            FULL_SWEEP,
+            None,
+            "cpu",
+            kv_cache_gib=2.0,
+            workload="chat",
+            draft_lm=chat_pair()[0],
+            **me,
         ),
         "gpu-chat": Profile(
             "gpu-chat", *chat_pair(), "auto", FULL_SWEEP, None, "cuda", gpu_memory_utilization=0.5, workload="chat"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from eagle_fix.core import arms
+from eagle_fix.pairs.profiles import PROFILES
 
 
 def arms_table() -> str:
@@ -36,4 +37,9 @@ def cli_main(args: argparse.Namespace) -> int:
     print(
         f"\ndefault: --arms {','.join(arms.DEFAULT_ARMS)}; --fix {','.join(arms.FIX_ARMS)} applies to arms that take the fix"
     )
+    for a in arms.ARMS.values():  # what an arm's draft is on the profiles that say (draft_model on CPU: the target)
+        noted = sorted({p.arm_note(a.name) for p in PROFILES.values()} - {""})
+        for note in noted:
+            where = ",".join(n for n, p in PROFILES.items() if p.arm_note(a.name) == note)
+            print(f"{a.name} on {where}: {note}")
     return 0

@@ -11,6 +11,7 @@ from typing import Any
 
 from eagle_fix.core import record
 from eagle_fix.core.point import Point
+from eagle_fix.pairs.profiles import PROFILES, get_profile
 from eagle_fix.sweep import arms_cli
 from eagle_fix.sweep.loop import run_sweep
 from eagle_fix.sweep.plan import RunArgs, add_cli_args  # noqa: F401  (cli.py reads add_cli_args here)
@@ -56,6 +57,10 @@ def cli_main(args: argparse.Namespace) -> int:
         run_args = replace(run_args, out=out)
     records = run_sweep(run_args)
     print(summary_table(records))
+    profile = get_profile(records[0]["profile"]) if records and records[0].get("profile") in PROFILES else None
+    for name in dict.fromkeys(r.get("arm") for r in records):
+        if profile is not None and isinstance(name, str) and profile.arm_note(name):
+            print(f"note: {name} on {profile.name}: {profile.arm_note(name)}")
     failed = [r for r in records if r["status"] != "ok"]
     print(f"\n{len(records)} points ({len(failed)} failed) in {run_args.out}", file=sys.stderr)
     if failed:

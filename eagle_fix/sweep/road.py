@@ -50,7 +50,8 @@ def kv_budget(profile: Profile, *, arm: str, max_model_len: int, max_num_seqs: i
     (eagle_fix.machine.roofline.kv_budget_bytes), shared by the tensor-parallel ranks (each holds its KV heads)."""
     if profile.kv_cache_memory_bytes:
         return int(profile.kv_cache_memory_bytes)
-    draft = read_config(profile.draft, "draft") if arm_of(arm).needs_draft else None
+    a = arm_of(arm)
+    draft = read_config(profile.draft_of(a.name), "draft") if a.needs_draft else None
     total = kv_budget_bytes(profile.target_config(), draft, max_model_len=max_model_len, max_num_seqs=max_num_seqs)
     return -(-total // profile.tensor_parallel_size)
 
@@ -120,7 +121,7 @@ def engine_spec(
     comp, graphs = compile_settings(profile, compilation_mode, cudagraph_mode)
     return EngineSpec(
         target=str(Path(profile.target).resolve()),  # the engine runs in its log's folder
-        draft=str(Path(profile.draft).resolve()) if a.needs_draft else None,
+        draft=str(Path(profile.draft_of(a.name)).resolve()) if a.needs_draft else None,
         mode=mode,
         fix=fix if a.takes_fix else None,
         max_model_len=max_model_len,

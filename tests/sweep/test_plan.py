@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from conftest import ROOT
+from eagle_fix.core.errors import EagleFixError
 from eagle_fix.sweep.plan import Point, RunArgs, plan, resolve
 
 
@@ -134,6 +135,41 @@ def test_the_ngram_arm_is_vllms_prompt_lookup_without_a_draft_or_fix_arms():
     wide = dataclasses.replace(run, profile=dataclasses.replace(run.profile, ngram_lookup_min=3, ngram_lookup_max=6))
     sc = wide.engine_spec(ngram).llm_kwargs()["speculative_config"]
     assert (sc["prompt_lookup_min"], sc["prompt_lookup_max"]) == (3, 6)
+
+
+def test_the_draft_model_arm_drafts_with_the_profiles_language_model_and_says_what_it_is(tmp_path):
+    """draft_model runs vLLM's draft-model path with the profile's `draft_lm` (on cpu-quick the target itself,
+    labelled so by the profile and `eagle-fix arms`), no fix arms, no synthetic sampler; a profile naming no
+    draft language model refuses it in one line that names what runs there, before anything is written."""
+    from eagle_fix.core import arms
+    from eagle_fix.engine.spec import EngineSpec
+    from eagle_fix.pairs.profiles import PROFILES, tiny_pair
+
+    run = resolve(RunArgs(profile="cpu-quick", contexts=(8192,), modes=("eager",), arms=("draft_model",)))
+    p = Point(8192, "eager", "draft_model", None)
+    assert plan(run) == [p]
+    spec = run.engine_spec(p)
+    target = str(tiny_pair()[0].resolve())
+    assert spec.draft == spec.target == target and spec.fix is None and spec.speculates
+    assert spec.llm_kwargs()["speculative_config"] == {
+        "method": "draft_model",
+        "model": target,
+        "num_speculative_tokens": 3,
+    }
+    assert EngineSpec.from_json(spec.to_json()) == spec
+    assert run.identity(p)["num_speculative_tokens"] == 3
+    assert "drafting for itself" in PROFILES["cpu-quick"].arm_note("draft_model")
+    assert PROFILES["cpu-quick"].arm_note("ngram") == "" and arms.DRAFT_MODEL.name in arms.ENGINE_ARMS
+    out = tmp_path / "r.jsonl"
+    with pytest.raises(EagleFixError) as e:
+        resolve(RunArgs(profile="cpu-real", contexts=(2048,), arms=("draft_model",), out=out))
+    assert str(e.value) == (
+        "--arms draft_model: profile 'cpu-real' refuses it: it names no draft language model (draft_lm); "
+        "use --arms baseline,ngram"
+    )
+    assert not out.exists()
+    listed = run_cli("--arms")
+    assert "draft_model on cpu-quick,cpu,cpu-chat: the target drafting for itself" in listed.stdout
 
 
 def test_arms_alone_lists_the_registry_and_runs_nothing(tmp_path):
