@@ -154,6 +154,40 @@ def test_baseline_and_speedup(ab, mode):
         assert on["speedup"] == pytest.approx(on["decode_throughput_tok_s"] / base["decode_throughput_tok_s"])
 
 
+@pytest.fixture(scope="session")
+def methods(tmp_path_factory) -> dict[str, dict]:
+    """The other methods at the fix A/B's short eager point (its prompt and length, one engine start each):
+    n-gram prompt lookup and the draft-model path (on cpu-quick the target drafting for itself)."""
+    from eagle_fix.core import record
+
+    out = tmp_path_factory.mktemp("methods") / "methods.jsonl"
+    proc = eagle_fix_run(
+        "--profile", "cpu-quick", "--contexts", str(SHORT), "--modes", "eager", "--arms", "ngram,draft_model",
+        "--output-len", "32", "--repeats", "2", "--out", str(out),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "note: draft_model on cpu-quick: the target drafting for itself" in proc.stdout, proc.stdout
+    return {r["arm"]: r for r in record.read(out)}
+
+
+@pytest.mark.parametrize("method", ["ngram", "draft_model"])
+def test_other_methods_draft_count_their_proposer_and_emit_the_baselines_tokens(ab, methods, method):
+    """Each method's record carries vLLM's counters and the plugin's count of its proposer (hooked per method:
+    NgramProposer.propose, DraftModelProposer.propose), no fix arm, and greedy speculation decodes the same
+    tokens as the baseline of the fix A/B at the same point. The self-drafting model accepts every draft."""
+    rec = methods[method]
+    assert rec["status"] == "ok", rec["error"]
+    assert rec["fix"] is None and rec["num_speculative_tokens"] == 3 and rec["model_runner"] == "v1"
+    assert rec["num_drafts"] > 0 and rec["acceptance_length"] == 1 + rec["num_accepted_tokens"] / rec["num_drafts"]
+    assert rec["drafter_proposals"] == rec["drafter_steps"] > 0 and rec["drafter_coverage"] == 1.0
+    assert not [f for f in rec["flags"] if f.startswith(("missing_hook", "empty_drafts", "zero_filled"))], rec["flags"]
+    assert rec["output_token_ids"] == point(ab, SHORT, "eager", None, arm="baseline")["output_token_ids"]
+    if method == "draft_model":
+        assert rec["acceptance_length"] == 4.0 and rec["drafter_empty_proposals"] is None
+    else:
+        assert 0 <= rec["drafter_empty_proposals"] < rec["drafter_proposals"]
+
+
 def test_records_carry_the_measurement_context(ab):
     ctx = PAST[-1]
     r = point(ab, ctx, "eager", "on")

@@ -1,7 +1,8 @@
 """The n-gram arm on the real engine (vLLM's prompt-lookup proposer, no draft checkpoint): its record carries
 vLLM's spec-decode counters and the plugin's own count of the proposer's work, steps that drafted nothing
 included, and greedy speculation emits the baseline's tokens. Slow (an engine of its own, skipped in CI:
-`-m slow` runs it); CI's non-engine twin is tests/sweep/test_plan.py's n-gram plan and engine-spec test."""
+`-m slow` runs it); in CI the n-gram and draft-model arms run at the fix A/B's short point (tests/engine/test_engine.py's
+`methods`) and tests/sweep/test_plan.py checks their plans and engine specs."""
 
 from __future__ import annotations
 
