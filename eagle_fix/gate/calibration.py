@@ -60,8 +60,12 @@ def trial(path: str | Path) -> dict[str, Any]:
         "samples": {},
     }
     out["minutes"] = _minutes(data)
+    out["schema"] = data.get("schema")
     for entry in data["points"]:
         out["identity"] = entry["identity"]
+        # judged with another machine's record of the point kind (none of its own): the test's words say whose
+        gated = (entry["verdicts"].get(entry.get("gated_metric") or "") or {}).get("test") or ""
+        out["borrowed"] = "borrowed" in gated
         out["rounds"], out["blocks"] = point_rounds(data, entry)
         out["design"] = entry.get("design")  # schema 6: the plan the point ran (else the fixed rounds and blocks)
         out["pinned"] = all((p or {}).get("pinned") for p in (entry.get("pinning") or {"?": None}).values())

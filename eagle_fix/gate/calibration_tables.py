@@ -94,6 +94,62 @@ def rates_table(paths) -> str:
     )
 
 
+# The rule whose real trials are pooled: ab files of this schema or later (the launch-level t-test, one gated
+# metric, Holm); earlier files ran other rules and stay in their own tables.
+POOLED_SCHEMA = 7
+# What issue #53 asks of the pool: trials at identical sides and at the stated minimum slowdown.
+POOL_GOAL = {0.0: 40, verdict.MIN_DETECTABLE: 20}
+
+
+def clopper_pearson(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
+    """The exact (Clopper-Pearson) interval of a rate k / n (scipy.stats.binomtest)."""
+    from scipy.stats import binomtest
+
+    ci = binomtest(k, n).proportion_ci(confidence_level=level, method="exact")
+    return float(ci.low), float(ci.high)
+
+
+def pooled_table(paths) -> str:
+    """`eagle-fix ab`'s real trials with today's rule (schema >= POOLED_SCHEMA, `ab`'s defaults), pooled across
+    machines and days: per slowdown, each machine's trials and alarms (how many judged with a borrowed record)
+    and the pool's alarm rate with its exact 95% interval, beside the goal."""
+    ts = [t for t in _load(paths) if (t.get("schema") or 0) >= POOLED_SCHEMA]
+    if not ts:
+        return "no trials of today's rule yet in " + ", ".join(f"`{Path(p).name}/`" for p in paths)
+    rows = []
+    for s in sorted({t["slowdown"] for t in ts}):
+        group = [t for t in ts if t["slowdown"] == s]
+        alarms = sum(t["alarm"] for t in group)
+        lo, hi = clopper_pearson(alarms, len(group))
+        by_machine = {}
+        for t in group:
+            m = by_machine.setdefault(t["machine"], [0, 0, 0])
+            m[0], m[1], m[2] = m[0] + 1, m[1] + t["alarm"], m[2] + bool(t.get("borrowed"))
+        goal = POOL_GOAL.get(s)
+        rows.append(
+            [
+                _pct(s, 0) if s else "0 (A/A)",
+                "; ".join(
+                    f"`{m}` {n} ({a} alarm{'s' if a != 1 else ''}{f', {b} borrowed' if b else ''})"
+                    for m, (n, a, b) in sorted(by_machine.items())
+                ),
+                f"{alarms} of {len(group)}",
+                f"{_pct(alarms / len(group), 0)} [{_pct(lo, 1)}, {_pct(hi, 1)}]",
+                f"{len(group)} of {goal}" if goal else "–",
+            ]
+        )
+    point = ts[0]["identity"]
+    return (
+        f"{point['profile']}, {point['context_len']} tokens, {point['mode']}, {point['arm']}; `eagle-fix ab`'s "
+        f"defaults, ab files of schema {POOLED_SCHEMA} and later; an alarm is exit 1; borrowed: judged with "
+        "another machine's record of the point kind (the machine had none)\n\n"
+        + _md(
+            ["injected slowdown", "trials by machine", "alarms, pooled", "alarm rate [95% Clopper-Pearson]", "goal"],
+            rows,
+        )
+    )
+
+
 def floor_table(paths) -> str:
     """The A/A trials' noise floor, per paired metric."""
     ts = _load(paths)

@@ -52,6 +52,7 @@ FILE_TABLES["map"] = map_table  # eagle-fix map files (.ndjson)
 FILE_TABLES["compare"] = compare_table  # two `eagle-fix run` files, as `eagle-fix compare` judges them
 # the gate's calibration (scripts/calibrate.sh): a folder of ab trials or the files themselves
 FILE_TABLES["calibration"] = calibration_tables.rates_table
+FILE_TABLES["calibration-pool"] = calibration_tables.pooled_table  # today's rule's real trials, every machine
 FILE_TABLES["noise-floor"] = calibration_tables.floor_table
 FILE_TABLES["calibration-rounds"] = calibration_tables.resampled_table
 FILE_TABLES["start-order"] = calibration_tables.start_order_table

@@ -201,3 +201,47 @@ def test_the_rounds_model_judges_resampled_ratios_by_the_gates_rule():
     assert verdict.DEFAULT_ROUNDS in {r["rounds"] for r in rows}
     assert rows[-1][verdict.MIN_DETECTABLE] >= rows[0][verdict.MIN_DETECTABLE]
     assert "| 64 (default, eager) |" in docs.render_table("calibration-rounds", [str(calibration.GATE)], root=ROOT)
+
+
+def test_the_pool_counts_todays_rule_across_machines_with_exact_intervals(tmp_path):
+    """The real trials of today's rule are pooled across machines (never the rule before: schema 6 and older
+    stay out), each rate with its Clopper-Pearson interval (0 of 10: up to 30.8%, the issue's 31%), each
+    machine's count and how many of its trials borrowed another machine's record."""
+    import json
+
+    assert calibration_tables.clopper_pearson(0, 10)[1] == pytest.approx(0.3085, abs=1e-4)
+    assert calibration_tables.clopper_pearson(0, 40)[1] == pytest.approx(0.0881, abs=1e-4)
+    base = json.loads(min(GATE.glob("0-*.json")).read_text())  # a schema-4 trial: the rule before
+    point = base["points"][0]
+    for i, (machine, schema, slowdown, code, borrowed) in enumerate(
+        [
+            ("m-one", 7, None, 0, True),
+            ("m-one", 8, None, 0, True),
+            ("m-two", 8, None, 0, False),
+            ("m-two", 8, "0.05", 1, False),
+            ("m-old", 6, None, 1, False),
+        ]
+    ):
+        data = json.loads(json.dumps(base))
+        data["schema"], data["machine"]["name"], data["summary"]["exit_code"] = schema, machine, code
+        data["new"]["env"] = {"EAGLE_FIX_INJECT_SLOWDOWN": slowdown} if slowdown else {}
+        data["points"] = [
+            {
+                **point,
+                "gated_metric": "step_ms",
+                "verdicts": {
+                    **point["verdicts"],
+                    "step_ms": {
+                        "verdict": "within noise",
+                        "test": "launch-level t-test on 19.0 df (borrowed from m-x)" if borrowed else "t on 3 df",
+                    },
+                },
+            }
+        ]
+        (tmp_path / f"{slowdown or 0}-{i:02d}.json").write_text(json.dumps(data))
+    text = calibration_tables.pooled_table([tmp_path])
+    rows = {line.split(" | ")[0].strip("| "): line for line in text.splitlines() if line.startswith("| ")}
+    assert "`m-one` 2 (0 alarms, 2 borrowed); `m-two` 1 (0 alarms)" in rows["0 (A/A)"]
+    assert "0 of 3" in rows["0 (A/A)"] and "3 of 40" in rows["0 (A/A)"] and "[0.0%, 70.8%]" in rows["0 (A/A)"]
+    assert "1 of 1" in rows["5%"] and "m-old" not in text  # the schema-6 alarm is not pooled
+    assert calibration_tables.pooled_table([tmp_path / "none"]).startswith("no trials of today's rule yet")
