@@ -58,9 +58,16 @@ def _trials(folder: Path) -> dict[float, list[tuple[str, list[dict[str, Any]]]]]
 
 
 def _judge(
-    base: dict[str, Any], new: dict[str, Any], launch_sd: float | None = None, *, k: int | None = None, **kw
+    base: dict[str, Any],
+    new: dict[str, Any],
+    launch_sd: float | None = None,
+    *,
+    k: int | None = None,
+    launch_df: int | None = None,
+    **kw,
 ) -> verdict.Verdict:
-    """The gate's acceptance test between two points' counts (`kw`: alpha)."""
+    """The gate's acceptance test between two points' counts (`kw`: alpha); sampled, against the launch spread
+    estimated on `launch_df` degrees of freedom."""
     k = k or new.get("num_speculative_tokens") or len(new.get("accepted_per_position") or []) or 1
     return verdict.acceptance(
         base["num_drafts"],
@@ -71,6 +78,7 @@ def _judge(
         new_length=new["acceptance_length"],
         k=k,
         launch_sd=launch_sd,
+        launch_df=launch_df,
         **kw,
     )
 
@@ -79,7 +87,7 @@ def judged(base: dict[str, Any], new: dict[str, Any], point: dict[str, Any], **k
     """The acceptance verdict as `compare` and `ab` show it: the gate's test on the two sides' counts, with
     the launch spread calibrated at `point` (sampled points), and the power measured there beside its own
     (`kw`: k, alpha)."""
-    v = _judge(base, new, launch_spread(point), **kw)
+    v = _judge(base, new, launch_spread(point), launch_df=launch_spread_df(point), **kw)
     measured = calibrated_power(point)
     return dataclasses.replace(v, power=f"{v.power}; {measured}") if measured else v
 
@@ -119,10 +127,12 @@ def power(folder: Path) -> list[dict[str, Any]]:
                 drops.append(new["acceptance_length"] / b["acceptance_length"] - 1)
                 # sampled: the launch test, its spread from the other undamaged runs (an A/A trial is not
                 # judged by a spread it is part of); greedy: the counts test
-                sd = spreads[ctx]
+                sd, df = spreads[ctx], len(undamaged[ctx]) - 1
                 if sampled and share == 0:
-                    sd = _spread([x for other, x in undamaged[ctx] if other != name])
-                alarms += _judge(b, new, math.inf if sampled and sd is None else sd).verdict == "regression"
+                    others = [x for other, x in undamaged[ctx] if other != name]
+                    sd, df = _spread(others), len(others) - 1
+                sd = math.inf if sampled and sd is None else sd
+                alarms += _judge(b, new, sd, launch_df=df if sampled else None).verdict == "regression"
             k = b.get("num_speculative_tokens") or 3
             rows.append(
                 {
@@ -139,6 +149,8 @@ def power(folder: Path) -> list[dict[str, Any]]:
                     "base_acceptance": b["acceptance_length"],
                     "base_drafts": b["num_drafts"],
                     "launch_sd": spreads[ctx],
+                    # the spread's degrees of freedom: undamaged runs (the base among them) less one
+                    "launch_df": len(undamaged[ctx]) - 1 if sampled else None,
                 }
             )
     return rows
@@ -186,7 +198,7 @@ def _committed(folder: Path) -> tuple[dict[str, Any], dict[int, dict[str, Any] |
     b = record.upgrade(dict(base_recs[0]))
     setting = {k: b.get(k) for k in SETTING}
     setting["profiles"] = _same_pair(b.get("profile"))
-    spreads = {r["context_len"]: r["launch_sd"] for r in rows if r["share"] == 0}
+    spreads = {r["context_len"]: (r["launch_sd"], r.get("launch_df")) for r in rows if r["share"] == 0}
     return setting, calibrated(rows), spreads
 
 
@@ -212,8 +224,17 @@ def launch_spread(rec: dict[str, Any], folders=FOLDERS) -> float | None:
     if not record.upgrade(dict(rec)).get("temperature"):
         return None
     found = _matching(rec, folders)
-    sd = found[2].get(found[0]) if found else None
+    sd = (found[2].get(found[0]) or (None, None))[0] if found else None
     return math.inf if sd is None else sd
+
+
+def launch_spread_df(rec: dict[str, Any], folders=FOLDERS) -> int | None:
+    """The degrees of freedom of launch_spread's estimate (None for greedy or without a calibration): the
+    sampled launch test's t reference, so a spread from 10 runs is not treated as known."""
+    if not record.upgrade(dict(rec)).get("temperature"):
+        return None
+    found = _matching(rec, folders)
+    return (found[2].get(found[0]) or (None, None))[1] if found else None
 
 
 def sampled_parity(rec: dict[str, Any], records: list[dict[str, Any]], folders=FOLDERS) -> str | None:

@@ -155,13 +155,14 @@ def acceptance(
     k: int,
     alpha: float = DEFAULT_ALPHA,
     launch_sd: float | None = None,
+    launch_df: int | None = None,
 ) -> Verdict:
     """Acceptance length on vLLM's counts (two-proportion test, the draft as the unit, p < alpha).
     Under greedy sampling acceptance is exact, so no threshold applies. A sampled point (`launch_sd` given:
     acceptance's spread from launch to launch, measured by the sampled A/A) is judged by the launch instead:
     its drafts share one path of draws, so the counts test claims more than it has."""
     if launch_sd is not None:
-        return _sampled_acceptance(base_length, new_length, launch_sd, alpha)
+        return _sampled_acceptance(base_length, new_length, launch_sd, alpha, launch_df)
     p = counts.acceptance_change_p(drafts_base, accepted_base, drafts_new, accepted_new, k)
     drop = counts.acceptance_detectable_drop(drafts_base, accepted_base, drafts_new, k, alpha)
     power = f"could detect a drop >= {drop:.2g} tokens" if drop is not None else "could detect no drop"
@@ -236,9 +237,13 @@ def _acceptance_call(p: float | None, alpha: float, base_length: float, new_leng
     return "within noise" if moved else "same"
 
 
-def _sampled_acceptance(base_length: float, new_length: float, launch_sd: float, alpha: float) -> Verdict:
-    """One launch a side, sigma_L known (eagle_fix.core.nested's launch test): z = change / (sd sqrt 2).
-    An infinite sd: no calibration for the setting, so no claim."""
+def _sampled_acceptance(
+    base_length: float, new_length: float, launch_sd: float, alpha: float, df: int | None = None
+) -> Verdict:
+    """One launch a side against the calibrated launch spread: (new - base) / (sd sqrt 2), referred to Student's
+    t on the spread's `df` (the calibration's undamaged runs less one), so a spread from 10 runs is not taken
+    as known; without a df (an older calibration's figure), the normal. An infinite sd: no calibration for the
+    setting, so no claim."""
     change = relative_change(base_length, new_length)
     if math.isinf(launch_sd):
         return Verdict(
@@ -250,14 +255,16 @@ def _sampled_acceptance(base_length: float, new_length: float, launch_sd: float,
         )
     se = launch_sd * math.sqrt(2.0)
     moved = new_length != base_length
-    p = significance.two_sided_normal_p((new_length - base_length) / se) if se > 0 else float(not moved)
-    drop = nested.quantile(1.0 - alpha / 2.0) * se
+    ref = sps.t(df) if df else sps.norm()
+    p = float(2 * ref.sf(abs(new_length - base_length) / se)) if se > 0 else float(not moved)
+    drop = float(ref.ppf(1.0 - alpha / 2.0)) * se
+    on = f", t on {df} df" if df else ", normal"
     return Verdict(
         _acceptance_call(p, alpha, base_length, new_length),
         change,
-        f"{p_text(p)} (sampled: one launch a side, launch spread {launch_sd:.3f} from the sampled A/A)",
+        f"{p_text(p)} (sampled: one launch a side, launch spread {launch_sd:.3f} from the sampled A/A{on})",
         f"could detect a drop >= {drop:.2g} tokens",
-        detail={"p": p, "alpha": alpha, "launch_sd": launch_sd, "detectable_drop": drop},
+        detail={"p": p, "alpha": alpha, "launch_sd": launch_sd, "launch_df": df, "detectable_drop": drop},
     )
 
 

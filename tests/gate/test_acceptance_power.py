@@ -124,7 +124,14 @@ def test_sampled_acceptance_is_judged_by_the_launch_not_the_drafts(tmp_path):
     base, outlier = sampled_point(8192, *SAMPLED_AA[0]), sampled_point(8192, *SAMPLED_AA[7])
     assert acceptance_power._judge(base, outlier).verdict == "regression"  # the counts test, fooled
     rows = {r["share"]: r for r in acceptance_power.power(tmp_path)}
-    assert rows[0.0]["alarms"] == 0 and rows[0.6]["alarms"] == 10
+    # the spread comes from 10 runs: Student's t on 9 df, not the normal. The -23.5% runs sit 2.7 spreads x
+    # sqrt 2 below the base, beyond the normal's 2.58 and short of t(9)'s 3.25, so the launch test no longer
+    # claims them (issue #53: the normal reference called all ten)
+    assert rows[0.0]["alarms"] == 0 and rows[0.6]["alarms"] == 0 and rows[0.0]["launch_df"] == 9
+    v = acceptance_power._judge(base, sampled_point(8192, 439, 72), rows[0.0]["launch_sd"], launch_df=9)
+    assert "t on 9 df" in v.evidence and 0.01 < v.detail["p"] < 0.05
+    z = acceptance_power._judge(base, sampled_point(8192, 439, 72), rows[0.0]["launch_sd"])
+    assert z.verdict == "regression" and z.detail["p"] < 0.01  # the old known-variance z
     lengths = [1 + a / d for d, a in SAMPLED_AA]
     assert rows[0.0]["launch_sd"] == pytest.approx(__import__("statistics").stdev(lengths))
     # a sampled point takes that spread; one no sampled calibration covers gets none (no claim); greedy: counts
