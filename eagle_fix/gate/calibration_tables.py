@@ -136,6 +136,7 @@ def pooled_table(paths) -> str:
                 f"{alarms} of {len(group)}",
                 f"{_pct(alarms / len(group), 0)} [{_pct(lo, 1)}, {_pct(hi, 1)}]",
                 f"{len(group)} of {goal}" if goal else "–",
+                f"{statistics.median(m):.1f}" if (m := [t["minutes"] for t in group if t.get("minutes")]) else "–",
             ]
         )
     point = ts[0]["identity"]
@@ -144,7 +145,14 @@ def pooled_table(paths) -> str:
         f"defaults, ab files of schema {POOLED_SCHEMA} and later; an alarm is exit 1; borrowed: judged with "
         "another machine's record of the point kind (the machine had none)\n\n"
         + _md(
-            ["injected slowdown", "trials by machine", "alarms, pooled", "alarm rate [95% Clopper-Pearson]", "goal"],
+            [
+                "injected slowdown",
+                "trials by machine",
+                "alarms, pooled",
+                "alarm rate [95% Clopper-Pearson]",
+                "goal",
+                "minutes a trial (median)",
+            ],
             rows,
         )
     )
