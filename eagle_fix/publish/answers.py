@@ -28,8 +28,10 @@ REGIME_WORDS = {
     REALISTIC: "realistic: chat pair, workload `chat`",
     CEILING: "ceiling: tiny pair, workload `copy`",
 }
-# Record folders that are history or evidence of a bug, not a machine's current answer.
-SET_ASIDE = ("extra", "calibration")
+# Record folders that are history or evidence of a bug, not a machine's current answer; and the method axis'
+# runs (results/runs/methods: EAGLE3, n-gram and the baseline side by side), whose answer is their own table
+# (docs/methods.md), not the newest EAGLE3 rows of the regimes.
+SET_ASIDE = ("extra", "calibration", "methods")
 
 
 INTEGERS = ("context_len", "output_len", "num_speculative_tokens", "batch_size", "tensor_parallel_size")
