@@ -340,6 +340,14 @@ def _map_ratio(s: dict) -> str:
     return f"{s['ratio']:.3f} [{lo:.3f}, {hi:.3f}] {ratio_label(s)}"
 
 
+def _tau_star(t: dict | None) -> str:
+    """A served cell's break-even acceptance and its interval (summary.served_tau_star)."""
+    if not t:
+        return "–"
+    ci = f" [{t['ci95'][0]:.2f}, {t['ci95'][1]:.2f}]" if t.get("ci95") else ""
+    return f"{t['estimate']:.2f}{ci}"
+
+
 def map_break_even_lines(summary: list[dict]) -> list[str]:
     """Per mode, fix and context: the lowest concurrency at which EAGLE3's output throughput falls below
     the baseline's with the whole paired interval below 1, or that none did in the grid."""
@@ -388,6 +396,7 @@ def map_table(paths) -> str:
                 _map_ratio(c["tpot_ratio"]),
                 _map_ratio(c["server_tpot_ratio"]),
                 f"{acc:.2f}" if acc is not None else "–",
+                _tau_star(c.get("tau_star")),
                 f"{cov:.0%}" if cov is not None else "–",
                 f"{c.get('kv_room_eagle3') or '–'} / {c.get('kv_room_baseline') or '–'}",
                 "; ".join(c["failed"]) or "–",
@@ -406,6 +415,7 @@ def map_table(paths) -> str:
             "TPOT EAGLE3/baseline (client)",
             "TPOT EAGLE3/baseline (server)",
             "acceptance",
+            "break-even acceptance τ* (server)",
             "coverage",
             "KV room in requests (EAGLE3 / baseline)",
             "failed",

@@ -162,8 +162,28 @@ def summarize(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     for c in cells.values():
         pairs = c.pop("pairs")
         c.update({name: ratio_summary(pairs[name]) for name in RATIOS})
+        c["tau_star"] = served_tau_star(c)
         out.append(c)
     return sorted(out, key=lambda c: (c["profile"], c["mode"], str(c["fix"]), c["context_len"], _load_order(c["load"])))
+
+
+def served_tau_star(cell: dict[str, Any]) -> dict[str, Any] | None:
+    """The break-even acceptance of a served cell (issue #54): a drafted engine step emits tau tokens a request
+    for the price of the speculative step, so its TPOT over the plain one is (spec step / plain step) / tau and
+    tau* = tau x (server TPOT ratio, EAGLE3 / baseline), per context and load, from the engine's own TPOT.
+    Its interval is the ratio's (launches as the unit) times the median acceptance: acceptance's own spread
+    over the rounds is left out. None without acceptance or a ratio."""
+    ratio = cell.get("server_tpot_ratio") or {}
+    acc = [float(x) for x in cell.get("acceptance") or [] if num(x) is not None]
+    if not acc or ratio.get("ratio") is None:
+        return None
+    tau = stats.median(acc)
+    ci = ratio.get("ci95")
+    return {
+        "estimate": tau * ratio["ratio"],
+        "ci95": [tau * ci[0], tau * ci[1]] if ci else None,
+        "acceptance": tau,
+    }
 
 
 def _load_order(load: str) -> tuple[int, float]:

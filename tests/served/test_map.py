@@ -135,6 +135,24 @@ def test_paired_ratios_and_break_even():
     assert be[("p", "eager", "on", 8192)]["concurrencies"] == [1, 2, 4]
 
 
+def test_each_served_cell_states_the_acceptance_it_needs_to_pay():
+    """tau* = acceptance x (EAGLE3 / baseline server TPOT): at 2048 c2 EAGLE3's TPOT is 1/0.81 of the
+    baseline's at acceptance 3.5, so a draft must accept 3.5 / 0.81 = 4.32 there to pay; the interval is the
+    ratio's times the acceptance; a cell without acceptance has none; the map's table shows it."""
+    from eagle_fix.publish.file_tables import _tau_star
+
+    summary = map_summary.summarize(_records())
+    cell = next(c for c in summary if c["context_len"] == 2048 and c["load"] == "c2")
+    t = cell["tau_star"]
+    assert t["acceptance"] == 3.5 and t["estimate"] == pytest.approx(3.5 / 0.81)
+    assert t["ci95"] == pytest.approx([3.5 * x for x in cell["server_tpot_ratio"]["ci95"]])
+    fast = next(c for c in summary if c["context_len"] == 2048 and c["load"] == "c1")["tau_star"]
+    assert fast["estimate"] < fast["acceptance"]  # EAGLE3 paid there: the draft accepts more than it needs
+    no_acc = map_summary.summarize([{**r, "spec_decode_acceptance_length": None} for r in _records()])
+    assert all(c["tau_star"] is None for c in no_acc)
+    assert _tau_star(t) == f"{3.5 / 0.81:.2f} [{t['ci95'][0]:.2f}, {t['ci95'][1]:.2f}]" and _tau_star(None) == "–"
+
+
 def _launch_records(offsets, scatter=0.02):
     """One cell measured in len(offsets) launches of 2 rounds: EAGLE3 / baseline = 0.9 x the launch's
     offset, the rounds scattered by +-scatter around it."""
