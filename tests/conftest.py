@@ -68,6 +68,17 @@ def eagle_fix_run(*args: str, env: dict | None = None, timeout: int = 3600) -> s
     return eagle_fix_cli("run", *args, "--no-progress", env=env, timeout=timeout)
 
 
+def run_records(tmp_path_factory, name: str, *args: str, key: str = "arm") -> tuple[dict, subprocess.CompletedProcess]:
+    """`eagle-fix run ARGS` into a scratch file that must exit 0: its records by `key` (the arm, or the fix arm
+    where one arm runs several), and the process (for what it printed). The engine tests' module fixtures."""
+    from eagle_fix.core import record
+
+    out = tmp_path_factory.mktemp(name) / f"{name}.jsonl"
+    proc = eagle_fix_run(*args, "--out", str(out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return {r[key]: r for r in record.read(out)}, proc
+
+
 def run_script(script: str, *args: str, cwd: Path = ROOT, env: dict | None = None, timeout: int = 300):
     """A bash script of scripts/ as a user runs it, in `cwd` (the checkout, or a copy of one)."""
     return subprocess.run(

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import eagle_fix_run
+from conftest import run_records
 
 pytestmark = pytest.mark.engine
 
@@ -15,15 +15,10 @@ CONTEXT = 4096  # past the draft's 2048 positions; CI's size
 
 @pytest.fixture(scope="module")
 def chat(tmp_path_factory) -> dict[str, dict]:
-    from eagle_fix.core import record
-
-    out = tmp_path_factory.mktemp("chat") / "chat.jsonl"
-    proc = eagle_fix_run(
-        "--profile", "cpu-chat", "--contexts", str(CONTEXT), "--modes", "eager", "--arms", "eagle3",
-        "--fix", "on,off", "--output-len", "128", "--repeats", "1", "--out", str(out),
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return {r["fix"]: r for r in record.read(out)}
+    return run_records(
+        tmp_path_factory, "chat", "--profile", "cpu-chat", "--contexts", str(CONTEXT), "--modes", "eager",
+        "--arms", "eagle3", "--fix", "on,off", "--output-len", "128", "--repeats", "1", key="fix",
+    )[0]  # fmt: skip
 
 
 def test_the_chat_regime_accepts_like_a_draft_not_a_loop(chat):

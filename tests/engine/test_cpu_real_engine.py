@@ -7,22 +7,17 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import eagle_fix_run
+from conftest import run_records
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
 def real(tmp_path_factory) -> dict[str, dict]:
-    from eagle_fix.core import record
-
-    out = tmp_path_factory.mktemp("cpu-real") / "real.jsonl"
-    proc = eagle_fix_run(
-        "--profile", "cpu-real", "--contexts", "2048", "--modes", "eager", "--arms", "ngram,baseline",
-        "--output-len", "128", "--repeats", "2", "--out", str(out),
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return {r["arm"]: r for r in record.read(out)}
+    return run_records(
+        tmp_path_factory, "cpu-real", "--profile", "cpu-real", "--contexts", "2048", "--modes", "eager",
+        "--arms", "ngram,baseline", "--output-len", "128", "--repeats", "2",
+    )[0]  # fmt: skip
 
 
 def test_the_smallest_point_runs_with_acceptance_and_drafter_figures(real):

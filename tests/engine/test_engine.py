@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, eagle_fix_run
+from conftest import ROOT, eagle_fix_run, run_records
 
 pytestmark = pytest.mark.engine
 
@@ -158,16 +158,12 @@ def test_baseline_and_speedup(ab, mode):
 def methods(tmp_path_factory) -> dict[str, dict]:
     """The other methods at the fix A/B's short eager point (its prompt and length, one engine start each):
     n-gram prompt lookup and the draft-model path (on cpu-quick the target drafting for itself)."""
-    from eagle_fix.core import record
-
-    out = tmp_path_factory.mktemp("methods") / "methods.jsonl"
-    proc = eagle_fix_run(
-        "--profile", "cpu-quick", "--contexts", str(SHORT), "--modes", "eager", "--arms", "ngram,draft_model",
-        "--output-len", "32", "--repeats", "2", "--out", str(out),
+    records, proc = run_records(
+        tmp_path_factory, "methods", "--profile", "cpu-quick", "--contexts", str(SHORT), "--modes", "eager",
+        "--arms", "ngram,draft_model", "--output-len", "32", "--repeats", "2",
     )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
     assert "note: draft_model on cpu-quick: the target drafting for itself" in proc.stdout, proc.stdout
-    return {r["arm"]: r for r in record.read(out)}
+    return records
 
 
 @pytest.mark.parametrize("method", ["ngram", "draft_model"])

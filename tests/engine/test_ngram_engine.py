@@ -8,22 +8,17 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import eagle_fix_run
+from conftest import run_records
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
 def ngram(tmp_path_factory) -> dict[str, dict]:
-    from eagle_fix.core import record
-
-    out = tmp_path_factory.mktemp("ngram") / "ngram.jsonl"
-    proc = eagle_fix_run(
-        "--profile", "cpu-quick", "--contexts", "2048", "--modes", "eager", "--arms", "ngram,baseline",
-        "--output-len", "64", "--repeats", "2", "--out", str(out),
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return {r["arm"]: r for r in record.read(out)}
+    return run_records(
+        tmp_path_factory, "ngram", "--profile", "cpu-quick", "--contexts", "2048", "--modes", "eager",
+        "--arms", "ngram,baseline", "--output-len", "64", "--repeats", "2",
+    )[0]  # fmt: skip
 
 
 def test_the_ngram_record_carries_vllms_counters_and_the_proposers_own(ngram):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import eagle_fix_run
+from conftest import run_records
 
 pytestmark = pytest.mark.engine
 
@@ -16,15 +16,11 @@ NEAR_GREEDY = "0.05"
 
 @pytest.fixture(scope="module")
 def sampled(tmp_path_factory) -> dict[str, dict]:
-    from eagle_fix.core import record
-
-    out = tmp_path_factory.mktemp("sampled") / "sampled.jsonl"
-    proc = eagle_fix_run(
-        "--profile", "cpu-quick", "--contexts", "2048", "--modes", "eager", "--arms", "eagle3,baseline",
-        "--fix", "on", "--output-len", "64", "--repeats", "1", "--temperature", NEAR_GREEDY, "--out", str(out),
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return {r["arm"]: r for r in record.read(out)}
+    return run_records(
+        tmp_path_factory, "sampled", "--profile", "cpu-quick", "--contexts", "2048", "--modes", "eager",
+        "--arms", "eagle3,baseline", "--fix", "on", "--output-len", "64", "--repeats", "1",
+        "--temperature", NEAR_GREEDY,
+    )[0]  # fmt: skip
 
 
 def test_near_greedy_sampling_accepts_what_greedy_accepts(sampled):
