@@ -8,7 +8,9 @@ of the sweep loses nothing finished, and --resume skips what is there.
 
 from __future__ import annotations
 
+import copy
 import datetime as _dt
+import functools
 import json
 import os
 import subprocess
@@ -323,7 +325,7 @@ def _fix_state(run: Resolved, p: Point) -> tuple[dict[str, Any] | None, str | No
     takes the fix has a fix state (the doctor reads the EAGLE draft)."""
     if not arm(p.arm).takes_fix:
         return None, None
-    env = {**os.environ, MODE_ENV: PLUGIN_MODE_OF_ARM[p.fix or "on"], "HF_HUB_OFFLINE": "1"}
+    mode = PLUGIN_MODE_OF_ARM[p.fix or "on"]
     cmd = [
         sys.executable,
         "-m",
@@ -339,8 +341,20 @@ def _fix_state(run: Resolved, p: Point) -> tuple[dict[str, Any] | None, str | No
         "--num-speculative-tokens",
         str(run.args.num_speculative_tokens),
     ]
+    knobs = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(("EAGLE_FIX_", "VLLM_"))))
+    doctor, error = _doctor(tuple(cmd), mode, knobs)
+    return copy.deepcopy(doctor), error
+
+
+@functools.lru_cache(maxsize=16)
+def _doctor(
+    cmd: tuple[str, ...], mode: str, knobs: tuple[tuple[str, str], ...]
+) -> tuple[dict[str, Any] | None, str | None]:
+    """One doctor child per plugin mode, pair and knobs: the eager and compiled groups of a fix arm ask the same
+    question (the doctor reads configs, not the compilation), and each answer costs a vLLM import."""
+    env = {**os.environ, MODE_ENV: mode, "HF_HUB_OFFLINE": "1"}
     try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, check=False)
+        out = subprocess.run(list(cmd), capture_output=True, text=True, timeout=300, env=env, check=False)
     except (OSError, subprocess.SubprocessError) as exc:
         return None, f"doctor did not run: {exc}"
     try:

@@ -368,3 +368,30 @@ def test_ab_refuses_a_knob_where_its_file_would_not_record_it(tmp_path, monkeypa
     with pytest.raises(EagleFixError, match="EAGLE_FIX_INJECT_SLOWDOWN is set: "):
         _ab_args(calib)
     assert not calib.exists()
+
+
+def test_the_doctor_runs_once_per_fix_arm_not_per_mode(monkeypatch):
+    """The doctor's answer depends on the plugin mode and the pair, not on the compilation: the eager and
+    compiled groups of a fix arm share one doctor child (each costs a vLLM import), each record its own copy."""
+    from eagle_fix.fix.plugin import MODE_ENV
+    from eagle_fix.sweep import loop
+
+    calls = []
+
+    def fake_run(cmd, **kw):
+        calls.append(kw["env"][MODE_ENV])
+        return subprocess.CompletedProcess(cmd, 0, stdout='{"verdict": "fixed"}', stderr="")
+
+    monkeypatch.setattr(loop.subprocess, "run", fake_run)
+    loop._doctor.cache_clear()
+    run = resolve(
+        RunArgs(
+            profile="cpu-quick", contexts=(8192,), modes=("eager", "compile"), arms=("eagle3",), fixes=("on", "off")
+        )
+    )
+    states = {(p.mode, p.fix): loop._fix_state(run, p) for p in plan(run)}
+    assert sorted(calls) == ["auto", "revert"] and len(states) == 4
+    assert all(s == ({"verdict": "fixed"}, None) for s in states.values())
+    # a copy each: a record's doctor never aliases another's
+    assert states[("eager", "on")][0] is not states[("compile", "on")][0]
+    loop._doctor.cache_clear()
