@@ -96,6 +96,7 @@ def measure(args: argparse.Namespace, folder: Path) -> Path:
         rounds=args.blocks * args.rounds,
         blocks=args.blocks,
         out=out,
+        acceptance_prompts=1,  # the launches' speed is the question: no extra prompts for acceptance
     )
     print(
         f"noise: {kind.name} on {fp['name']}: {args.blocks} launch pairs x {args.rounds} rounds, identical sides",

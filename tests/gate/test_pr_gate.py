@@ -23,7 +23,8 @@ def test_the_pr_gate_runs_ab_between_the_merge_base_in_its_own_checkout_and_the_
     args = ["--profile", "cpu-quick", "--contexts", "4096", "--modes", "eager", "--arms", "eagle3"]
     try:
         proc = subprocess.run(
-            ["bash", "scripts/pr_gate.sh", *args, "--rounds", "2", "--blocks", "1", "--out", str(out)],
+            ["bash", "scripts/pr_gate.sh", *args, "--rounds", "2", "--blocks", "1", "--acceptance-prompts", "2"]
+            + ["--out", str(out)],
             cwd=ROOT,
             env=env,
             capture_output=True,
