@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime as _dt
+import functools
 import json
 import sys
 import time
@@ -279,6 +280,10 @@ def _measure(
     def unusable(side: str) -> None:
         entry["status"][side], entry["error"][side] = "failed", str(engines[side]).splitlines()[0][:500]
 
+    # one round of this point: each side measured once (kwargs: r, block, fresh, and a prompt's seed)
+    measure_round = functools.partial(
+        _round, run, p, engines, entry, spec, log_dir, sides, alone=alone, unusable=unusable
+    )
     for side in ("base", "new"):
         if not alone and isinstance(engines[side], Exception):  # one-at-a-time tries a fresh start per point
             unusable(side)
@@ -298,20 +303,7 @@ def _measure(
                 if entry["status"].get(side) != "failed" and isinstance(engines[side], Exception):
                     unusable(side)
         for i in range(design.rounds):
-            pair = _round(
-                run,
-                p,
-                engines,
-                entry,
-                spec,
-                log_dir,
-                sides,
-                r=r,
-                block=block,
-                fresh=i == 0 or alone,
-                alone=alone,
-                unusable=unusable,
-            )
+            pair = measure_round(r=r, block=block, fresh=i == 0 or alone)
             if not alone:
                 pair["start_order"] = list(start_order)
             entry["pairs"].append(pair)
@@ -342,7 +334,7 @@ def _measure(
     if greedy_prompts(run, args, p, synthetic) > 1 and not any(
         entry["status"].get(side) == "failed" for side in ("base", "new")
     ):
-        _acceptance_prompts(run, p, engines, entry, spec, log_dir, sides, args, alone=alone, unusable=unusable)
+        _acceptance_prompts(run, p, entry, args, measure_round)
     for side in ("base", "new"):
         entry["status"].setdefault(side, "ok")
     entry["rounds"], entry["blocks"] = r, len({pp["block"] for pp in entry["pairs"]})
@@ -414,7 +406,7 @@ def greedy_prompts(run, args: ABArgs, p, synthetic: bool) -> int:
     return args.acceptance_prompts
 
 
-def _acceptance_prompts(run, p, engines, entry, spec, log_dir, sides, args: ABArgs, *, alone, unusable) -> None:
+def _acceptance_prompts(run, p, entry, args: ABArgs, measure_round) -> None:
     """Greedy acceptance over prompts (verdict.acceptance_over_prompts): after the speed rounds, each side
     decodes --acceptance-prompts - 1 more seeded prompts of the point (seeds after the run's, each with its
     prefill, ABBA), so the verdict's unit is the prompt. Their times are not speed samples: they stay out of
@@ -424,21 +416,7 @@ def _acceptance_prompts(run, p, engines, entry, spec, log_dir, sides, args: ABAr
     prompts = entry.setdefault("acceptance_prompts", [])
     for j in range(1, n):
         seed = int(run.args.seed) + j
-        pair = _round(
-            run,
-            p,
-            engines,
-            entry,
-            spec,
-            log_dir,
-            sides,
-            r=j,
-            block=-1,
-            fresh=False,
-            alone=alone,
-            unusable=unusable,
-            seed=seed,
-        )
+        pair = measure_round(r=j, block=-1, fresh=False, seed=seed)
         pair["seed"] = seed
         prompts.append(pair)
         if any(entry["status"].get(side) == "failed" for side in ("base", "new")):
