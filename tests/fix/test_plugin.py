@@ -381,6 +381,7 @@ def test_v2_runner_is_hooked_and_counted():
         "v1:GPUModelRunner.execute_model",
         "v1:GPUModelRunner._input_fits_in_drafter",
         "v1:EagleProposer.propose",
+        "v1:DraftModelProposer.propose",
         "v1:NgramProposer.propose",
         "v1:GPUModelRunner.sample_tokens",
         "v2:GPUModelRunner.execute_model",
