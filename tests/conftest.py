@@ -218,9 +218,6 @@ def asv_runs(tmp_path_factory):
             "EAGLE_FIX_RUN_OUT": str(out),
             "EAGLE_FIX_ASV_CONFIG": str(conf),
             "EAGLE_FIX_COMMIT": commit,
-            # the fix moves EAGLE3 only: the fix-off run leaves the baseline out (two engine starts, one of
-            # them compiled, fewer); its EAGLE3 rows have no speedup
-            **({} if fix == "on" else {"EAGLE_FIX_ASV_ARMS": "eagle3"}),
         }
         run = subprocess.run(
             ["bash", str(ROOT / "scripts" / "bench.sh")],
