@@ -331,10 +331,9 @@ def _measure(
                         f"{m} {v}" for m, v in speed.items()
                     )
                 break
-    if greedy_prompts(run, args, p, synthetic) > 1 and not any(
-        entry["status"].get(side) == "failed" for side in ("base", "new")
-    ):
-        _acceptance_prompts(run, p, entry, args, measure_round)
+    n_prompts = greedy_prompts(run, args, p, synthetic)
+    if n_prompts > 1 and not any(entry["status"].get(side) == "failed" for side in ("base", "new")):
+        _acceptance_prompts(run, entry, n_prompts, measure_round)
     for side in ("base", "new"):
         entry["status"].setdefault(side, "ok")
     entry["rounds"], entry["blocks"] = r, len({pp["block"] for pp in entry["pairs"]})
@@ -406,12 +405,11 @@ def greedy_prompts(run, args: ABArgs, p, synthetic: bool) -> int:
     return args.acceptance_prompts
 
 
-def _acceptance_prompts(run, p, entry, args: ABArgs, measure_round) -> None:
+def _acceptance_prompts(run, entry, n: int, measure_round) -> None:
     """Greedy acceptance over prompts (verdict.acceptance_over_prompts): after the speed rounds, each side
     decodes --acceptance-prompts - 1 more seeded prompts of the point (seeds after the run's, each with its
     prefill, ABBA), so the verdict's unit is the prompt. Their times are not speed samples: they stay out of
     `pairs`. Recorded as `acceptance_prompts`, each with its `seed`."""
-    n = greedy_prompts(run, args, p, False)
     started = time.monotonic()
     prompts = entry.setdefault("acceptance_prompts", [])
     for j in range(1, n):

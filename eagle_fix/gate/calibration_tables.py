@@ -136,7 +136,9 @@ def pooled_table(paths) -> str:
                 f"{alarms} of {len(group)}",
                 f"{_pct(alarms / len(group), 0)} [{_pct(lo, 1)}, {_pct(hi, 1)}]",
                 f"{len(group)} of {goal}" if goal else "–",
-                f"{statistics.median(m):.1f}" if (m := [t["minutes"] for t in group if t.get("minutes")]) else "–",
+                f"{statistics.median(mins):.1f}"
+                if (mins := [t["minutes"] for t in group if t.get("minutes")])
+                else "–",
             ]
         )
     point = ts[0]["identity"]
