@@ -94,12 +94,10 @@ class _SweepBase:
     def _value(self, cache, column, context_len, mode, position=None):
         from eagle_fix.store.asv import in_records, point_value
 
-        if (
-            column == "speedup"
-            and cache.get("replayed")
-            and not in_records(cache["records"], context_len=context_len, mode=mode, arm="baseline")
-        ):
-            return float("nan")  # asv's n/a: a replay of the EAGLE3 arm alone has no speedup (not a failure)
+        if column == "speedup" and not in_records(cache["records"], context_len=context_len, mode=mode, arm="baseline"):
+            # asv's n/a: a run (or replay) without the baseline arm has no speedup, which is not a failure; a
+            # baseline point that ran and failed is in the records, so its speedup still fails.
+            return float("nan")
 
         return point_value(
             cache["records"], column, context_len=context_len, mode=mode, arm=self.arm, position=position

@@ -18,9 +18,8 @@ Everything takes plain lists of numbers; None and non-finite values (a failed re
 
 from __future__ import annotations
 
+import functools
 import math
-
-from scipy import stats as _st
 
 __all__ = [
     "acceptance_interval",
@@ -64,11 +63,15 @@ def clean(xs) -> list[float]:
     return out
 
 
+@functools.cache
 def _z(confidence: float) -> float:
-    """Two-sided normal quantile for a confidence level (1.959964 for 0.95)."""
+    """Two-sided normal quantile for a confidence level (1.959964 for 0.95). scipy is imported here, not at the
+    top: every record reader imports this module, and asv starts one process per benchmark parameter."""
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
-    return float(_st.norm.ppf(0.5 + confidence / 2.0))
+    from scipy.stats import norm
+
+    return float(norm.ppf(0.5 + confidence / 2.0))
 
 
 def binom_half_cdf(n: int, j: int) -> float:

@@ -230,45 +230,10 @@ def test_records_carry_samples_intervals_and_roofline(ab):
     assert r["sol_decode_tok_s_eagle3"] > r["sol_decode_tok_s_baseline"] > 0
 
 
-def test_the_cpu_worker_reports_its_own_memory_and_settings(tmp_path):
-    """One small point, its own sweep: the worker's host peak over the point (reset before it), vLLM's
-    figures read in the worker, the settings vLLM ran with, and the NVML null with its reason."""
-    from eagle_fix.core import record
-
-    out = tmp_path / "memory.jsonl"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "eagle_fix.cli",
-            "run",
-            "--profile",
-            "cpu-quick",
-            "--contexts",
-            "1024",
-            "--modes",
-            "eager",
-            "--arms",
-            "eagle3",
-            "--fix",
-            "on",
-            "--output-len",
-            "32",
-            "--repeats",
-            "1",
-            "--out",
-            str(out),
-            "--no-progress",
-        ],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=1800,
-        env={**os.environ, "HF_HUB_OFFLINE": "1"},
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    [r] = record.read(out)
+def test_the_cpu_worker_reports_its_own_memory_and_settings(ab):
+    """The fix A/B's short eager point (its engine's first point): the worker's host peak over the point (reset
+    before it), vLLM's figures read in the worker, the settings vLLM ran with, and the NVML null with its reason."""
+    r = point(ab, SHORT, "eager", "on")
     assert r["status"] == "ok", r["error"]
     assert r["worker_host_peak_bytes"] > 0 and r["worker_host_peak_scope"] == "point"
     assert r["worker_host_peak_bytes"] <= r["peak_host_memory_bytes"] * 1.05  # one process of the tree, not more
