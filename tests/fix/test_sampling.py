@@ -60,3 +60,20 @@ def test_the_repair_goes_in_only_where_the_kernel_drops_floats_and_only_for_floa
     assert module.expand_batch_to_tokens(torch.tensor([3, 4]), cu, 3) == "vllm's"
     assert module.expand_batch_to_tokens(torch.tensor([0.5, 0.25]), cu, 3).tolist() == [0.5, 0.25, 0.25]
     assert calls == [torch.int64]
+
+
+def test_the_probe_loads_the_library_the_worker_loaded_and_no_other():
+    """In a worker the platform has loaded its kernel library (`_C_AVX2` on an AVX2-only CPU) before the plugin
+    probes: a probe that loaded another build of `torch.ops._C` aborted the process ("Only a single
+    TORCH_LIBRARY ... namespace _C"), and with it every engine on such a machine."""
+    from conftest import run_py
+
+    proc = run_py(
+        "from vllm.platforms import current_platform\n"
+        "current_platform.import_kernels()\n"
+        "from eagle_fix.fix import sampling\n"
+        "print('probe', sampling.expand_kernel_drops_floats())\n",
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip().splitlines()[-1] in ("probe True", "probe False", "probe None"), proc.stdout
