@@ -133,6 +133,7 @@ def _run(tmp_path, name, env):
 
 
 @pytest.mark.engine
+@pytest.mark.slow  # 137 s, two engines; in CI tests/gate/test_ab.py's injected slowdown shows the knob on step_ms
 def test_a_point_records_step_ms_and_the_slowdown_knob_stretches_it(tmp_path):
     plain = _run(tmp_path, "plain", {})
     slow = _run(tmp_path, "slow", {"EAGLE_FIX_INJECT_SLOWDOWN": "0.5"})

@@ -1,7 +1,9 @@
 """The real vLLM CPU engine at tensor_parallel_size 2 (profile cpu-tp2: two worker processes, one core each):
 the plugin works on every rank. Fix on, the drafter runs past the draft's 2048 positions on both ranks and
 the record's counters are one rank's, not their sum; fix off and compiled, the engine dies on the rotary
-table's bound, as at TP = 1. One eager and one compiled engine at the profile's smallest point."""
+table's bound, as at TP = 1. One eager and one compiled engine at the profile's smallest point. Slow (162 s on
+an AVX2-only machine of this kind, where CI took 79 minutes with it): outside CI, `-m slow` runs it; in CI
+tests/sweep/test_tensor_parallel.py checks the settings, the ranks' merge and the labels without an engine."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from conftest import eagle_fix_run
 from eagle_fix.core import record
 from eagle_fix.pairs.profiles import get_profile
 
-pytestmark = pytest.mark.engine
+pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
 SMALLEST = min(get_profile("cpu-tp2").contexts)
 ARGS = ["--profile", "cpu-tp2", "--contexts", str(SMALLEST), "--arms", "eagle3", "--output-len", "32"]

@@ -325,6 +325,7 @@ def test_the_groups_cover_every_step_in_order_of_value(tmp_path):
 
 
 @pytest.mark.engine
+@pytest.mark.slow  # 122 s; in CI the deadline's cut, its reasons and the kept summary are the fake plan's tests above
 def test_the_rehearsal_with_a_deadline_keeps_what_it_measured(tmp_path):
     """Issue 52's bar: `--rehearse --deadline 120` on this machine ends within 150 s with the hooks and doctor
     judged and every other step judged or not run with the deadline as its reason (the real engine starts

@@ -348,6 +348,7 @@ def _servers_left(folder: Path) -> list[int]:
 
 
 @pytest.mark.engine
+@pytest.mark.slow  # 81 s; in CI tests/engine/test_faults.py kills the offline engine's worker mid-point
 def test_server_killed_mid_cell_fails_that_cell_and_the_next_goes_on(tmp_path):
     """The server's process group SIGKILLed while vLLM's client waits: that cell is failed with the
     log's cause, and the next cell runs on a fresh server."""
