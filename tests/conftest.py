@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -163,15 +164,76 @@ def shared_pair() -> tuple[Path, Path]:
     return real_shape_pair()
 
 
+# The modules that use the session fixture asv_runs are one unit of work under xdist, so its engine runs
+# once (each worker has its own session); every other module is a unit of its own.
+SHARED_FIXTURE_MODULES = frozenset(
+    str(p.relative_to(ROOT))
+    for p in (ROOT / "tests").rglob("test_*.py")
+    if re.search(r"\basv_runs\b", p.read_text(encoding="utf-8"))
+)
+# Per-test seconds of earlier CI runs (results/ci/): the order the workers take the units in.
+CI_PROFILES = ROOT / "results" / "ci"
+
+
+def _unit(nodeid: str) -> str:
+    module = nodeid.split("::")[0]
+    return "asv_runs" if module in SHARED_FIXTURE_MODULES else module
+
+
+def _seconds_by_unit() -> dict[str, float]:
+    """Each unit's mean seconds over the committed CI profiles (module::test,seconds,outcome per file)."""
+    import pandas as pd
+
+    runs = [pd.read_csv(f) for f in sorted(CI_PROFILES.glob("*.csv"))]
+    if not runs:
+        return {}
+    units = [r["test"].str.split("::").str[0].str.replace(".", "/", regex=False) + ".py" for r in runs]
+    per_run = [r.assign(unit=u.map(_unit)).groupby("unit")["seconds"].sum() for r, u in zip(runs, units)]
+    return pd.concat(per_run, axis=1).mean(axis=1).to_dict()
+
+
+@pytest.hookimpl(optionalhook=True)  # a run without xdist (-p no:xdist) does not know this hook
+def pytest_xdist_make_scheduler(config, log):
+    """Under xdist (`-n 2`, the README's test command) a unit (`_unit`) goes whole to one worker, so a
+    module's engine fixtures start once; the units are dealt in the order the workers collected them
+    (longest first: `pytest_collection_modifyitems`), so the two workers end close together. xdist's own
+    `--dist loadgroup` cannot do this on pytest 9 (its group suffix is no longer part of the test id)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByUnit(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _unit(nodeid)
+
+    config.option.loadscopereorder = False
+    return ByUnit(config, log)
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """`slow` tests (the 8B pair at real shapes, minutes each) run only when -m names them: a plain
-    run, CI and `-m "not engine"` all skip them."""
+    run, CI and `-m "not engine"` all skip them. In an xdist worker the units go longest first."""
+    if "PYTEST_XDIST_WORKER" in os.environ:
+        seconds = _seconds_by_unit()
+        items.sort(key=lambda item: -seconds.get(_unit(item.nodeid), 0.0))  # stable: a module keeps its order
     if "slow" in (config.getoption("markexpr") or ""):
         return
     skip = pytest.mark.skip(reason="slow: select with -m slow")
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip)
+
+
+def pytest_configure(config):
+    """An xdist worker's engines bind vLLM's compute thread (VLLM_CPU_OMP_THREADS_BIND) to the worker's own
+    share of the cores: with two workers on two cores, two engines side by side each keep one core (left to
+    vLLM's auto bind, both would take core 0). A bind the caller set is kept."""
+    worker, count = os.environ.get("PYTEST_XDIST_WORKER"), int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if not worker or count < 2 or "VLLM_CPU_OMP_THREADS_BIND" in os.environ:
+        return
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) >= count:
+        share = cpus[int(worker.removeprefix("gw")) % count :: count]
+        os.environ["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(map(str, share))
 
 
 # CI-sized samples of the asv runs: 3 decode repeats of 128 tokens per point (the profile's own: 5 x 512).
