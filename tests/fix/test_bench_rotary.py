@@ -6,6 +6,8 @@ Quick test by default (pyproject has --benchmark-disable); measure with
 
 import pytest
 
+from conftest import run_py
+
 torch = pytest.importorskip("torch", reason="torch (the cpu extra) is not installed")
 pytest.importorskip("vllm", reason="vLLM (the cpu extra) is not installed")
 
@@ -72,11 +74,22 @@ def plugin():
 
 
 def test_plugin_register_first_call(benchmark, plugin):
-    """What each vLLM process (front end, engine core, each worker) pays once."""
-    if plugin.registered_mode() is not None:
-        pytest.skip("the plugin was already registered in this process; run this file on its own")
-    benchmark.pedantic(plugin.register, rounds=1, iterations=1)
-    assert plugin.registered_mode() is not None
+    """What each vLLM process (front end, engine core, each worker) pays once. Where an earlier test of this
+    process registered it already (an xdist worker runs many modules), the first call is made and timed in
+    a fresh interpreter instead, its seconds kept in the benchmark's extra_info."""
+    if plugin.registered_mode() is None:
+        benchmark.pedantic(plugin.register, rounds=1, iterations=1)
+        assert plugin.registered_mode() is not None
+        return
+    code = (
+        "import time\nfrom eagle_fix.fix import plugin\nassert plugin.registered_mode() is None\n"
+        "t = time.perf_counter()\nplugin.register()\nprint(plugin.registered_mode(), time.perf_counter() - t)"
+    )
+    out = run_py(code)
+    assert out.returncode == 0, out.stderr[-2000:]
+    mode, seconds = out.stdout.split()[-2:]
+    assert mode in plugin.PLUGIN_MODES, out.stdout
+    benchmark.extra_info.update(first_call_in_a_fresh_process_s=float(seconds))
 
 
 def test_plugin_register_again(benchmark, plugin):
