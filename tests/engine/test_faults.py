@@ -312,7 +312,10 @@ def test_stopped_worker_is_caught_by_the_watchdog(shared_run):
 @pytest.mark.engine
 def test_sigterm_mid_point_exits_with_143_and_kills_the_engine(shared_run):
     assert shared_run["sigterm_exit"] == 143, shared_run["stderr"]
-    assert shared_run["sigterm_exit_s"] < 10
+    # A prompt exit, not a hang (wait_exit gives up at 60 s). The bound covers a 2-core machine with the other
+    # test worker's engine beside this run: there it once took 23.8 s (README's test command on a fresh clone
+    # of 9ec6c73, an AVX2 EPYC); this module alone on that machine took 1.0 s.
+    assert shared_run["sigterm_exit_s"] < 40
     line = interrupt_line(shared_run["stderr"], "SIGTERM")
     assert re.search(r"\b3 (of 4 )?points finished", line), line
     # Every finished point is a whole line that parses; D (interrupted) is not there.
