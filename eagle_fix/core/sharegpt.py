@@ -142,13 +142,20 @@ TEMPLATE_ROLES = {"User": "user", "Assistant": "assistant"}
 
 def held_out_messages() -> tuple[tuple[dict[str, str], ...], ...]:
     """Each held-out conversation as chat-template messages (role, content), in file order."""
-    convs = conversations()
-    held = {r[2] for r in _held_out_rows()}
+    return messages("held-out")
+
+
+def messages(split: str) -> tuple[tuple[dict[str, str], ...], ...]:
+    """Each conversation of texts(split) as chat-template messages (role, content), in file order: 'train' is
+    the first TRAINED_ON training conversations (what the held-out split is kept apart from)."""
+    keep = set(texts(split)[:TRAINED_ON] if split == "train" else texts(split))
     out = []
-    for i, conv in enumerate(convs):
-        if i % HELD_OUT_EVERY or conversation_text(conv) not in held:
+    for i, conv in enumerate(conversations()):
+        if (i % HELD_OUT_EVERY == 0) != (split == "held-out") or conversation_text(conv) not in keep:
             continue
         out.append(tuple({"role": TEMPLATE_ROLES[r], "content": t} for r, t in turns(conv) if t))
+        if split == "train" and len(out) == TRAINED_ON:
+            break
     return tuple(out)
 
 

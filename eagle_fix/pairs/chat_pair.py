@@ -63,6 +63,13 @@ class TokenStream:
     def __init__(self, tokenizer, texts):
         self.ids = np.concatenate([np.asarray(e.ids, dtype=np.int64) for e in tokenizer.encode_batch(list(texts))])
 
+    @classmethod
+    def of_ids(cls, ids) -> TokenStream:
+        """A stream of ids already tokenized (the real target's chat-template renders)."""
+        stream = cls.__new__(cls)
+        stream.ids = np.asarray(ids, dtype=np.int64)
+        return stream
+
     def __call__(self, step: int, batch: int, seq_len: int, seed: int):
         import torch  # lazy: torch loads only to train
 

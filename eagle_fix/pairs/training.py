@@ -81,15 +81,24 @@ DRAFT_INTERMEDIATE = 512
 TTT_STEPS = 3
 
 
-def draft_config(vocab_size: int, draft_vocab: int, target_config: dict | None = None) -> dict:
-    """Shaped like yuhuili/EAGLE3-LLaMA3.1-Instruct-8B: max_position_embeddings 2048."""
+def draft_config(
+    vocab_size: int,
+    draft_vocab: int,
+    target_config: dict | None = None,
+    aux_layers=None,
+    intermediate: int = DRAFT_INTERMEDIATE,
+    rope_theta: float | None = None,
+) -> dict:
+    """Shaped like yuhuili/EAGLE3-LLaMA3.1-Instruct-8B: max_position_embeddings 2048. `rope_theta`: written
+    only when given (the yuhuili config has none, so vLLM takes the default the tiny drafts trained with)."""
     t = target_config or TARGET_CONFIG
+    aux_layers = list(AUX_LAYER_IDS if aux_layers is None else aux_layers)
     return {
         "architectures": ["LlamaForCausalLMEagle3"],
         "model_type": "llama",
         "hidden_act": "silu",
         "hidden_size": t["hidden_size"],
-        "intermediate_size": DRAFT_INTERMEDIATE,
+        "intermediate_size": intermediate,
         "max_position_embeddings": 2048,
         "num_attention_heads": t["num_attention_heads"],
         "num_key_value_heads": t["num_key_value_heads"],
@@ -100,8 +109,8 @@ def draft_config(vocab_size: int, draft_vocab: int, target_config: dict | None =
         "torch_dtype": "bfloat16",
         "vocab_size": vocab_size,
         "draft_vocab_size": draft_vocab,
-        "eagle_config": {"use_aux_hidden_state": True, "eagle_aux_hidden_state_layer_ids": list(AUX_LAYER_IDS)},
-    }
+        "eagle_config": {"use_aux_hidden_state": True, "eagle_aux_hidden_state_layer_ids": aux_layers},
+    } | ({} if rope_theta is None else {"rope_theta": rope_theta})
 
 
 def _batch(step: int, batch: int, seq_len: int, seed: int, vocab: int):
@@ -186,12 +195,30 @@ def train_draft(
     soft: bool = False,
     draft_vocab: int = DRAFT_VOCAB,
     init=None,
+    aux_layers=None,
+    intermediate: int = DRAFT_INTERMEDIATE,
+    resume: dict | None = None,
+    on_step=None,
+    warm_start: bool = False,
+    held_out=None,
+    vocab_counts=None,
 ):
     """Train on the target's own aux hidden states and greedy tokens; returns (draft, d2t, stats).
     `soft`: the loss is the cross-entropy to the target's whole next-token distribution (over the draft
     vocabulary), not to its greedy token alone: a draft that matches the target's distribution, as
     EAGLE3's training does. `batches` as in train_target; `init`: (draft, d2t) to go on training, its
     draft vocabulary kept.
+
+    For training in pieces (the real target's draft takes hours): `resume` {"step", "opt", "ema"} goes on
+    from a checkpoint of `init` (the schedule is over `steps` in all, and batch `step` is the same either
+    way); `on_step(steps_done, draft, opt, ema)` runs after each step and stops the loop by returning True.
+    `aux_layers` (default AUX_LAYER_IDS) are the target's layers whose input the draft reads, vLLM's
+    `eagle_aux_hidden_state_layer_ids`. `warm_start`: the new draft's head starts as the target's output
+    layer on the draft vocabulary and its final norm as the target's, so it need not learn the vocabulary's
+    output embedding from nothing. `held_out`: id
+    batches scored without training at the end of the call (stats["held_out"]: loss, accuracy per step).
+    `vocab_counts`: token counts that choose the draft vocabulary (default: the target's greedy tokens on 4
+    batches), such as the training text's own, as EAGLE3's training scripts count.
 
     stats: EMA loss and per-TTT-step accuracy at the end, draft-vocabulary coverage, and the last
     step's raw loss/accuracies. If `curve` is a list, appends {"step", "loss", "loss_ema", "acc",
@@ -206,19 +233,23 @@ def train_draft(
     heads, kvh = tcfg.num_attention_heads, tcfg.num_key_value_heads
     hd = getattr(tcfg, "head_dim", None) or H // heads
     batches = batches or (lambda st, b, n, sd: _batch(st, b, n, sd, V))
+    aux_layers = list(AUX_LAYER_IDS if aux_layers is None else aux_layers)
     target.eval()
 
     def target_pass(ids, logits=False):
         with torch.no_grad():
             out = target(input_ids=ids, output_hidden_states=True)
-        aux = torch.cat([out.hidden_states[i].float() for i in AUX_LAYER_IDS], -1)
+        aux = torch.cat([out.hidden_states[i].float() for i in aux_layers], -1)
         return (aux, out.logits.argmax(-1)) + ((out.logits.float(),) if logits else ())
 
     # Reduced draft vocabulary: the most frequent greedy target tokens on the workload.
-    counts = torch.zeros(V, dtype=torch.long)
-    for i in range(4):
-        _, g = target_pass(batches(10_000 + i, batch, seq_len, seed + 1))
-        counts += torch.bincount(g.flatten(), minlength=V)
+    if vocab_counts is None:
+        counts = torch.zeros(V, dtype=torch.long)
+        for i in range(4):
+            _, g = target_pass(batches(10_000 + i, batch, seq_len, seed + 1))
+            counts += torch.bincount(g.flatten(), minlength=V)
+    else:
+        counts = torch.as_tensor(vocab_counts, dtype=torch.long)
     if init is None:
         dv = min(draft_vocab, V)
         keep = torch.sort(torch.topk(counts, dv).indices).values  # ascending target ids
@@ -235,17 +266,18 @@ def train_draft(
     draft = (
         init[0]
         if init is not None
-        else Eagle3Draft.build(H, heads, kvh, hd, DRAFT_INTERMEDIATE, dv, len(AUX_LAYER_IDS), tcfg.rms_norm_eps)
+        else Eagle3Draft.build(H, heads, kvh, hd, intermediate, dv, len(aux_layers), tcfg.rms_norm_eps)
     )
+    if warm_start and init is None:
+        with torch.no_grad():
+            draft.lm_head.weight.copy_(target.get_output_embeddings().weight[keep].float())
+            draft.norm.weight.copy_(target.model.norm.weight.float())
     embed = target.get_input_embeddings()
     opt = torch.optim.AdamW(draft.parameters(), lr=lr, weight_decay=0.0, betas=(0.9, 0.95))
     weights = [0.8**k for k in range(TTT_STEPS)]
-    bar = tqdm(range(steps), desc="draft", unit="step")
-    ema = None
-    for step in bar:
-        for g_ in opt.param_groups:
-            g_["lr"] = _lr(step, steps, lr)
-        ids = batches(step, batch, seq_len, seed + 1)
+
+    def step_loss(ids):
+        """The weighted TTT loss of one batch and each step's accuracy on its valid labels."""
         L = ids.shape[1]
         aux, greedy, *full = target_pass(ids, logits=soft)
         if soft:  # index p: the target's distribution over the draft vocabulary at p + 1
@@ -280,6 +312,18 @@ def train_draft(
                     lo.float().flatten(0, 1), lab.flatten(), ignore_index=-100
                 )
             accs.append(((lo.argmax(-1) == lab) & valid).sum().item() / max(1, valid.sum().item()))
+        return loss, accs
+
+    start, ema, cur = 0, None, None
+    if resume is not None:
+        opt.load_state_dict(resume["opt"])
+        start, ema = int(resume["step"]), resume.get("ema")
+    bar = tqdm(range(start, steps), desc="draft", unit="step", initial=start, total=steps)
+    for step in bar:
+        for g_ in opt.param_groups:
+            g_["lr"] = _lr(step, steps, lr)
+        ids = batches(step, batch, seq_len, seed + 1)
+        loss, accs = step_loss(ids)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(draft.parameters(), 1.0)
@@ -297,6 +341,18 @@ def train_draft(
                     "acc_ema": [round(a, 4) for a in ema[1:]],
                 }
             )
+        if on_step is not None and on_step(step + 1, draft, opt, ema):
+            break
+    cur = cur or ema or [float("nan")] * (TTT_STEPS + 1)
+    ema = ema or cur
+    held = None
+    if held_out:
+        with torch.no_grad():
+            res = [step_loss(ids) for ids in held_out]
+        held = {
+            "loss": float(np.mean([r[0].item() for r in res])),
+            "acc": [float(np.mean([r[1][k] for r in res])) for k in range(TTT_STEPS)],
+        }
     return (
         draft,
         d2t,
@@ -306,11 +362,12 @@ def train_draft(
             "draft_vocab_coverage": coverage,
             "last_loss": cur[0],
             "last_acc": cur[1:],
+            "held_out": held,
         },
     )
 
 
-def save_draft(draft, d2t, out: pathlib.Path, vocab_size: int, target_config: dict | None = None) -> None:
+def save_draft(draft, d2t, out: pathlib.Path, vocab_size: int, target_config: dict | None = None, **config_kw) -> None:
     # lazy: torch and safetensors load only to train (`eagle-fix --help` imports this module)
     import torch
     from safetensors.torch import save_file
@@ -319,7 +376,7 @@ def save_draft(draft, d2t, out: pathlib.Path, vocab_size: int, target_config: di
     tensors = {k: v.detach().to(torch.bfloat16).contiguous() for k, v in draft.state_dict().items()}
     tensors["d2t"] = d2t.to(torch.int64).contiguous()
     save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
-    cfg = draft_config(vocab_size, int(d2t.numel()), target_config)
+    cfg = draft_config(vocab_size, int(d2t.numel()), target_config, **config_kw)
     (out / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
 
 
