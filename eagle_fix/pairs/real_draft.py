@@ -194,7 +194,7 @@ def cli_main(args: argparse.Namespace) -> int:
         ),
         "draft_vocab_from": "the training text's token counts (top draft_vocab ids)",
         "draft_vocab_coverage": round(float(counts[keep.numpy()].sum() / counts.sum()), 4),
-        "warm_start": "head = the target's output layer on the draft vocabulary, final norm = the target's",
+        "warm_start": "head = the target's output layer on the draft vocabulary",
         "draft_loss": "cross-entropy to the target's distribution over the draft vocabulary (soft labels), TTT 3",
         "loss_curve": state["curve"],
         "pieces": state["pieces"],
