@@ -18,8 +18,18 @@ TINY = DATA / "tiny"
 CHAT = DATA / "chat"
 CONFIGS = DATA / "configs"
 
-# where the real target is converted on first use (ignored by git)
+# where the real target is converted on first use (ignored by git), and where its trained draft is committed
 REAL_TARGET = smollm.DEFAULT_OUT
+REAL_DRAFT = DATA / "real" / "draft"
+
+
+def real_refusals() -> tuple[tuple[str, str], ...]:
+    """cpu-real refuses EAGLE3 until `eagle-fix train-real-draft` has written its draft (issue 55 item 2)."""
+    if (REAL_DRAFT / "config.json").is_file():
+        return ()
+    why = "its EAGLE3 draft is not trained yet (issue #55 item 2: eagle-fix train-real-draft, or pass --draft DIR)"
+    return ((EAGLE3.name, why),)
+
 
 FULL_SWEEP = (8192, 16384, 32768, 65536, 131072)
 
@@ -338,11 +348,12 @@ def _profiles() -> dict[str, Profile]:
         ),
         # The real target (issue 55): SmolLM2-135M-Instruct converted on first use, on held-out ShareGPT chat in
         # its own chat template, within its 8192 trained positions (16K/32K would need a RoPE scaling: not here).
-        # Its EAGLE3 draft is not trained yet: baseline and n-gram run. KV: 23 KiB/token (30 x 3 x 64 x K,V x bf16).
+        # EAGLE3 runs once its draft is trained (real_refusals); until then baseline and n-gram. KV: 23 KiB/token
+        # (30 x 3 x 64 x K,V x bf16).
         "cpu-real": Profile(
             "cpu-real",
             REAL_TARGET,
-            None,
+            REAL_DRAFT if not real_refusals() else None,
             "auto",
             (2048, 4096, 8192),
             None,
@@ -350,7 +361,7 @@ def _profiles() -> dict[str, Profile]:
             output_len=256,
             kv_cache_gib=1.0,
             workload="chat-real",
-            refused_arms=((EAGLE3.name, "its EAGLE3 draft is not trained yet (issue #55 item 2)"),),
+            refused_arms=real_refusals(),
             converts_target=True,
             score_before_eos=True,
             in_asv_grid=False,
@@ -382,6 +393,8 @@ def get_profile(name: str, *, target=None, draft=None) -> Profile:
         changes["converts_target"] = False  # the user's folder is read as it is
     if draft is not None:
         changes["draft"] = pathlib.Path(draft)
+        # a refusal for want of the profile's own draft does not hold for the user's
+        changes["refused_arms"] = tuple(r for r in prof.refused_arms if ARMS[r[0]].draft_field != "draft")
     return dataclasses.replace(prof, **changes) if changes else prof
 
 

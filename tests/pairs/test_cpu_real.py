@@ -13,7 +13,7 @@ import pytest
 from eagle_fix.core import acceptance, sharegpt
 from eagle_fix.core.errors import EagleFixError
 from eagle_fix.core.workload import WORKLOADS, template_tokenizer, workload_prompts
-from eagle_fix.pairs import smollm
+from eagle_fix.pairs import profiles, smollm
 from eagle_fix.pairs.profiles import PROFILES, get_profile
 from eagle_fix.sweep.plan import RunArgs, plan, resolve
 
@@ -43,7 +43,10 @@ def real(target, monkeypatch):
 
 def test_the_profile_is_the_converted_smollm_within_its_trained_length():
     prof = get_profile("cpu-real")
-    assert prof.target == smollm.DEFAULT_OUT and prof.draft is None and prof.converts_target
+    assert prof.target == smollm.DEFAULT_OUT and prof.converts_target
+    assert prof.draft == (
+        None if profiles.real_refusals() else profiles.REAL_DRAFT
+    )  # the committed draft, once trained
     assert prof.contexts == (2048, 4096, 8192)  # 16K/32K would need a RoPE scaling: left out
     assert max(prof.contexts) <= smollm.EXPECTED["max_position_embeddings"]
     assert prof.workload == "chat-real" and "chat-real" in WORKLOADS and prof.score_before_eos
@@ -63,6 +66,7 @@ def test_eagle3_is_refused_in_one_line_naming_item_2_and_what_runs(tmp_path):
         resolve(RunArgs(profile="cpu-real", arms=("eagle3", "baseline"), out=tmp_path / "r.jsonl"))
     msg = str(err.value)
     assert "\n" not in msg and "not trained yet" in msg and "#55 item 2" in msg and "--arms baseline,ngram" in msg
+    assert "train-real-draft" in msg
     assert not (tmp_path / "r.jsonl").exists()
     # the profile's own declared refusal: another profile runs eagle3
     PROFILES["cpu-quick"].check_arms(("eagle3",))
@@ -131,3 +135,15 @@ def test_realism_is_scored_before_the_first_eos():
 def test_the_targets_eos_is_its_chat_templates_turn_end(real, target):
     tok = template_tokenizer(target)
     assert real.eos_token_ids() == (tok.convert_tokens_to_ids("<|im_end|>"),)
+
+
+def test_eagle3_runs_once_the_draft_is_there_or_with_the_users_own(monkeypatch, tmp_path):
+    """The refusal holds only while eagle_fix/data/real/draft has no config.json; a user's --draft lifts it."""
+    monkeypatch.setattr(profiles, "REAL_DRAFT", tmp_path / "draft")
+    assert [name for name, _ in profiles.real_refusals()] == ["eagle3"]
+    (tmp_path / "draft").mkdir()
+    (tmp_path / "draft" / "config.json").write_text("{}")
+    assert profiles.real_refusals() == ()
+    own = get_profile("cpu-real", draft=tmp_path / "draft")
+    assert "eagle3" not in own.refusals() and own.draft == tmp_path / "draft"
+    assert "draft_model" in own.refusals()  # its own reason (no draft language model) still holds

@@ -1,0 +1,106 @@
+"""The real target's draft training (issue 55 item 2): pieces that resume give the run one piece gives, the
+checkpoint refuses other settings in one line, and the training conversations stay apart from the held-out ones."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from eagle_fix.core import sharegpt
+from eagle_fix.core.errors import EagleFixError
+from eagle_fix.pairs import real_draft, training
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+
+@pytest.fixture(scope="module")
+def tiny_target():
+    """The shipped tiny target in float32: a real Llama with a 4-layer stack, seconds a step at 64 tokens."""
+    return transformers.LlamaForCausalLM.from_pretrained(training.DEFAULT_OUT / "target", dtype=torch.float32).eval()
+
+
+def _train(target, steps_total, *, init=None, resume=None, on_step=None, held_out=None):
+    torch.manual_seed(0)
+    return training.train_draft(
+        target, steps_total, seed=3, seq_len=64, batch=2, soft=True, draft_vocab=128, init=init, resume=resume,
+        on_step=on_step, aux_layers=[1, 3], intermediate=96, held_out=held_out,
+    )  # fmt: skip
+
+
+def test_two_pieces_give_the_one_piece_run(tiny_target):
+    """Stopped by on_step after 1 of 2 steps, checkpointed and resumed, the draft ends where 2 steps in one go
+    end (same batches, same schedule, the optimizer's moments carried over); the resumed piece's held-out
+    windows are scored and leave the weights alone (or the two ends would differ)."""
+    whole, d2t_whole, _ = _train(tiny_target, 2)
+    saved = {}
+
+    def stop_at_one(done, draft, opt, ema):
+        saved.update(step=done, draft={k: v.clone() for k, v in draft.state_dict().items()}, opt=opt.state_dict(),
+                     ema=ema)  # fmt: skip
+        return True
+
+    _, d2t, stats = _train(tiny_target, 2, on_step=stop_at_one)
+    assert saved["step"] == 1 and stats["held_out"] is None
+    again = training.Eagle3Draft.build(
+        tiny_target.config.hidden_size, 4, 4, 64, 96, int(d2t.numel()), 2, tiny_target.config.rms_norm_eps
+    )
+    again.load_state_dict(saved["draft"])
+    held = [torch.randint(0, tiny_target.config.vocab_size, (1, 64), generator=torch.Generator().manual_seed(1))]
+    resumed, d2t_resumed, stats = _train(
+        tiny_target, 2, init=(again, d2t), resume={k: saved[k] for k in ("step", "opt", "ema")}, held_out=held
+    )
+    assert torch.equal(d2t_resumed, d2t_whole)
+    for name, value in whole.state_dict().items():
+        torch.testing.assert_close(resumed.state_dict()[name], value, rtol=1e-4, atol=1e-5, msg=name)
+    # the resumed piece trained: its end differs from where the first piece stopped
+    assert not torch.equal(saved["draft"]["fc.weight"], resumed.state_dict()["fc.weight"])
+    assert stats["held_out"]["loss"] > 0 and len(stats["held_out"]["acc"]) == training.TTT_STEPS
+    assert all(0 <= a <= 1 for a in stats["held_out"]["acc"])
+
+
+def test_the_draft_config_names_its_aux_layers_and_keeps_the_seeds_2048():
+    cfg = training.draft_config(49152, 8192, {"hidden_size": 576, "num_attention_heads": 9,
+                                              "num_key_value_heads": 3, "head_dim": 64, "rms_norm_eps": 1e-5},
+                                aux_layers=real_draft.AUX_LAYERS, intermediate=real_draft.INTERMEDIATE)  # fmt: skip
+    assert cfg["max_position_embeddings"] == 2048
+    assert cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [2, 15, 27]
+    assert (cfg["intermediate_size"], cfg["draft_vocab_size"], cfg["num_key_value_heads"]) == (1536, 8192, 3)
+    assert "rope_theta" not in cfg  # as the seed's checkpoint: vLLM's default, the one the draft trains with
+
+
+def _args(tmp_path, **kw):
+    ns = argparse.Namespace(out=tmp_path / "out", work=tmp_path / "work", seed=0, steps=real_draft.STEPS,
+                            budget_min=1.0, threads=1)  # fmt: skip
+    for k, v in kw.items():
+        setattr(ns, k, v)
+    return ns
+
+
+def test_a_checkpoint_of_other_settings_is_refused_in_one_line(tmp_path):
+    args = _args(tmp_path)
+    args.work.mkdir()
+    other = {**real_draft.settings(args), "steps": 10}
+    torch.save({"settings": other, "step": 3}, args.work / real_draft.CHECKPOINT)
+    with pytest.raises(EagleFixError) as err:
+        real_draft.cli_main(args)
+    msg = str(err.value)
+    assert "\n" not in msg and f"steps 10 there, {real_draft.STEPS} here" in msg and err.value.exit_code == 2
+    assert not args.out.exists()
+
+
+@pytest.mark.parametrize("bad", [{"steps": 0}, {"threads": 0}, {"budget_min": 0.0}])
+def test_bad_numbers_are_refused_before_anything_runs(tmp_path, bad):
+    with pytest.raises(EagleFixError) as err:
+        real_draft.cli_main(_args(tmp_path, **bad))
+    assert err.value.exit_code == 2 and "\n" not in str(err.value)
+    assert not (tmp_path / "work").exists()
+
+
+def test_training_conversations_stay_apart_from_the_held_out_ones():
+    train, held = sharegpt.messages("train"), sharegpt.held_out_messages()
+    assert len(train) == sharegpt.TRAINED_ON and len(held) > 100
+    key = lambda conv: tuple((m["role"], m["content"]) for m in conv)
+    assert not {key(c) for c in train} & {key(c) for c in held}
+    assert all(m["role"] in ("user", "assistant") for c in train[:200] for m in c)
