@@ -87,6 +87,26 @@ def save_checkpoint(path: pathlib.Path, state: dict) -> None:
     os.replace(path.with_suffix(".partial"), path)
 
 
+def load_draft(cfg, weights: dict):
+    """The draft of a checkpoint's weights, shaped for the target config `cfg`."""
+    draft = training.Eagle3Draft.build(
+        cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim, INTERMEDIATE,
+        DRAFT_VOCAB, len(AUX_LAYERS), cfg.rms_norm_eps,
+    )  # fmt: skip
+    draft.load_state_dict(weights)
+    return draft
+
+
+def write_draft(state: dict, cfg, folder: pathlib.Path) -> None:
+    """The checkpoint's draft as a vLLM EAGLE3 folder (config.json, model.safetensors with d2t)."""
+    tcfg = {k: getattr(cfg, k) for k in ("hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim")}
+    tcfg["rms_norm_eps"] = float(f"{cfg.rms_norm_eps:.6g}")  # 1e-05, not float32's 9.999999747378752e-06
+    training.save_draft(
+        load_draft(cfg, state["draft"]), state["d2t"], folder, cfg.vocab_size, tcfg, aux_layers=AUX_LAYERS,
+        intermediate=INTERMEDIATE,
+    )  # fmt: skip
+
+
 def add_cli_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=pathlib.Path, default=DEFAULT_OUT, help="default: the shipped folder")
     parser.add_argument("--work", type=pathlib.Path, default=DEFAULT_WORK, help="checkpoint and rendered text")
@@ -96,18 +116,24 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
         "--budget-min", type=float, default=85.0, help="end this piece at a checkpoint after this many minutes"
     )
     parser.add_argument("--threads", type=int, default=training.DEFAULT_THREADS, help="torch CPU threads")
+    parser.add_argument(
+        "--export",
+        type=pathlib.Path,
+        default=None,
+        help="write the checkpoint's draft as it is now to this folder (to try it on the engine) and stop",
+    )
 
 
 def cli_main(args: argparse.Namespace) -> int:
     if args.threads < 1 or args.steps < 1 or args.budget_min <= 0:
         raise EagleFixError(
             f"--threads {args.threads}, --steps {args.steps}, --budget-min {args.budget_min}: each must be"
-            " positive (for example --threads 2 --steps 1000 --budget-min 85)",
+            f" positive (for example --threads 2 --steps {STEPS} --budget-min 85)",
             exit_code=2,
         )
     try:  # lazy, and checked here: training needs torch + transformers
         import torch
-        from transformers import AutoTokenizer, LlamaForCausalLM
+        from transformers import AutoConfig, AutoTokenizer, LlamaForCausalLM
     except ImportError as exc:
         raise EagleFixError(f"train-real-draft needs torch + transformers (pip install 'eagle-fix[cpu]'): {exc}")
     start = time.time()
@@ -119,6 +145,12 @@ def cli_main(args: argparse.Namespace) -> int:
         diff = ", ".join(f"{k} {state['settings'].get(k)} there, {v} here" for k, v in want.items()
                          if state["settings"].get(k) != v)  # fmt: skip
         raise EagleFixError(f"{ckpt_path} was made with other settings ({diff}): pass those, or remove it", exit_code=2)
+    if getattr(args, "export", None) is not None:
+        if state is None or not state["step"]:
+            raise EagleFixError(f"--export: {ckpt_path} holds no trained step yet; train a piece first", exit_code=2)
+        write_draft(state, AutoConfig.from_pretrained(smollm.ensure(say=lambda _l: None)), args.export)
+        print(f"train-real-draft: the draft at step {state['step']} of {args.steps} is in {args.export}")
+        return 0
     torch.set_num_threads(args.threads)
     torch.use_deterministic_algorithms(True, warn_only=True)
     target_dir = smollm.ensure()
@@ -132,13 +164,10 @@ def cli_main(args: argparse.Namespace) -> int:
         state = {"settings": want, "step": 0, "curve": [], "pieces": [], "ema": None}
     init, resume = None, None
     if state["step"]:
-        cfg = target.config
-        draft = training.Eagle3Draft.build(
-            cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim, INTERMEDIATE,
-            DRAFT_VOCAB, len(AUX_LAYERS), cfg.rms_norm_eps,
-        )  # fmt: skip
-        draft.load_state_dict(state["draft"])
-        init, resume = (draft, state["d2t"]), {"step": state["step"], "opt": state["opt"], "ema": state["ema"]}
+        init, resume = (
+            (load_draft(target.config, state["draft"]), state["d2t"]),
+            {"step": state["step"], "opt": state["opt"], "ema": state["ema"]},
+        )
     keep = torch.sort(torch.topk(torch.as_tensor(counts), DRAFT_VOCAB).indices).values
     d2t = keep - torch.arange(DRAFT_VOCAB)
     piece = {"started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "from_step": state["step"], "machine": machine()}
@@ -153,7 +182,7 @@ def cli_main(args: argparse.Namespace) -> int:
         return stop
 
     if state["step"] < args.steps:
-        draft, d2t, stats = training.train_draft(
+        _, d2t, stats = training.train_draft(
             target, args.steps, args.seed, SEQ_LEN, BATCH, LR, curve=state["curve"], batches=train, soft=True,
             draft_vocab=DRAFT_VOCAB, init=init, aux_layers=AUX_LAYERS, intermediate=INTERMEDIATE, resume=resume,
             on_step=on_step, held_out=held_windows, vocab_counts=counts,
@@ -167,17 +196,7 @@ def cli_main(args: argparse.Namespace) -> int:
     if state["step"] < args.steps:
         print(f"train-real-draft: piece ended at its budget; run the same command again to go on from {ckpt_path}")
         return 0
-    cfg = target.config
-    draft = training.Eagle3Draft.build(
-        cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim, INTERMEDIATE,
-        DRAFT_VOCAB, len(AUX_LAYERS), cfg.rms_norm_eps,
-    )  # fmt: skip
-    draft.load_state_dict(state["draft"])
-    tcfg = {k: getattr(cfg, k) for k in ("hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim")}
-    tcfg["rms_norm_eps"] = cfg.rms_norm_eps
-    training.save_draft(
-        draft, state["d2t"], args.out / "draft", cfg.vocab_size, tcfg, aux_layers=AUX_LAYERS, intermediate=INTERMEDIATE
-    )
+    write_draft(state, target.config, args.out / "draft")
     record = {
         "schema": 1,
         "command": shlex.join(["eagle-fix", "train-real-draft", "--seed", str(args.seed), "--steps", str(args.steps)]),

@@ -4,6 +4,7 @@ checkpoint refuses other settings in one line, and the training conversations st
 from __future__ import annotations
 
 import argparse
+import json
 
 import pytest
 
@@ -13,6 +14,7 @@ from eagle_fix.pairs import real_draft, training
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
+load_file = pytest.importorskip("safetensors.torch").load_file
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +74,7 @@ def test_the_draft_config_names_its_aux_layers_and_keeps_the_seeds_2048():
 
 def _args(tmp_path, **kw):
     ns = argparse.Namespace(out=tmp_path / "out", work=tmp_path / "work", seed=0, steps=real_draft.STEPS,
-                            budget_min=1.0, threads=1)  # fmt: skip
+                            budget_min=1.0, threads=1, export=None)  # fmt: skip
     for k, v in kw.items():
         setattr(ns, k, v)
     return ns
@@ -104,3 +106,24 @@ def test_training_conversations_stay_apart_from_the_held_out_ones():
     key = lambda conv: tuple((m["role"], m["content"]) for m in conv)
     assert not {key(c) for c in train} & {key(c) for c in held}
     assert all(m["role"] in ("user", "assistant") for c in train[:200] for m in c)
+
+
+def test_export_writes_the_checkpoints_draft_as_vllm_reads_it(tmp_path, tiny_target):
+    """write_draft (what --export and the last piece call): config.json with the seed's 2048 and the aux layers,
+    bf16 weights with d2t; the refusal before any step is one line."""
+    cfg = tiny_target.config
+    draft = training.Eagle3Draft.build(cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads,
+                                       cfg.head_dim, real_draft.INTERMEDIATE, real_draft.DRAFT_VOCAB,
+                                       len(real_draft.AUX_LAYERS), cfg.rms_norm_eps)  # fmt: skip
+    state = {"draft": draft.state_dict(), "d2t": torch.arange(real_draft.DRAFT_VOCAB) * 0}
+    real_draft.write_draft(state, cfg, tmp_path / "draft")
+    written = json.loads((tmp_path / "draft" / "config.json").read_text())
+    assert written["max_position_embeddings"] == 2048 and written["rms_norm_eps"] == 1e-05
+    assert written["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == list(real_draft.AUX_LAYERS)
+    tensors = load_file(str(tmp_path / "draft" / "model.safetensors"))
+    assert tensors["d2t"].dtype == torch.int64 and tensors["lm_head.weight"].dtype == torch.bfloat16
+    assert tensors["lm_head.weight"].shape == (real_draft.DRAFT_VOCAB, cfg.hidden_size)
+    args = _args(tmp_path, export=tmp_path / "x")
+    with pytest.raises(EagleFixError) as err:
+        real_draft.cli_main(args)
+    assert "no trained step yet" in str(err.value) and err.value.exit_code == 2 and not (tmp_path / "x").exists()
