@@ -12,7 +12,7 @@ from eagle_fix.engine.lifecycle import Interrupted
 # (subcommand, module, help). Each module has add_cli_args(parser) and cli_main(args) -> int.
 COMMANDS = (
     ("doctor", "eagle_fix.fix.doctor", "check whether the installed vLLM covers a draft's positions"),
-    ("train-tiny", "eagle_fix.pairs.training", "train the tiny Llama target + EAGLE3 draft (CPU, seeded)"),
+    ("train-tiny", "eagle_fix.pairs.tiny_cli", "train the tiny Llama target + EAGLE3 draft (CPU, seeded)"),
     (
         "train-chat",
         "eagle_fix.pairs.chat_pair",

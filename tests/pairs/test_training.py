@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from conftest import eagle_fix_cli
-from eagle_fix.pairs import chat_pair, training, training_record
+from eagle_fix.pairs import chat_pair, tiny_cli, training, training_record
 
 TINY = training.DEFAULT_OUT
 
@@ -29,7 +29,7 @@ def test_one_seq_len_default():
     import inspect
 
     p = argparse.ArgumentParser()
-    training.add_cli_args(p)
+    tiny_cli.add_cli_args(p)
     assert p.parse_args([]).seq_len == training.DEFAULT_SEQ_LEN
     for fn in (training.train_target, training.train_draft, training.target_accuracy):
         assert inspect.signature(fn).parameters["seq_len"].default == training.DEFAULT_SEQ_LEN
