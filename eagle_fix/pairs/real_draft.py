@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pickle
 import pathlib
 import shlex
 import sys
@@ -140,12 +141,20 @@ def cli_main(args: argparse.Namespace) -> int:
     deadline = start + 60 * args.budget_min
     ckpt_path = args.work / CHECKPOINT
     want = settings(args)
-    state = torch.load(ckpt_path, weights_only=False) if ckpt_path.is_file() else None
-    if state is not None and state["settings"] != want:
+    try:
+        state = torch.load(ckpt_path, weights_only=False) if ckpt_path.is_file() else None
+        settings_there = None if state is None else state["settings"]
+    except (OSError, EOFError, ValueError, KeyError, TypeError, RuntimeError, pickle.UnpicklingError) as exc:
+        raise EagleFixError(
+            f"{ckpt_path} is not a checkpoint train-real-draft wrote ({type(exc).__name__}): remove it or pass"
+            " another --work",
+            exit_code=2,
+        ) from None
+    if state is not None and settings_there != want:
         diff = ", ".join(f"{k} {state['settings'].get(k)} there, {v} here" for k, v in want.items()
                          if state["settings"].get(k) != v)  # fmt: skip
         raise EagleFixError(f"{ckpt_path} was made with other settings ({diff}): pass those, or remove it", exit_code=2)
-    if getattr(args, "export", None) is not None:
+    if args.export is not None:
         if state is None or not state["step"]:
             raise EagleFixError(f"--export: {ckpt_path} holds no trained step yet; train a piece first", exit_code=2)
         write_draft(state, AutoConfig.from_pretrained(smollm.ensure(say=lambda _l: None)), args.export)
@@ -168,8 +177,7 @@ def cli_main(args: argparse.Namespace) -> int:
             (load_draft(target.config, state["draft"]), state["d2t"]),
             {"step": state["step"], "opt": state["opt"], "ema": state["ema"]},
         )
-    keep = torch.sort(torch.topk(torch.as_tensor(counts), DRAFT_VOCAB).indices).values
-    d2t = keep - torch.arange(DRAFT_VOCAB)
+    keep, d2t = training.draft_vocabulary(counts, DRAFT_VOCAB)  # as train_draft chooses it from vocab_counts
     piece = {"started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "from_step": state["step"], "machine": machine()}
     last_save = [time.time()]
 

@@ -128,6 +128,15 @@ def _on_curve(step: int, steps: int) -> bool:
     return n == 1 or n % CURVE_EVERY == 0 or n == steps
 
 
+def draft_vocabulary(counts, draft_vocab: int):
+    """(keep, d2t): the `draft_vocab` most counted target ids in ascending order, and vLLM's d2t offsets
+    (draft id i is target id i + d2t[i])."""
+    import torch  # lazy: torch loads only to train (`eagle-fix --help` imports this module)
+
+    keep = torch.sort(torch.topk(torch.as_tensor(counts), draft_vocab).indices).values
+    return keep, keep - torch.arange(draft_vocab)
+
+
 def train_target(
     steps: int,
     seed: int,
@@ -245,8 +254,7 @@ def train_draft(
         counts = torch.as_tensor(vocab_counts, dtype=torch.long)
     if init is None:
         dv = min(draft_vocab, V)
-        keep = torch.sort(torch.topk(counts, dv).indices).values  # ascending target ids
-        d2t = keep - torch.arange(dv)
+        keep, d2t = draft_vocabulary(counts, dv)
     else:
         d2t = init[1]
         dv = int(d2t.numel())
