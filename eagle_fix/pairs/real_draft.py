@@ -13,8 +13,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import pickle
 import pathlib
+import pickle
 import shlex
 import sys
 import time
