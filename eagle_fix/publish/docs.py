@@ -29,6 +29,7 @@ from eagle_fix.publish.tables import (
     settings_table,
     summary_table,
 )
+from eagle_fix.publish.training_tables import draft_training_table
 from eagle_fix.releases import registry as releases
 from eagle_fix.store.results import load_results
 
@@ -71,6 +72,7 @@ FILE_TABLES["gate-cost"] = cost.cost_table  # what gating the cpu-quick and cpu 
 FILE_TABLES["gpu-check"] = gpu_check_table  # scripts/gpu-check.sh's summaries: each CUDA claim and its check
 FILE_TABLES["gpu-check-steps"] = gpu_check_steps_table
 FILE_TABLES["break-even"] = to_pay.table  # the acceptance needed to pay per drafted point (#54)
+FILE_TABLES["draft-training"] = draft_training_table  # a trained draft's training.json, piece by piece
 FILE_TABLES["settings"] = settings_table  # the environment variables, from eagle_fix.core.settings
 # Tables of the records' newest rows (key=value arguments filter them).
 DOC_TABLES = {

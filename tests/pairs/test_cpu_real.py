@@ -61,7 +61,11 @@ def test_the_asv_grid_keeps_its_contexts():
     assert 2048 not in ALL_CONTEXTS and ALL_CONTEXTS == (3072, 4096, 8192, 16384, 32768, 65536, 131072)
 
 
-def test_eagle3_is_refused_in_one_line_naming_item_2_and_what_runs(tmp_path):
+def test_eagle3_is_refused_in_one_line_naming_item_2_and_what_runs(monkeypatch, tmp_path):
+    """Where eagle_fix/data/real/draft is missing (a checkout that deleted it), EAGLE3 is refused in one line."""
+    monkeypatch.setattr(profiles, "REAL_DRAFT", tmp_path / "none")
+    without = dataclasses.replace(PROFILES["cpu-real"], draft=None, refused_arms=profiles.real_refusals())
+    monkeypatch.setitem(PROFILES, "cpu-real", without)
     with pytest.raises(EagleFixError) as err:
         resolve(RunArgs(profile="cpu-real", arms=("eagle3", "baseline"), out=tmp_path / "r.jsonl"))
     msg = str(err.value)
