@@ -30,6 +30,6 @@ def draft_training_table(paths: list[Path]) -> str:
             ])  # fmt: skip
     if not rows:
         raise EagleFixError(f"--table draft-training: {' '.join(map(str, paths))} holds no pieces")
-    head = ["piece", "steps", "wall (min)", "started (UTC)", "held-out loss (sum of TTT steps)",
+    head = ["piece", "steps", "wall (min)", "started (UTC)", "held-out loss (weighted sum over TTT steps)",
             "held-out accuracy, TTT step 1 / 2 / 3"]  # fmt: skip
     return md_table(head, rows)

@@ -4,13 +4,14 @@ checkpoint refuses other settings in one line, and the training conversations st
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 
 import pytest
 
 from eagle_fix.core import sharegpt
 from eagle_fix.core.errors import EagleFixError
-from eagle_fix.pairs import real_draft, training
+from eagle_fix.pairs import profiles, real_draft, training, training_record
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -127,3 +128,25 @@ def test_export_writes_the_checkpoints_draft_as_vllm_reads_it(tmp_path, tiny_tar
     with pytest.raises(EagleFixError) as err:
         real_draft.cli_main(args)
     assert "no trained step yet" in str(err.value) and err.value.exit_code == 2 and not (tmp_path / "x").exists()
+
+
+def test_the_committed_draft_matches_its_record_and_cpu_real_runs_it():
+    """eagle_fix/data/real: the files its training.json names, the seed's 2048 positions, every step in pieces of
+    at most 90 minutes that join end to end, a held-out accuracy well above chance (1/8192), and cpu-real's
+    EAGLE3 arm on it."""
+    folder = real_draft.DEFAULT_OUT
+    rec = json.loads((folder / training.RECORD_NAME).read_text())
+    assert {"draft/config.json", "draft/model.safetensors"} <= set(rec["sha256"])
+    for rel, sha in rec["sha256"].items():
+        assert training_record.sha256_file(folder / rel) == sha, rel
+    cfg = json.loads((folder / "draft" / "config.json").read_text())
+    assert cfg["max_position_embeddings"] == 2048 and cfg["draft_vocab_size"] == real_draft.DRAFT_VOCAB
+    steps = rec["settings"]["steps"]
+    assert steps == real_draft.STEPS and len(rec["loss_curve"]) > 0
+    pieces = rec["pieces"]
+    assert pieces[0]["from_step"] == 0 and pieces[-1]["to_step"] == steps
+    assert all(a["to_step"] == b["from_step"] for a, b in itertools.pairwise(pieces))
+    assert all(p["wall_s"] <= 90 * 60 for p in pieces)
+    acc = rec["held_out"]["acc"]
+    assert len(acc) == training.TTT_STEPS and acc[0] > 0.2
+    assert profiles.real_refusals() == () and profiles.PROFILES["cpu-real"].draft == profiles.REAL_DRAFT
