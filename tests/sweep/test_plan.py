@@ -165,7 +165,7 @@ def test_the_draft_model_arm_drafts_with_the_profiles_language_model_and_says_wh
         resolve(RunArgs(profile="cpu-real", contexts=(2048,), arms=("draft_model",), out=out))
     assert str(e.value) == (
         "--arms draft_model: profile 'cpu-real' refuses it: it names no draft language model (draft_lm); "
-        "use --arms baseline,ngram"
+        "use --arms eagle3,baseline,ngram"
     )
     assert not out.exists()
     listed = run_cli("--arms")
