@@ -151,8 +151,8 @@ def cli_main(args: argparse.Namespace) -> int:
             exit_code=2,
         ) from None
     if state is not None and settings_there != want:
-        diff = ", ".join(f"{k} {state['settings'].get(k)} there, {v} here" for k, v in want.items()
-                         if state["settings"].get(k) != v)  # fmt: skip
+        diff = ", ".join(f"{k} {settings_there.get(k)} there, {v} here" for k, v in want.items()
+                         if settings_there.get(k) != v)  # fmt: skip
         raise EagleFixError(f"{ckpt_path} was made with other settings ({diff}): pass those, or remove it", exit_code=2)
     if args.export is not None:
         if state is None or not state["step"]:
