@@ -160,6 +160,7 @@ FIELDS = (
     "compilation_mode",
     "cudagraph_mode",
     "attention_backend",
+    "dtype",  # the models' dtype vLLM ran (None: a record from before it was kept)
 )
 
 

@@ -196,6 +196,7 @@ def engine_settings(config: Any, worker: dict[str, Any] | None = None) -> dict[s
         # the runner's choice; vLLM's auto-selection when nothing was asked for
         "attention_backend": ",".join(selected) if selected else _enum_name(requested),
         "attention_backend_requested": _enum_name(requested) or "auto",
+        "dtype": str(getattr(getattr(config, "model_config", None), "dtype", None) or "").replace("torch.", "") or None,
         "startup_memory": worker or None,
     }
 

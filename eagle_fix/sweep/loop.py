@@ -203,6 +203,7 @@ def _record(
             "compilation_mode",
             "cudagraph_mode",
             "attention_backend",
+            "dtype",
             "vllm_cudagraph_pool_bytes",
             "pinning",
         ):
@@ -286,7 +287,9 @@ def _roofline(rec: dict[str, Any], run: Resolved) -> None:
         return
     work = point_work(
         run.profile.target_config(),  # the profile's hf_overrides applied (reduced depth)
-        read_config(run.profile.draft, "draft") if arms.is_eagle3(rec["arm"]) else None,  # the work model is EAGLE3's
+        {**read_config(run.profile.draft, "draft"), **run.profile.dtype_override()}
+        if arms.is_eagle3(rec["arm"])
+        else None,  # the work model is EAGLE3's
         context_len=rec["context_len"],
         batch_size=rec["batch_size"],
         k=rec["num_speculative_tokens"] or run.args.num_speculative_tokens,

@@ -150,6 +150,7 @@ def engine_spec(
         arm=a.name,
         prompt_lookup_min=profile.ngram_lookup_min if a.prompt_lookup else None,
         prompt_lookup_max=profile.ngram_lookup_max if a.prompt_lookup else None,
+        dtype=profile.dtype,
     )
 
 

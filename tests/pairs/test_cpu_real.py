@@ -86,6 +86,10 @@ def test_baseline_and_ngram_resolve(real):
     ]
     spec = run.engine_spec(next(p for p in plan(run) if p.arm == "ngram"))
     assert spec.draft is None and spec.workload == "chat-real" and spec.target == str(real.target.resolve())
+    # fp32 on CPU (the profile's dtype): vllm.LLM gets it, and the roofline counts 4 bytes a weight
+    assert spec.llm_kwargs()["dtype"] == "float32" and real.target_config()["torch_dtype"] == "float32"
+    quick = resolve(RunArgs(profile="cpu-quick", arms=("baseline",), modes=("eager",)))
+    assert "dtype" not in quick.engine_spec(plan(quick)[0]).llm_kwargs()  # vLLM's "auto" elsewhere
 
 
 def test_a_missing_wheel_is_one_line_with_the_fix(monkeypatch, tmp_path):
