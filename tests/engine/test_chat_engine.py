@@ -1,6 +1,7 @@
 """The realistic regime on the real engine: the chat pair on held-out ShareGPT text. Its acceptance is a
 draft's (below the ceiling of k + 1, above 1), and the fix A/B still shows past the draft's 2048 positions:
-fix off, eager, the draft's rotations are garbage and acceptance falls toward 1."""
+fix off, eager, the draft's rotations are garbage and acceptance falls toward 1. Slow (`-m slow`): CI's realistic
+regime is the real target's (tests/engine/test_cpu_real_engine.py); the chat pair serves the CPU's 32K-128K."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pytest
 
 from conftest import run_records
 
-pytestmark = pytest.mark.engine
+pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
 CONTEXT = 4096  # past the draft's 2048 positions; CI's size
 

