@@ -161,6 +161,10 @@ FIELDS = (
     "cudagraph_mode",
     "attention_backend",
     "dtype",  # the models' dtype vLLM ran (None: a record from before it was kept)
+    # --prompts N: one entry per held-out prompt (seed, acceptance counts, output realism, output ids), the
+    # first the timed decode's; prompts_error where the engine died before the last
+    "prompts",
+    "prompts_error",
 )
 
 

@@ -20,6 +20,7 @@ from eagle_fix.publish.file_tables import (
     releases_table,
 )
 from eagle_fix.publish.frame import select_rows
+from eagle_fix.publish.prompt_tables import prompts_table
 from eagle_fix.publish.tables import (
     acceptance_table,
     fix_ab_table,
@@ -73,6 +74,7 @@ FILE_TABLES["gpu-check"] = gpu_check_table  # scripts/gpu-check.sh's summaries: 
 FILE_TABLES["gpu-check-steps"] = gpu_check_steps_table
 FILE_TABLES["break-even"] = to_pay.table  # the acceptance needed to pay per drafted point (#54)
 FILE_TABLES["draft-training"] = draft_training_table  # a trained draft's training.json, piece by piece
+FILE_TABLES["prompts"] = prompts_table  # points run over several held-out prompts (eagle-fix run --prompts)
 FILE_TABLES["settings"] = settings_table  # the environment variables, from eagle_fix.core.settings
 # Tables of the records' newest rows (key=value arguments filter them).
 DOC_TABLES = {

@@ -117,12 +117,15 @@ def run_sweep(args: RunArgs) -> list[dict[str, Any]]:
                             memory=sampler.peaks(),
                             load=during,
                         )
+                        died = _more_prompts(run, p, engine, rec, result, progress) if run.args.prompts > 1 else None
                         if arms.is_baseline(p.arm):
                             baselines[record.key(rec)] = rec
                         else:
                             rec["speedup"] = record.speedup(rec, baselines.get(record.baseline_key(rec)))
                             rec["flags"] = record.flags(rec)  # the speedup's bound is checked too
                         records.append(_emit(run, rec, progress, records))
+                        if died is not None:
+                            break  # the point is kept with the prompts it measured; restart for the rest
                 finally:
                     engine.close()
                     sampler.watch(None)
@@ -135,6 +138,39 @@ def run_sweep(args: RunArgs) -> list[dict[str, Any]]:
         progress.close()
         sampler.close()
     return records
+
+
+def _more_prompts(run: Resolved, p: Point, engine: EngineProcess, rec: dict, first: PointReply, progress) -> Any:
+    """--prompts N: N - 1 more held-out prompts of the point on the same engine (seeds after the run's), each
+    one prefill and one decode; the record's `prompts` lists every prompt, the timed one first. Their times
+    are not speed samples. Returns the EngineDied that stopped them (the record keeps those measured)."""
+    seed = int(run.args.seed)
+    rec["prompts"] = [_prompt_entry(run, seed, first)]
+    for j in range(1, run.args.prompts):
+        progress.status(f"{p.words()}, prompt {j + 1} of {run.args.prompts}")
+        try:
+            res = engine.run_point(
+                run.command(p, repeats=1, ttft_repeats=1, seed=seed + j), timeout_s=point_timeout(run, p)
+            )
+        except EngineDied as exc:
+            rec["prompts_error"] = f"prompt {j + 1} (seed {seed + j}): {exc}"[:300]
+            return exc
+        rec["prompts"].append(_prompt_entry(run, seed + j, res))
+    return None
+
+
+def _prompt_entry(run: Resolved, seed: int, res: PointReply) -> dict[str, Any]:
+    """One prompt of a point: its acceptance counts and its output's realism (distinct 4-grams over every token,
+    and before the first end-of-sequence where the profile scores so), with the output ids to re-score."""
+    ids = res.output_token_ids
+    entry = {"seed": seed, "ttft_s": ((res.samples or {}).get("ttft_s") or [None])[0]}
+    for k in ("num_drafts", "num_accepted_tokens", "acceptance_length", "drafter_coverage"):
+        entry[k] = getattr(res, k)
+    entry["output_distinct_4grams"] = round(acceptance.distinct_ngrams(ids, 4), 4) if ids and len(ids) >= 4 else None
+    if run.profile.score_before_eos:
+        entry.update(acceptance.before_eos(ids, run.profile.eos_token_ids()))
+    entry["output_token_ids"] = ids
+    return entry
 
 
 def _check_before_measuring(run: Resolved, todo: list[Point]) -> None:

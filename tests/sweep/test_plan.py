@@ -51,6 +51,7 @@ def existing(tmp_path):
         (["--profile", "gpu"], r"pass both --target DIR and --draft DIR"),
         (["--profile", "cpu-quick", "--repeats", "0"], r"--repeats '0' must be positive"),
         (["--profile", "cpu-quick", "--ttft-repeats", "x"], r"--ttft-repeats 'x' is not a number"),
+        (["--profile", "cpu-quick", "--prompts", "0"], r"--prompts '0' must be positive"),
         (["--profile", "cpu-quick", "--target", "/nonexistent-model"], r"/nonexistent-model"),
     ],
 )
