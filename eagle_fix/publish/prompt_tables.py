@@ -42,7 +42,7 @@ def prompts_table(paths: list[Path]) -> str:
             acc = [e["acceptance_length"] for e in entries if isinstance(e.get("acceptance_length"), (int, float))]
             ci = mean_interval(acc)
             rows.append([
-                r.get("machine_id") or "–", str(r["context_len"]), r["mode"], r["arm"], f"{r.get('temperature') or 0:g}",
+                r.get("machine_name") or r.get("machine_id") or "–", str(r["context_len"]), r["mode"], r["arm"], f"{r.get('temperature') or 0:g}",
                 str(len(entries)) + (" (stopped)" if r.get("prompts_error") else ""),
                 f"{ci[0]:.2f} [{ci[1]:.2f}, {ci[2]:.2f}]" if ci else "–",
                 f"{min(acc):.2f}-{max(acc):.2f}" if acc else "–",

@@ -18,7 +18,7 @@ def _point(accs, scores, **more):
         {"seed": i, "acceptance_length": a, "output_distinct_4grams": s, "output_distinct_4grams_before_eos": None}
         for i, (a, s) in enumerate(zip(accs, scores))
     ]
-    return record.new(machine_id="m1", context_len=8192, mode="eager", arm="eagle3", temperature=0.7,
+    return record.new(machine_name="m1", context_len=8192, mode="eager", arm="eagle3", temperature=0.7,
                       prompts=prompts, **more)  # fmt: skip
 
 
