@@ -20,8 +20,8 @@ def mean_interval(values: list[float]) -> tuple[float, float, float] | None:
     if len(values) < 2:
         return None
     mean = statistics.fmean(values)
-    half = st.t.ppf(0.5 + CONFIDENCE / 2, len(values) - 1) * statistics.stdev(values) / len(values) ** 0.5
-    return mean, mean - half, mean + half
+    low, high = st.t.interval(CONFIDENCE, len(values) - 1, loc=mean, scale=st.sem(values))
+    return mean, float(low), float(high)
 
 
 def _median(entries: list[dict], key: str) -> str:

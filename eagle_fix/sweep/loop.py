@@ -140,7 +140,9 @@ def run_sweep(args: RunArgs) -> list[dict[str, Any]]:
     return records
 
 
-def _more_prompts(run: Resolved, p: Point, engine: EngineProcess, rec: dict, first: PointReply, progress) -> Any:
+def _more_prompts(
+    run: Resolved, p: Point, engine: EngineProcess, rec: dict, first: PointReply, progress
+) -> EngineDied | None:
     """--prompts N: N - 1 more held-out prompts of the point on the same engine (seeds after the run's), each
     one prefill and one decode; the record's `prompts` lists every prompt, the timed one first. Their times
     are not speed samples. Returns the EngineDied that stopped them (the record keeps those measured)."""
