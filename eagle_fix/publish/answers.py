@@ -8,15 +8,17 @@ lines all read these."""
 from __future__ import annotations
 
 import math
+from collections import Counter
 from pathlib import Path
 from typing import Any
+
+import pandas as pd
 
 from eagle_fix.core import acceptance, record
 from eagle_fix.core.arms import FIX_ON, is_baseline, is_eagle3, is_fix_on, takes_fix
 from eagle_fix.core.errors import EagleFixError
 from eagle_fix.gate import components
 from eagle_fix.pairs import profiles
-from eagle_fix.publish import break_even as to_pay
 from eagle_fix.publish.frame import fill_speedup, latest
 from eagle_fix.publish.labels import workload_label
 from eagle_fix.publish.tables import median_label
@@ -24,6 +26,9 @@ from eagle_fix.served.summary import break_even, read_map, summarize
 from eagle_fix.store.results import load_results
 
 REALISTIC, CEILING = "chat", "copy"  # the record's `workload` of each regime
+# The real target's workload and folder (issue 55: SmolLM2-135M-Instruct, pretrained, and its own EAGLE3 draft on
+# held-out chat, results/real-target/runs): the answer the first view and the report lead with.
+REAL, REAL_FOLDER = "chat-real", "real-target"
 REGIME_WORDS = {
     REALISTIC: "realistic: chat pair, workload `chat`",
     CEILING: "ceiling: tiny pair, workload `copy`",
@@ -44,9 +49,10 @@ def _plain(v: Any, column: str = "") -> Any:
     return int(v) if column in INTEGERS and isinstance(v, float) else v
 
 
-def _rows(results: Path) -> list[dict[str, Any]]:
+def _rows(results: Path, *, by_file: bool = False) -> list[dict[str, Any]]:
     """The newest row per point of every `eagle-fix run` file under results/runs (speedups filled in), the
-    set-aside folders left out; [] when there is none."""
+    set-aside folders left out; [] when there is none. `by_file`: the newest per point within each file (a
+    fix A/B keeps its own `on` rows when a later run measured the same point)."""
 
     runs = results / "runs"
     if not runs.is_dir():
@@ -56,7 +62,8 @@ def _rows(results: Path) -> list[dict[str, Any]]:
     except EagleFixError:
         return []
     keep = [not any(part in SET_ASIDE for part in Path(str(o)).parts) for o in df["origin"]]
-    df = fill_speedup(latest(df[keep]))
+    df = df[keep]
+    df = fill_speedup(pd.concat([latest(part) for _, part in df.groupby("origin")]) if by_file else latest(df))
     return [{k: _plain(v, k) for k, v in r.items()} for r in df.to_dict("records")]
 
 
@@ -187,7 +194,7 @@ def span(values: list[float], unit: str = "x") -> str:
     return f(lo) if f(lo) == f(hi) else f"{f(lo)}–{f(hi)}"
 
 
-def _k(c: int) -> str:
+def kilo(c: int) -> str:
     return f"{c / 1024:g}K"
 
 
@@ -198,11 +205,11 @@ def regime_figures(g: dict[str, Any], workload: str) -> dict[str, Any]:
     loops = [r for r in cells if workload == REALISTIC and _loop(r)]
     cells = [r for r in cells if r not in loops]  # a loop's figure is a best case: not the realistic one
     return {
-        "loops": [f"{_k(int(r['context_len']))} {r['mode']}" for r in loops],
+        "loops": [f"{kilo(int(r['context_len']))} {r['mode']}" for r in loops],
         "speedup": [r["speedup"] for r in cells if r.get("speedup") is not None],
         "acceptance": [r["acceptance_length"] for r in cells if r.get("acceptance_length") is not None],
         "coverage": [r["drafter_coverage"] for r in cells if r.get("drafter_coverage") is not None],
-        "contexts": f"{_k(contexts[0])}–{_k(contexts[-1])}" if contexts else "no context",
+        "contexts": f"{kilo(contexts[0])}–{kilo(contexts[-1])}" if contexts else "no context",
     }
 
 
@@ -248,7 +255,7 @@ def regime_rows(g: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
             head += [f"`{w}`{' (ceiling)' if w == CEILING else ''} {m}: speedup", "acceptance"]
     rows = []
     for c in g["contexts"]:
-        row = [_k(c)]
+        row = [kilo(c)]
         for w in (REALISTIC, CEILING):
             for m in g["modes"]:
                 r = g["cells"][w].get((c, m))
@@ -281,13 +288,61 @@ def md_table(head: list[str], rows: list[list[str]]) -> str:
     )
 
 
+# --------------------------------------------------------------------------- the real target
+
+
+def real_target(results: Path) -> dict[str, Any] | None:
+    """The real target's EAGLE3 points (fix on, each speedup against the baseline of the same point) of the
+    machine and engine that measured most of them, from results/real-target/runs; None without one."""
+    rows = [r for r in _rows(results / REAL_FOLDER) if r.get("workload") == REAL and is_eagle3(r["arm"])]
+    rows = [r for r in rows if is_fix_on(r.get("fix"), unnamed_is_on=True) and r.get("status") == "ok"]
+    if not rows:
+        return None
+    env = Counter((r["machine_name"], str(r.get("vllm_version"))) for r in rows).most_common(1)[0][0]
+    mine = [r for r in rows if (r["machine_name"], str(r.get("vllm_version"))) == env]
+    return {
+        "machine": env[0],
+        "engine": f"vLLM {env[1]}",
+        "rows": mine,
+        "files": sorted({str(r["origin"]) for r in mine}),
+    }
+
+
+def real_headline(g: dict[str, Any]) -> str:
+    """The real model's figure, greedy and sampled: what speculation does to chat text on this engine."""
+    said = []
+    for temp in sorted({r.get("temperature") or 0.0 for r in g["rows"]}):
+        rs = [r for r in g["rows"] if (r.get("temperature") or 0.0) == temp]
+        speed = [r["speedup"] for r in rs if r.get("speedup") is not None]
+        acc = [r["acceptance_length"] for r in rs if r.get("acceptance_length") is not None]
+        ctx = sorted({int(r["context_len"]) for r in rs})
+        said.append(
+            ("greedy" if not temp else f"at T = {temp:g}")
+            + f" over {kilo(ctx[0])}–{kilo(ctx[-1])}, "
+            + (f"EAGLE3 decodes {span(speed)} as fast as no speculation, " if speed else "")
+            + f"accepting {span(acc, '')} tokens a step"
+        )
+    cov = [r["drafter_coverage"] for r in g["rows"] if r.get("drafter_coverage") is not None]
+    return (
+        f"Real target (SmolLM2-135M-Instruct, pretrained, with the EAGLE3 draft trained for it, on held-out chat) "
+        f"on `{g['machine']}`, {g['engine']}: "
+        + "; ".join(said)
+        + (f"; the drafter ran in {span(cov, '%')} of decode steps" if cov else "")
+        + "."
+    )
+
+
 # --------------------------------------------------------------------------- the fix A/B
 
 
 def fix_ab(results: Path) -> dict[str, Any] | None:
     """The newest fix A/B (a run with a fix arm other than `on`) among the committed run files: per fix arm
     and mode, what happened past the draft's 2048 positions, with the failures' causes; None without one."""
-    rows = [r for r in _rows(results) if takes_fix(r["arm"]) and r.get("workload") in (None, CEILING, REALISTIC)]
+    rows = [
+        r
+        for r in _rows(results, by_file=True)
+        if takes_fix(r["arm"]) and r.get("workload") in (None, CEILING, REALISTIC, REAL)
+    ]
     by_file: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
         by_file.setdefault(str(r.get("origin")), []).append(r)
@@ -313,7 +368,7 @@ def fix_ab(results: Path) -> dict[str, Any] | None:
             words = []
             if failed:
                 words.append(
-                    f"failed at {', '.join(_k(int(r['context_len'])) for r in failed)}: {record.cause(failed[0].get('error'), 90)}"
+                    f"failed at {', '.join(kilo(int(r['context_len'])) for r in failed)}: {record.cause(failed[0].get('error'), 90)}"
                 )
             if ok:
                 acc = [r["acceptance_length"] for r in ok if r.get("acceptance_length") is not None]
@@ -369,7 +424,7 @@ def served(results: Path) -> list[dict[str, Any]]:
             else:
                 what = f"pays or ties at every concurrency ({grid})"
             said.append(
-                f"{_k(int(context))} {mode}{'' if is_fix_on(fix, unnamed_is_on=True) else f' fix {fix}'}: {what}"
+                f"{kilo(int(context))} {mode}{'' if is_fix_on(fix, unnamed_is_on=True) else f' fix {fix}'}: {what}"
             )
         out.append({"machine": machine, "workload": workload, "file": f, "line": "; ".join(said)})
     return out
@@ -410,74 +465,3 @@ def gate_lines(machine: str) -> list[str]:
                     said = "no plan (no costs recorded): `ab` runs its fixed design"
                 lines.append(f"{kind.name}: {noise} ({whose}); plan {said}")
     return lines
-
-
-# --------------------------------------------------------------------------- the summary
-
-
-def summary_markdown(results: Path, machine: str, *, root: Path | None = None) -> list[str]:
-    """The report's first screen: the answers in a few lines, each with the file it comes from."""
-    root = root or results.parent
-
-    def rel(p: str | Path) -> str:
-        try:
-            return str(Path(p).resolve().relative_to(root.resolve()))
-        except ValueError:
-            return str(p)
-
-    md = ["## Summary", ""]
-    groups = regimes(results)
-    realistic = [g for g in groups if g["cells"][REALISTIC]]
-    if realistic:
-        g = realistic[0]
-        md += [f"**{headline(g)}**", ""]
-    else:
-        md += ["**Realistic regime (chat pair, workload `chat`): not measured in these results.**", ""]
-    ab = fix_ab(results)
-    if ab:
-        md += [
-            f"- **Fix A/B** (newest: `{ab['machine']}`, {ab['engine']}, {ab['workload']}, "
-            f"{'/'.join(map(_k, ab['contexts']))}; "
-            f"`{rel(ab['file'])}`), past the draft's 2048 positions: " + "; ".join(ab["arms"]) + "."
-        ]
-    else:
-        md += ["- **Fix A/B**: none in these results (`EAGLE_FIX_ASV_FIX=off scripts/bench.sh` runs one)."]
-    for g in realistic:
-        head, rows = regime_rows(g)
-        files = [rel(f) for w in (REALISTIC, CEILING) for f in g["files"][w]]
-        md += [
-            f"- **Speedup and acceptance per context** on `{g['machine']}`, {g['engine']} (greedy, fix on; "
-            f"{interval_note(g)}; "
-            + ", ".join(f"`{f}`" for f in files[:3])
-            + (f" and {len(files) - 3} more" if len(files) > 3 else "")
-            + "):",
-            "",
-            md_table(head, rows),
-            "",
-        ]
-        md += [f"  {line}." for line in constant_lines(g)]
-    others = [g for g in groups if not g["cells"][REALISTIC]]
-    if others:
-        md.append(
-            "- **Best case only** (copy workload, no realistic run): "
-            + "; ".join(f"`{g['machine']}` {span(regime_figures(g, CEILING)['speedup'])}" for g in others)
-            + " (tables below)."
-        )
-    maps = served(results)
-    if maps:
-        md.append(
-            "- **Served break-even** (where EAGLE3's served output throughput falls below the baseline's, whole interval):"
-        )
-        md += [f"  - `{m['workload']}` on `{m['machine']}`: {m['line']} (`{rel(m['file'])}`)" for m in maps]
-    else:
-        md.append("- **Served break-even**: no `eagle-fix map` file in these results.")
-    md += to_pay.summary(results, [g["machine"] for g in realistic] or None)
-    md += [f"- **The gate on this machine** (`{machine}`, `results/gate/`): what `eagle-fix ab` would run per point:"]
-    md += ["  - " + line for line in gate_lines(machine)]
-    md.append("")
-    return md
-
-
-def summary_text(results: Path, machine: str) -> str:
-    """The summary as scripts/bench.sh prints it at its end."""
-    return "\n".join(summary_markdown(results, machine)).replace("**", "")

@@ -1,5 +1,5 @@
 """scripts/bench.sh's last words: the summary that opens the report `eagle-fix publish` wrote beside asv's
-dashboard (eagle_fix.publish.answers made it), printed for the terminal: `python -m eagle_fix.publish.bench_summary`."""
+dashboard (eagle_fix.publish.summary made it), printed for the terminal: `python -m eagle_fix.publish.bench_summary`."""
 
 from __future__ import annotations
 

@@ -14,8 +14,8 @@ from eagle_fix.core.paths import results_dir
 from eagle_fix.core.point import Point
 from eagle_fix.gate import acceptance_power
 from eagle_fix.machine.fingerprint import fingerprint
-from eagle_fix.publish import answers
 from eagle_fix.publish import break_even as to_pay
+from eagle_fix.publish import summary
 from eagle_fix.publish.docs import DOC_TABLES, FILE_TABLES, render_table, update_docs
 from eagle_fix.publish.file_tables import map_table
 from eagle_fix.publish.frame import fill_speedup, latest, release_key, workload_text
@@ -29,7 +29,7 @@ DEFAULT_OUT = Path("html") / "eagle-fix"  # next to asv's dashboard (html_dir in
 
 def write_report(paths, out: Path, *, machine: str | None = None) -> dict:
     """Write report.md, index.html and PNGs per profile into out; returns {profile: [files]}. The report opens
-    with the summary (eagle_fix.publish.answers) of the first results folder among paths, for `machine` (default:
+    with the summary (eagle_fix.publish.summary) of the first results folder among paths, for `machine` (default:
     this one's fingerprint name); the detailed tables follow."""
     out.mkdir(parents=True, exist_ok=True)
     map_md = map_report_section(paths, out)  # eagle-fix map files (.ndjson), at the report's end
@@ -39,7 +39,7 @@ def write_report(paths, out: Path, *, machine: str | None = None) -> dict:
     df = fill_speedup(latest(load_results(paths))) if paths or not map_md else None
     md = ["# eagle-fix report", ""]
     if folders:
-        md += answers.summary_markdown(folders[0], machine or fingerprint()["name"])
+        md += summary.summary_markdown(folders[0], machine or fingerprint()["name"])
     md += [
         "## Details",
         "",

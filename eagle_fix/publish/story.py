@@ -324,9 +324,10 @@ def regimes_figure(groups: list[dict], path: Path) -> None:
 
 
 def regimes_html(
-    groups: list[dict], ab: dict | None, maps: list[dict], needed: list[str] = (), pictures: list[str] = ()
+    groups: list[dict], abs_: list[dict], maps: list[dict], needed: list[str] = (), pictures: list[str] = (), real=None
 ) -> str:
-    """The first view's answers: the realistic figure as the headline, the newest fix A/B with its causes, then
+    """The first view's answers: the real target's figure (`real`, answers.real_target) and the realistic one as
+    headlines, the newest fix A/Bs with their causes (the real target's first), then
     per machine and engine the realistic regime beside the ceiling (a table per context with intervals, the
     figure), the served break-even where a map exists, and the acceptance needed to pay (`needed`: lines of
     break_even.needed; `pictures`: its figures, one per profile)."""
@@ -336,17 +337,16 @@ def regimes_html(
         return re.sub(r"`([^`]+)`", r"<code>\1</code>", esc(text))
 
     realistic = [g for g in groups if g["cells"][answers.REALISTIC]]
-    head = (
+    head = (f"<p style='font-size:15px'><b>{code(answers.real_headline(real))}</b></p>" if real else "") + (
         f"<p style='font-size:15px'><b>{code(answers.headline(realistic[0]))}</b></p>"
         if realistic
         else "<p><b>Realistic regime (chat pair, workload <code>chat</code>): not measured in these results; what "
         "follows is the best case.</b></p>"
     )
-    fix = (
+    fix = "".join(
         f"<p><b>Fix A/B</b> (newest: {esc(ab['machine'])}, {esc(ab['engine'])}, {esc(ab['workload'])}; <code>{esc(Path(ab['file']).name)}"
         f"</code>), past the draft's 2048 positions: {code('; '.join(ab['arms']))}.</p>"
-        if ab
-        else ""
+        for ab in abs_
     )
     blocks = []
     for g in realistic:
@@ -474,16 +474,16 @@ def add_story(html_dir: Path, results_dir: Path, repo: Path) -> int:
     # the run files, maps and gate records beside results/asv, else the repository's committed ones
     root = Path(results_dir).parent if (Path(results_dir).parent / "runs").is_dir() else paths.results_dir(root=repo)
     groups = [g for g in answers.regimes(root) if g["cells"][answers.REALISTIC]]
-    if not runs and not fleet and not groups:
+    real = answers.real_target(root)
+    if not runs and not fleet and not groups and not real:
         return 0
     folded = story_figure(runs, html_dir / STORY_PNG) if runs else []
     if groups:
         regimes_figure(groups, html_dir / REGIMES_PNG)
     machines = [g["machine"] for g in groups]
     pictures = to_pay.pictures(root, machines, html_dir)
-    told = regimes_html(
-        groups, answers.fix_ab(root), answers.served(root), to_pay.needed(root, machines or None), pictures
-    )
+    abs_ = [ab for ab in (answers.fix_ab(root / answers.REAL_FOLDER), answers.fix_ab(root)) if ab]
+    told = regimes_html(groups, abs_, answers.served(root), to_pay.needed(root, machines or None), pictures, real)
     index = html_dir / "index.html"
     text = index.read_text(encoding="utf-8")
     text = re.sub(

@@ -236,7 +236,8 @@ def test_first_view_tells_the_story_and_shows_the_fix_ab_failure_with_its_cause(
 
 
 def test_first_view_leads_with_the_realistic_regime_beside_the_ceiling(dashboard):
-    """The first thing the grid page says is the realistic figure (the chat pair, workload chat), the copy
+    """The first thing the grid page says is the real target's figure, then the realistic one of the chat pair
+    (workload chat), the copy
     workload named the ceiling; then the fix A/B with its cause; then a table per context with both regimes
     side by side, each column labelled by its workload, the realistic speedups those of the committed
     records; one-value panels (drafter coverage 100%) said in a line, not drawn."""
@@ -247,11 +248,16 @@ def test_first_view_leads_with_the_realistic_regime_beside_the_ceiling(dashboard
     dom = chromium("--dump-dom", dashboard["url"]).stdout
     story = dom[dom.index("eagle-fix-story") :]
     assert 'id="eagle-fix-regimes"' in story, story[:2000]
-    first = re.search(r"<b>(.*?)</b>", story).group(1)
+    real, first = re.findall(r"<b>(.*?)</b>", story)[:2]
+    # the real model's figure leads (results/real-target/runs), then the chat pair's, then the ceiling's
+    assert real.startswith("Real target (SmolLM2-135M-Instruct"), real
+    assert "greedy over 2K–8K, EAGLE3 decodes" in real and "accepting" in real, real
     assert first.startswith("Realistic regime (chat pair"), first
     assert "The ceiling (tiny pair on its copy workload" in first and first.index("Realistic") < first.index("ceiling")
     regimes = story[story.index("eagle-fix-regimes") : story.index("Every machine's runs")]
     assert re.search(r"Fix A/B</b>.*index out of bounds", regimes), regimes[:3000]
+    fixes = re.findall(r"Fix A/B</b> \(newest: [^<]*<code>([^<]*)</code>", regimes)
+    assert fixes[0] == "cpu-amd-f25m1-2c-3853ad-cpu-real-fix-ab-4096.jsonl" and len(fixes) == 2, fixes
     head = re.findall(r"<th>(.*?)</th>", regimes)
     assert "<code>chat</code> eager: speedup" in head and "<code>copy</code> (ceiling) eager: speedup" in head, head
     rows = {r[0]: r for r in (re.findall(r"<td>(.*?)</td>", tr) for tr in re.findall(r"<tr>(.*?)</tr>", regimes)) if r}

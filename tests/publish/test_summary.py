@@ -12,7 +12,7 @@ import pytest
 from conftest import ROOT, asv_conf
 from eagle_fix.core import record
 from eagle_fix.gate import components
-from eagle_fix.publish import answers
+from eagle_fix.publish import answers, summary
 from eagle_fix.publish.report import write_report
 
 RESULTS = ROOT / "results"
@@ -125,7 +125,7 @@ def test_a_machine_without_recorded_noise_is_told_whose_record_ab_borrows():
 def test_results_without_the_realistic_regime_say_so(tmp_path):
     (tmp_path / "runs").mkdir()
     shutil.copy(FIX_AB, tmp_path / "runs" / FIX_AB.name)
-    md = "\n".join(answers.summary_markdown(tmp_path, MACHINE))
+    md = "\n".join(summary.summary_markdown(tmp_path, MACHINE))
     assert "Realistic regime (chat pair, workload `chat`): not measured" in md
     assert "Served break-even**: no `eagle-fix map` file" in md
 
@@ -185,3 +185,33 @@ def test_the_report_draws_the_acceptance_needed_to_pay_per_profile(report):
     assert {p.name for p in pictures} >= {f"cpu-{MACHINE}.png", f"cpu-chat-{MACHINE}.png"}, pictures
     assert all(p.stat().st_size > 10_000 for p in pictures)
     assert f"![cpu-chat-{MACHINE}](break-even/cpu-chat-{MACHINE}.png)" in details
+
+
+REAL = RESULTS / "real-target" / "runs"
+REAL_GREEDY = REAL / "cpu-amd-f25m1-2c-3853ad-cpu-real-greedy.jsonl"
+REAL_FIX_AB = REAL / "cpu-amd-f25m1-2c-3853ad-cpu-real-fix-ab-4096.jsonl"
+
+
+def test_the_summary_leads_with_the_real_target_and_its_fix_ab(small_results, tmp_path):
+    """With the real target's files beside the others (results/real-target/runs), the first screen opens with
+    the real model's figure (greedy speedups side by side with the baseline in one run, acceptance, drafter
+    coverage), and its fix A/B comes before the other pairs', with the `on` rows a later run re-measured."""
+    root = tmp_path / "results"
+    shutil.copytree(small_results, root)
+    (root / "real-target" / "runs").mkdir(parents=True)
+    for src in (REAL_GREEDY, REAL_FIX_AB):
+        shutil.copy(src, root / "real-target" / "runs" / src.name)
+    md = summary.summary_markdown(root, MACHINE)
+    first = md[2]
+    assert first.startswith("**Real target (SmolLM2-135M-Instruct, pretrained"), first
+    speedups = [speedup_at(REAL_GREEDY, c, m) for c in (2048, 4096, 8192) for m in ("eager", "compile")]
+    assert f"greedy over 2K–8K, EAGLE3 decodes {min(speedups):.2f}x–{max(speedups):.2f}x as fast" in first, first
+    acc = [r["acceptance_length"] for r in record.read(REAL_GREEDY) if r["arm"] == "eagle3"]
+    assert f"accepting {min(acc):.2f}–{max(acc):.2f} tokens a step" in first
+    assert "T = 0.7" not in first  # no sampled file here
+    assert REAL_GREEDY.name in first
+    assert md.index(first) < next(i for i, x in enumerate(md) if x.startswith("**Realistic regime (chat pair"))
+    fixes = [x for x in md if x.startswith("- **Fix A/B**")]
+    assert REAL_FIX_AB.name in fixes[0] and FIX_AB.name in fixes[1], fixes
+    assert "compile failed at 4K: worker VllmWorker-0 killed by SIGABRT; index out of bounds" in fixes[0]
+    assert "fix `on`: compile and eager acceptance 1.72, drafter ran in 100% of steps" in fixes[0], fixes[0]
