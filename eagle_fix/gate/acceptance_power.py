@@ -24,8 +24,8 @@ from eagle_fix.pairs.profiles import PROFILES
 
 # What a calibrated share must do: caught in at least this share of at least GOAL_TRIALS trials.
 GOAL_DETECTION, GOAL_TRIALS = 0.9, 10
-# The committed calibrations: the best case (scripts/calibrate_acceptance.sh's default folder, cpu-quick)
-# and the realistic regime (CALIBRATE_PROFILE=cpu-chat). A point takes the figure of the one that ran its
+# The committed calibrations: the best case (scripts/calibrate_acceptance.sh's default folder, cpu-quick),
+# the chat pair (CALIBRATE_PROFILE=cpu-chat) and the real target (CALIBRATE_PROFILE=cpu-real). A point takes the figure of the one that ran its
 # pair, workload and lengths.
 FOLDER = committed_results("calibration", "acceptance")
 FOLDERS = (
@@ -33,6 +33,7 @@ FOLDERS = (
     FOLDER.with_name("acceptance-chat"),
     FOLDER.with_name("acceptance-chat-sampled"),
     FOLDER.with_name("acceptance-chat-sampled-32k"),
+    FOLDER.with_name("acceptance-real"),
 )
 
 

@@ -166,3 +166,24 @@ def test_a_sampled_point_takes_the_spread_of_its_own_contexts_committed_calibrat
     assert spread == pytest.approx(statistics.stdev(r["acceptance_length"] for r in runs))
     assert spread < acceptance_power.launch_spread({**runs[0], "context_len": 8192})  # 0.031 vs 0.089
     assert acceptance_power.launch_spread({**runs[0], "context_len": 16384}) == float("inf")
+
+
+def test_the_real_targets_greedy_2k_point_takes_its_own_committed_calibration():
+    """The committed calibration of the real target (results/calibration/acceptance-real: cpu-real, 2K, greedy,
+    256 tokens out) gives the greedy set's 2K points their figure, the trials' own count; 4K and the sampled
+    points none (no calibration ran them), nor another pair's point at 2K."""
+    from conftest import ROOT
+    from eagle_fix.core import record
+
+    folder = acceptance_power.FOLDER.with_name("acceptance-real")
+    assert folder in acceptance_power.FOLDERS
+    best = acceptance_power.calibrated(acceptance_power.power(folder))[2048]
+    greedy = record.read(ROOT / "results/real-target/runs/cpu-amd-f25m1-2c-3853ad-cpu-real-greedy.jsonl")
+    point = next(r for r in greedy if r["arm"] == "eagle3" and r["context_len"] == 2048 and r["mode"] == "eager")
+    said = acceptance_power.calibrated_power(point)
+    assert best is not None and said == (
+        f"calibrated at 2K: a {-best['drop']:.1%} drop caught in {best['alarms']} of {best['trials']} trials"
+    )
+    assert acceptance_power.calibrated_power({**point, "context_len": 4096}) is None
+    assert acceptance_power.calibrated_power({**point, "temperature": 0.7}) is None
+    assert acceptance_power.calibrated_power({**point, "profile": "cpu-chat", "workload": "chat"}) is None
