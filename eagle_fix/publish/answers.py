@@ -12,8 +12,6 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
-
 from eagle_fix.core import acceptance, record
 from eagle_fix.core.arms import FIX_ON, is_baseline, is_eagle3, is_fix_on, takes_fix
 from eagle_fix.core.errors import EagleFixError
@@ -63,7 +61,7 @@ def _rows(results: Path, *, by_file: bool = False) -> list[dict[str, Any]]:
         return []
     keep = [not any(part in SET_ASIDE for part in Path(str(o)).parts) for o in df["origin"]]
     df = df[keep]
-    df = fill_speedup(pd.concat([latest(part) for _, part in df.groupby("origin")]) if by_file else latest(df))
+    df = fill_speedup(latest(df, by=("origin",) if by_file else ()))
     return [{k: _plain(v, k) for k, v in r.items()} for r in df.to_dict("records")]
 
 

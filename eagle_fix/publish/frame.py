@@ -86,9 +86,10 @@ def drop_asv_duplicates(df):
     return df[keep]
 
 
-def latest(df):
-    """The newest row per point, machine fingerprint and vLLM release: a re-run replaces the earlier
-    number, and the asv copy of a JSON-lines measurement is dropped (the JSON lines keep samples)."""
+def latest(df, by: tuple[str, ...] = ()):
+    """The newest row per point, machine fingerprint and vLLM release (and per `by` column, such as the
+    file of origin): a re-run replaces the earlier number, and the asv copy of a JSON-lines measurement is
+    dropped (the JSON lines keep samples)."""
     df = drop_asv_duplicates(with_machines(df))
     df["profile"] = df["profile"].fillna("unknown")
     df["vllm_version"] = df["vllm_version"].fillna("?")
@@ -100,7 +101,7 @@ def latest(df):
         na_position="first",
         key=lambda s: s.astype(str) if s.name == "timestamp" else s,
     )
-    keys = [*record.IDENTITY, *record.ENVIRONMENT]
+    keys = [*record.IDENTITY, *record.ENVIRONMENT, *by]
     df = df.astype({k: object for k in keys})
     return df.drop_duplicates(keys, keep="last").drop(columns=["_order", "_jsonl"])
 
