@@ -25,8 +25,8 @@ from eagle_fix.pairs.profiles import PROFILES
 # What a calibrated share must do: caught in at least this share of at least GOAL_TRIALS trials.
 GOAL_DETECTION, GOAL_TRIALS = 0.9, 10
 # The committed calibrations: the best case (scripts/calibrate_acceptance.sh's default folder, cpu-quick),
-# the chat pair (CALIBRATE_PROFILE=cpu-chat) and the real target (CALIBRATE_PROFILE=cpu-real). A point takes the figure of the one that ran its
-# pair, workload and lengths.
+# the chat pair (CALIBRATE_PROFILE=cpu-chat) and the real target (CALIBRATE_PROFILE=cpu-real). A point takes
+# the figure of the one that ran its pair, workload and lengths.
 FOLDER = committed_results("calibration", "acceptance")
 FOLDERS = (
     FOLDER,

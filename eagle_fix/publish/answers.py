@@ -390,6 +390,12 @@ def fix_ab(results: Path) -> dict[str, Any] | None:
     }
 
 
+def fix_abs(results: Path) -> list[dict[str, Any]]:
+    """The fix A/Bs the first view and the report show: the real target's first, then the newest of the
+    other pairs' (fix_ab of each folder, those that have one)."""
+    return [ab for ab in (fix_ab(results / REAL_FOLDER), fix_ab(results)) if ab]
+
+
 # --------------------------------------------------------------------------- the served map
 
 

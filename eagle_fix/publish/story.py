@@ -482,8 +482,9 @@ def add_story(html_dir: Path, results_dir: Path, repo: Path) -> int:
         regimes_figure(groups, html_dir / REGIMES_PNG)
     machines = [g["machine"] for g in groups]
     pictures = to_pay.pictures(root, machines, html_dir)
-    abs_ = [ab for ab in (answers.fix_ab(root / answers.REAL_FOLDER), answers.fix_ab(root)) if ab]
-    told = regimes_html(groups, abs_, answers.served(root), to_pay.needed(root, machines or None), pictures, real)
+    told = regimes_html(
+        groups, answers.fix_abs(root), answers.served(root), to_pay.needed(root, machines or None), pictures, real
+    )
     index = html_dir / "index.html"
     text = index.read_text(encoding="utf-8")
     text = re.sub(

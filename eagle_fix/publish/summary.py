@@ -8,10 +8,9 @@ from pathlib import Path
 from eagle_fix.publish import break_even as to_pay
 from eagle_fix.publish.answers import (
     CEILING,
-    REAL_FOLDER,
     REALISTIC,
     constant_lines,
-    fix_ab,
+    fix_abs,
     gate_lines,
     headline,
     interval_note,
@@ -49,8 +48,7 @@ def summary_markdown(results: Path, machine: str, *, root: Path | None = None) -
         md += [f"**{headline(g)}**", ""]
     else:
         md += ["**Realistic regime (chat pair, workload `chat`): not measured in these results.**", ""]
-    # the real target's fix A/B first, then the newest of the other pairs'
-    abs_ = [ab for ab in (fix_ab(results / REAL_FOLDER), fix_ab(results)) if ab]
+    abs_ = fix_abs(results)
     for ab in abs_:
         md += [
             f"- **Fix A/B** (newest: `{ab['machine']}`, {ab['engine']}, {ab['workload']}, "

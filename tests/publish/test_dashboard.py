@@ -237,8 +237,8 @@ def test_first_view_tells_the_story_and_shows_the_fix_ab_failure_with_its_cause(
 
 def test_first_view_leads_with_the_realistic_regime_beside_the_ceiling(dashboard):
     """The first thing the grid page says is the real target's figure, then the realistic one of the chat pair
-    (workload chat), the copy
-    workload named the ceiling; then the fix A/B with its cause; then a table per context with both regimes
+    (workload chat), the copy workload named the ceiling; then the fix A/Bs with their causes, the real
+    target's first; then a table per context with both regimes
     side by side, each column labelled by its workload, the realistic speedups those of the committed
     records; one-value panels (drafter coverage 100%) said in a line, not drawn."""
     if dashboard["results"] != ROOT / "results" / "asv":
